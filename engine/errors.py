@@ -1,0 +1,143 @@
+"""The memfold exception tree: every error the engine raises on purpose.
+
+    MemfoldError
+     ├── ValidationError (also ValueError)      bad input from a caller; nothing was written
+     │    ├── UnknownRoleError
+     │    ├── EmptyContentError
+     │    └── MessageTooLargeError
+     ├── ConfigError                            settings that cannot work
+     ├── EventDecodeError                       stored or received bytes that are not a known event
+     │    ├── UnknownEventTypeError
+     │    └── UpcastError                       no path from the stored schema version to the current one
+     ├── LogError                               the event log
+     │    ├── LogUnavailableError               cannot reach / open the log (broker down, file locked)
+     │    ├── AppendFailedError                 the log did not acknowledge an append; treat as NOT stored
+     │    └── LogCorruptionError                the log breaks an invariant (gap in seq, offsets out of order)
+     ├── ProjectionError                        the DuckDB projection
+     │    ├── ProjectionBusyError               another process holds the projection file for writing
+     │    └── ProjectionLagTimeout              wait_for() gave up before the projector reached a position
+     ├── SummarizerError                        a summarizer could not produce a usable summary
+     │    ├── SummarizerTimeoutError
+     │    └── SummarizerOutputError             the model answered, but not with what was asked (broken JSON)
+     └── TokenizerUnavailableError              the tiktoken encoding cannot be loaded offline
+
+Driver exceptions (sqlite3, duckdb, kafka, openai) never cross a module boundary:
+the adapter that catches one raises one of these ``from`` it.
+"""
+
+from __future__ import annotations
+
+
+class MemfoldError(Exception):
+    """Root of every error memfold raises on purpose."""
+
+
+class ValidationError(MemfoldError, ValueError):
+    """Caller input is invalid; nothing was written.
+
+    ``field`` names the offending field, ``line`` the 1-based input line when
+    the input came from a file.
+    """
+
+    def __init__(self, message: str, *, field: str | None = None, line: int | None = None):
+        self.field = field
+        self.line = line
+        prefix = f"line {line}: " if line is not None else ""
+        super().__init__(prefix + message)
+
+
+class UnknownRoleError(ValidationError):
+    """A message role outside user/assistant/system/tool."""
+
+
+class EmptyContentError(ValidationError):
+    """A message with empty or whitespace-only content."""
+
+
+class MessageTooLargeError(ValidationError):
+    """A message above the configured size limit."""
+
+    def __init__(self, message: str, *, size: int, limit: int, unit: str, **kw):
+        self.size = size
+        self.limit = limit
+        self.unit = unit
+        super().__init__(message, **kw)
+
+
+class ConfigError(MemfoldError):
+    """Settings that cannot work (unknown policy, bad URL, unreadable memfold.toml)."""
+
+
+class EventDecodeError(MemfoldError):
+    """Bytes that do not decode to a known event. The event is reported, never dropped silently."""
+
+
+class UnknownEventTypeError(EventDecodeError):
+    """An event ``type`` this version of memfold does not know."""
+
+    def __init__(self, event_type: str):
+        self.event_type = event_type
+        super().__init__(
+            f"unknown event type {event_type!r}: this log was written by a newer memfold or another "
+            "producer; upgrade memfold or register a decoder for it"
+        )
+
+
+class UpcastError(EventDecodeError):
+    """No upcaster chain from a stored schema version to the version this code reads."""
+
+    def __init__(self, event_type: str, version: int, current: int, reason: str):
+        self.event_type = event_type
+        self.version = version
+        self.current = current
+        super().__init__(f"{event_type} schema_version {version} cannot be read as version {current}: {reason}")
+
+
+class LogError(MemfoldError):
+    """The event log failed."""
+
+
+class LogUnavailableError(LogError):
+    """The log cannot be reached or opened. Nothing was appended."""
+
+
+class AppendFailedError(LogError):
+    """The log did not acknowledge an append. Treat every event in ``event_ids`` as NOT stored."""
+
+    def __init__(self, message: str, *, event_ids: list[str] | None = None):
+        self.event_ids = list(event_ids or [])
+        super().__init__(message)
+
+
+class LogCorruptionError(LogError):
+    """The log breaks one of its invariants; stop and investigate, do not retry."""
+
+
+class ProjectionError(MemfoldError):
+    """The projection store failed."""
+
+
+class ProjectionBusyError(ProjectionError):
+    """Another process holds the DuckDB projection for writing (DuckDB allows one writer per file)."""
+
+
+class ProjectionLagTimeout(ProjectionError):
+    """``wait_for`` gave up before the projection reached the position."""
+
+
+class SummarizerError(MemfoldError):
+    """A summarizer could not produce a usable summary; the policy falls back as its seed says."""
+
+    retry_after: float | None = None
+
+
+class SummarizerTimeoutError(SummarizerError):
+    """The summarizer did not answer in time."""
+
+
+class SummarizerOutputError(SummarizerError):
+    """The summarizer answered with something unusable (broken JSON, wrong shape, empty)."""
+
+
+class TokenizerUnavailableError(MemfoldError):
+    """The configured tiktoken encoding cannot be loaded without network access."""

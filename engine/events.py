@@ -1,0 +1,443 @@
+"""Event models: the envelope, every event type, JSON encoding and upcasting on read.
+
+Every event is a frozen pydantic model with the envelope fields (``event_id``,
+``type``, ``schema_version``, ``tenant_id``, ``conversation_id``, ``seq``,
+``occurred_at``, ``causation_id``) and a typed ``payload``. The stored ``type``
+string is explicit and stable: it never comes from a module or class name, so
+moving a class cannot break an old log.
+
+Reading goes through :func:`decode`: an event written at an older
+``schema_version`` is upcast (dict → dict, one version at a time) through the
+:class:`UpcasterRegistry`; a newer version or an unknown type raises a
+:class:`~memfold.engine.errors.EventDecodeError` subclass. Events are never
+silently dropped and stored events are never rewritten.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import datetime, timezone
+from typing import Annotated, Any, ClassVar, Literal, Union
+
+import pydantic
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
+
+from .errors import EventDecodeError, UnknownEventTypeError, UpcastError
+
+ROLES = ("user", "assistant", "system", "tool")
+Role = Literal["user", "assistant", "system", "tool"]
+FactCategory = Literal["ENTITY", "DECISION", "CONDITION", "STATE", "NUMERIC", "GENERAL"]
+
+
+def utcnow() -> datetime:
+    """Return the current UTC time. Only writers call this; folds never do."""
+    return datetime.now(timezone.utc)
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+# --------------------------------------------------------------------------- payload parts
+
+
+class EncryptedContent(_Frozen):
+    """Reserved for crypto-shredding: content sealed with a per-conversation data key.
+
+    When present, the plain ``content``/``text`` field is empty; the key store
+    holds ``key_id``. Declared now so that erasure needs no schema change later.
+    """
+
+    key_id: str
+    algorithm: str
+    nonce_b64: str
+    ciphertext_b64: str
+
+
+class ToolCall(_Frozen):
+    """A tool invocation requested by an assistant message; answered by a ``tool`` message with the same id."""
+
+    id: str
+    name: str
+    arguments: str = "{}"
+
+
+class Fact(_Frozen):
+    """One structured fact (seed 000): ``order_id: #1234`` in category ENTITY."""
+
+    key: str
+    value: str
+    category: FactCategory = "GENERAL"
+
+
+# --------------------------------------------------------------------------- payloads
+
+
+class MessagePayload(_Frozen):
+    role: Role
+    content: str | None = None
+    encrypted: EncryptedContent | None = None
+    name: str | None = None
+    model_variant: str | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    importance: float | None = Field(default=None, ge=0.0, le=1.0)
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    # An embedding computed outside the fold (remote model) is recorded with the
+    # message the moment it is made, so replays never call the embedder again.
+    embedding: tuple[float, ...] | None = None
+
+    @model_validator(mode="after")
+    def _content_or_encrypted(self) -> "MessagePayload":
+        if self.content is None and self.encrypted is None:
+            raise ValueError("a message needs content or encrypted content")
+        return self
+
+
+class ConversationDeletedPayload(_Frozen):
+    reason: str | None = None
+
+
+class SettingsChangedPayload(_Frozen):
+    policy: str | None = None
+    settings: dict[str, Any] = Field(default_factory=dict)
+    settings_hash: str | None = None
+
+
+class ClockTickedPayload(_Frozen):
+    now: datetime
+
+
+class SummaryRequestedPayload(_Frozen):
+    """A policy asks for a summary. ``status`` is always "processing" while the request is open.
+
+    ``covers_from``..``covers_to`` (message indices, inclusive) is what the
+    summary will stand for; ``input_from``..``input_to`` is the slice of
+    original messages fed to the summarizer next to the base summary.
+    """
+
+    request_id: str
+    policy: str
+    settings_hash: str
+    covers_from: int
+    covers_to: int
+    input_from: int
+    input_to: int
+    base_summary_id: str | None = None
+    window_start: int | None = None
+    kind: Literal["facts", "text"] = "text"
+    token_cap: int | None = None
+    char_cap: int | None = None
+    status: Literal["processing"] = "processing"
+
+
+class SummaryProducedPayload(_Frozen):
+    summary_id: str
+    request_id: str
+    policy: str
+    settings_hash: str
+    covers_from: int
+    covers_to: int
+    base_summary_id: str | None = None
+    text: str = ""
+    facts: tuple[Fact, ...] = ()
+    encrypted: EncryptedContent | None = None
+    summarizer: str
+    model: str
+    prompt_hash: str
+    tokens_in: int = 0
+    tokens_out: int = 0
+    latency_ms: int = 0
+    cached: bool = False
+
+
+class SummaryFailedPayload(_Frozen):
+    request_id: str
+    policy: str
+    settings_hash: str
+    reason: str
+    error_type: str
+    retryable: bool = False
+    summarizer: str = ""
+    model: str = ""
+    latency_ms: int = 0
+
+
+class TopicAssignedPayload(_Frozen):
+    policy: str = "topics"
+    settings_hash: str
+    topic_id: str
+    message_index: int
+    similarity: float | None = None
+    created: bool = False
+    title: str | None = None
+
+
+class TopicCompactedPayload(_Frozen):
+    policy: str = "topics"
+    settings_hash: str
+    topic_id: str
+    compacted_through: int
+    kept_recent: int
+
+
+class TopicEvictedPayload(_Frozen):
+    policy: str = "topics"
+    settings_hash: str
+    topic_id: str
+    priority: float
+
+
+# --------------------------------------------------------------------------- envelope + types
+
+
+class Event(_Frozen):
+    """The envelope every event shares. Subclasses pin ``type`` and ``schema_version``.
+
+    ``seq`` is 0 until the log assigns it: strictly increasing, gapless, per
+    conversation (``tenant_id/conversation_id``), counting every event type.
+    """
+
+    TYPE: ClassVar[str] = ""
+    VERSION: ClassVar[int] = 1
+
+    event_id: str = Field(min_length=1, max_length=200)
+    type: str
+    schema_version: int
+    tenant_id: str = Field(default="default", min_length=1, max_length=200)
+    conversation_id: str = Field(min_length=1, max_length=400)
+    seq: int = Field(default=0, ge=0)
+    occurred_at: datetime
+    causation_id: str | None = None
+    payload: Any
+
+    @field_validator("occurred_at")
+    @classmethod
+    def _aware_utc(cls, value: datetime) -> datetime:
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=timezone.utc)
+        return value.astimezone(timezone.utc)
+
+    @property
+    def key(self) -> str:
+        """The partition key ``tenant/conversation``: one conversation, one partition, total order."""
+        return conversation_key(self.tenant_id, self.conversation_id)
+
+    def with_seq(self, seq: int) -> "Event":
+        """Return a copy carrying the log-assigned ``seq``."""
+        return self.model_copy(update={"seq": seq})
+
+    def encode(self) -> str:
+        """Return the canonical JSON text of this event (what the log stores)."""
+        return self.model_dump_json()
+
+
+def conversation_key(tenant_id: str, conversation_id: str) -> str:
+    """Return the partition key for a conversation: ``tenant/conversation``."""
+    return f"{tenant_id}/{conversation_id}"
+
+
+class MessageAppended(Event):
+    TYPE: ClassVar[str] = "MessageAppended"
+    type: Literal["MessageAppended"] = "MessageAppended"
+    schema_version: Literal[1] = 1
+    payload: MessagePayload
+
+
+class ConversationDeleted(Event):
+    TYPE: ClassVar[str] = "ConversationDeleted"
+    type: Literal["ConversationDeleted"] = "ConversationDeleted"
+    schema_version: Literal[1] = 1
+    payload: ConversationDeletedPayload = ConversationDeletedPayload()
+
+
+class SettingsChanged(Event):
+    TYPE: ClassVar[str] = "SettingsChanged"
+    type: Literal["SettingsChanged"] = "SettingsChanged"
+    schema_version: Literal[1] = 1
+    payload: SettingsChangedPayload
+
+
+class ClockTicked(Event):
+    TYPE: ClassVar[str] = "ClockTicked"
+    type: Literal["ClockTicked"] = "ClockTicked"
+    schema_version: Literal[1] = 1
+    payload: ClockTickedPayload
+
+
+class SummaryRequested(Event):
+    TYPE: ClassVar[str] = "SummaryRequested"
+    type: Literal["SummaryRequested"] = "SummaryRequested"
+    schema_version: Literal[1] = 1
+    payload: SummaryRequestedPayload
+
+
+class SummaryProduced(Event):
+    TYPE: ClassVar[str] = "SummaryProduced"
+    type: Literal["SummaryProduced"] = "SummaryProduced"
+    schema_version: Literal[1] = 1
+    payload: SummaryProducedPayload
+
+
+class SummaryFailed(Event):
+    TYPE: ClassVar[str] = "SummaryFailed"
+    type: Literal["SummaryFailed"] = "SummaryFailed"
+    schema_version: Literal[1] = 1
+    payload: SummaryFailedPayload
+
+
+class TopicAssigned(Event):
+    TYPE: ClassVar[str] = "TopicAssigned"
+    type: Literal["TopicAssigned"] = "TopicAssigned"
+    schema_version: Literal[1] = 1
+    payload: TopicAssignedPayload
+
+
+class TopicCompacted(Event):
+    TYPE: ClassVar[str] = "TopicCompacted"
+    type: Literal["TopicCompacted"] = "TopicCompacted"
+    schema_version: Literal[1] = 1
+    payload: TopicCompactedPayload
+
+
+class TopicEvicted(Event):
+    TYPE: ClassVar[str] = "TopicEvicted"
+    type: Literal["TopicEvicted"] = "TopicEvicted"
+    schema_version: Literal[1] = 1
+    payload: TopicEvictedPayload
+
+
+EVENT_CLASSES: dict[str, type[Event]] = {
+    cls.TYPE: cls
+    for cls in (
+        MessageAppended,
+        ConversationDeleted,
+        SettingsChanged,
+        ClockTicked,
+        SummaryRequested,
+        SummaryProduced,
+        SummaryFailed,
+        TopicAssigned,
+        TopicCompacted,
+        TopicEvicted,
+    )
+}
+
+AnyEvent = Annotated[
+    Union[
+        MessageAppended,
+        ConversationDeleted,
+        SettingsChanged,
+        ClockTicked,
+        SummaryRequested,
+        SummaryProduced,
+        SummaryFailed,
+        TopicAssigned,
+        TopicCompacted,
+        TopicEvicted,
+    ],
+    Field(discriminator="type"),
+]
+_ADAPTER: TypeAdapter[Event] = TypeAdapter(AnyEvent)
+
+
+# --------------------------------------------------------------------------- upcasting
+
+Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+class UpcasterRegistry:
+    """Upcasters keyed by (event type, from_version); each lifts a raw dict by exactly one version."""
+
+    def __init__(self) -> None:
+        self._steps: dict[tuple[str, int], Upcaster] = {}
+
+    def register(self, event_type: str, from_version: int) -> Callable[[Upcaster], Upcaster]:
+        """Register ``fn`` to turn ``event_type`` at ``from_version`` into ``from_version + 1``."""
+
+        def deco(fn: Upcaster) -> Upcaster:
+            key = (event_type, from_version)
+            if key in self._steps:
+                raise ValueError(f"an upcaster for {event_type} v{from_version} is already registered")
+            self._steps[key] = fn
+            return fn
+
+        return deco
+
+    def upcast(self, raw: dict[str, Any], current: int) -> dict[str, Any]:
+        """Lift ``raw`` to ``current``; raise :class:`UpcastError` when a step is missing or fails."""
+        event_type = raw["type"]
+        version = raw.get("schema_version")
+        if not isinstance(version, int):
+            raise UpcastError(event_type, -1, current, "schema_version is missing or not an integer")
+        if version > current:
+            raise UpcastError(
+                event_type, version, current, "written by a newer memfold; upgrade before reading this log"
+            )
+        start = version
+        while version < current:
+            step = self._steps.get((event_type, version))
+            if step is None:
+                raise UpcastError(event_type, start, current, f"no upcaster registered from v{version}")
+            try:
+                raw = step(dict(raw))
+            except Exception as exc:  # an upcaster bug must name the event, not crash the reader
+                raise UpcastError(event_type, start, current, f"upcaster v{version} failed: {exc}") from exc
+            version += 1
+            raw["schema_version"] = version
+        return raw
+
+
+UPCASTERS = UpcasterRegistry()
+
+
+# --------------------------------------------------------------------------- decoding
+
+
+def decode(data: str | bytes, upcasters: UpcasterRegistry | None = None) -> Event:
+    """Decode one stored event, upcasting older schema versions.
+
+    Raises :class:`UnknownEventTypeError` for a type this code does not know,
+    :class:`UpcastError` for a version it cannot reach, and
+    :class:`EventDecodeError` for anything else malformed.
+    """
+    if upcasters is None:
+        try:  # fast path: current version, known type, validated in pydantic-core
+            return _ADAPTER.validate_json(data)
+        except pydantic.ValidationError:
+            pass
+    try:
+        raw = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise EventDecodeError(f"event is not valid JSON: {exc}") from exc
+    return decode_dict(raw, upcasters)
+
+
+def decode_dict(raw: Any, upcasters: UpcasterRegistry | None = None) -> Event:
+    """Decode one event from an already parsed JSON object (see :func:`decode`)."""
+    if not isinstance(raw, dict):
+        raise EventDecodeError(f"event must be a JSON object, got {type(raw).__name__}")
+    event_type = raw.get("type")
+    if not isinstance(event_type, str):
+        raise EventDecodeError("event has no 'type' string")
+    cls = EVENT_CLASSES.get(event_type)
+    if cls is None:
+        raise UnknownEventTypeError(event_type)
+    if raw.get("schema_version") != cls.VERSION:
+        raw = (upcasters or UPCASTERS).upcast(raw, cls.VERSION)
+    try:
+        return cls.model_validate(raw)
+    except pydantic.ValidationError as exc:
+        raise EventDecodeError(f"invalid {event_type} event: {_first_error(exc)}") from exc
+
+
+def _first_error(exc: pydantic.ValidationError) -> str:
+    err = exc.errors()[0]
+    where = ".".join(str(p) for p in err.get("loc", ()))
+    return f"{where}: {err.get('msg')}" if where else str(err.get("msg"))
+
+
+def json_schemas() -> dict[str, dict[str, Any]]:
+    """Return the JSON Schema of every event type, keyed by its ``type`` string."""
+    return {name: cls.model_json_schema() for name, cls in sorted(EVENT_CLASSES.items())}

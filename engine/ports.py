@@ -1,0 +1,244 @@
+"""Ports: the interfaces the core talks to, and the plain values that cross them.
+
+Adapters live in ``memfold.streams`` (logs, runners) and
+``memfold.projections`` (policies, store, summarizers, embedders); only the
+composition root (``MemoryEngine``, the CLI) picks concrete ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, ClassVar, Protocol, runtime_checkable
+
+from pydantic import BaseModel
+
+from .events import Event, Fact, SummaryRequested, ToolCall
+from .positions import LogRecord, Position
+
+
+# --------------------------------------------------------------------------- the log
+
+
+@runtime_checkable
+class EventLog(Protocol):
+    """An append-only, partitioned event log (embedded SQLite file or Kafka topic).
+
+    Invariants every backend keeps (tests/contract/test_event_log.py):
+    - one conversation (``tenant/conversation``) maps to one partition via
+      Kafka's murmur2 partitioner, so its events are totally ordered;
+    - offsets within a partition start at 0 and have no gaps;
+    - ``seq`` per conversation starts at 1, is strictly increasing and gapless,
+      also under concurrent appenders.
+    """
+
+    @property
+    def partition_count(self) -> int: ...
+
+    def append(self, events: Sequence[Event]) -> list[Position]:
+        """Append ``events`` in order; return the position of each, in the same order.
+
+        The log assigns ``seq`` (an event's own ``seq`` is ignored). On failure
+        raise :class:`~memfold.engine.errors.AppendFailedError` naming the
+        events that were not stored; never report an unacknowledged event as stored.
+        """
+        ...
+
+    def read(self, partition: int, start: int, limit: int = 1000) -> list[LogRecord]:
+        """Return up to ``limit`` records of ``partition`` starting *at* offset ``start``, in offset order."""
+        ...
+
+    def partitions(self) -> list[int]:
+        """Return the partition numbers, ascending."""
+        ...
+
+    def end_positions(self) -> dict[int, int]:
+        """Return, per partition, the offset the next appended event will get (= number of events)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+# --------------------------------------------------------------------------- what folds see
+
+
+@dataclass(frozen=True, slots=True)
+class MessageRecord:
+    """A message as policies and the context assembler see it (also a row of ``messages``).
+
+    ``index`` is the 0-based ordinal among the conversation's messages (the
+    seeds' "sequence number"); ``tokens`` is its prompt cost, content plus the
+    per-message overhead, counted once at projection time.
+    """
+
+    tenant_id: str
+    conversation_id: str
+    index: int
+    seq: int
+    event_id: str
+    role: str
+    content: str
+    tokens: int
+    occurred_at: datetime
+    model_variant: str | None = None
+    name: str | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    importance: float | None = None
+    embedding: tuple[float, ...] | None = None
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryMessage:
+    """A system message that carries memory (facts, narrative, summary). Never trimmed from the front."""
+
+    content: str
+    kind: str  # "facts" | "narrative" | "summary" | "topic_summary" | ...
+    tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ContextPlan:
+    """What a policy wants in the next prompt; the assembler fetches and trims to the budget.
+
+    ``verbatim`` lists message indices to include as they were spoken, oldest
+    first. ``fallback`` names why the policy fell back (``"takeLast"``,
+    ``"summary_failed"``...), or is ``None`` when memory is in force.
+    """
+
+    memory: tuple[MemoryMessage, ...] = ()
+    verbatim: tuple[int, ...] = ()
+    fallback: str | None = None
+    notes: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ContextMessage:
+    """One message of an assembled context: what ``memfold context --json`` prints."""
+
+    role: str
+    content: str
+    kind: str  # "system_prompt" | "memory:<kind>" | "verbatim" | "current"
+    tokens: int = 0
+    index: int | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """Return the stable JSON shape: role, content, kind (+ tool fields when present)."""
+        out: dict[str, Any] = {"role": self.role, "content": self.content, "kind": self.kind}
+        if self.tool_calls:
+            out["tool_calls"] = [tc.model_dump() for tc in self.tool_calls]
+        if self.tool_call_id:
+            out["tool_call_id"] = self.tool_call_id
+        return out
+
+
+class Policy(Protocol):
+    """A memory policy (one per seed): a pure fold plus a context planner.
+
+    The runner drives it per conversation::
+
+        state = policy.evolve(state, item, settings)      # item: MessageRecord or Event
+        for request in policy.decide(state, settings, now_event):
+            state = policy.evolve(state, request, settings)  # decided requests are folded at once
+            emit(request)                                  # and appended to the log
+
+    ``evolve`` must treat an event it has already folded (same event_id /
+    request_id) as a no-op: the request it decided comes back from the log.
+    No clock, no randomness, no I/O: time comes from event timestamps, ids from
+    content hashes (``engine.ids.content_hash``).
+    """
+
+    name: ClassVar[str]
+    State: ClassVar[type[BaseModel]]
+
+    def initial(self, tenant_id: str, conversation_id: str) -> BaseModel: ...
+
+    def evolve(self, state: BaseModel, item: MessageRecord | Event, settings: BaseModel) -> BaseModel: ...
+
+    def decide(self, state: BaseModel, settings: BaseModel, cause: Event) -> list[SummaryRequested]: ...
+
+    def plan(self, state: BaseModel, settings: BaseModel) -> ContextPlan: ...
+
+
+# --------------------------------------------------------------------------- summarizers
+
+
+@dataclass(frozen=True, slots=True)
+class SummaryInput:
+    """Everything a summarizer is given for one request (also the cache key's content)."""
+
+    policy: str
+    kind: str  # "facts" (facts + narrative, seed 000) | "text" (one summary text)
+    messages: tuple[MessageRecord, ...]
+    existing_summary: str | None = None
+    existing_facts: tuple[Fact, ...] = ()
+    window_start: int | None = None
+    token_cap: int | None = None
+    char_cap: int | None = None
+    prompt_format: str = "default"  # "chunked" = seed 001's EXISTING_SUMMARY / NEW_TURNS input
+    model: str | None = None
+    prompt_id: str | None = None
+    prompt_version: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SummaryOutput:
+    """What a summarizer returns. ``text`` is the narrative (kind "facts") or the summary (kind "text")."""
+
+    text: str
+    facts: tuple[Fact, ...] = ()
+    model: str = ""
+    prompt_hash: str = ""
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cached: bool = False
+
+    @property
+    def empty(self) -> bool:
+        """True when there is nothing to use: no facts and a blank text (seed 000 → takeLast)."""
+        return not self.facts and not self.text.strip()
+
+
+class Summarizer(Protocol):
+    """Turns a :class:`SummaryInput` into a :class:`SummaryOutput`, or raises a ``SummarizerError``."""
+
+    name: str
+
+    def summarize(self, request: SummaryInput) -> SummaryOutput: ...
+
+
+class Embedder(Protocol):
+    """Maps texts to unit-length vectors of ``dimensions`` floats."""
+
+    name: str
+    dimensions: int
+
+    def embed(self, texts: Sequence[str]) -> list[tuple[float, ...]]: ...
+
+
+class MessageSource(Protocol):
+    """Where a summarizer worker reads original messages from (a projection, a faust table)."""
+
+    def messages(self, tenant_id: str, conversation_id: str, start: int, end: int) -> list[MessageRecord]:
+        """Return messages with ``start <= index <= end`` in index order."""
+        ...
+
+
+class ProjectionStore(Protocol):
+    """Folds log records into queryable tables, with the log position in the same transaction."""
+
+    def apply(self, records: Sequence[LogRecord]) -> int:
+        """Fold ``records``; return how many were new. Records at or before the stored position are no-ops."""
+        ...
+
+    def position(self) -> dict[int, int]:
+        """Return, per partition, the next offset this store will apply (= offsets applied)."""
+        ...
+
+    def has_reached(self, position: Position) -> bool:
+        """True once the event *at* ``position`` has been applied."""
+        ...

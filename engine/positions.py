@@ -1,0 +1,31 @@
+"""Log positions and the records a log hands out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .events import Event
+
+
+@dataclass(frozen=True, order=True, slots=True)
+class Position:
+    """Where an event sits in the log: ``offset`` within ``partition`` (Kafka's terms).
+
+    Offsets start at 0 and grow by one per event within a partition. Positions
+    in different partitions are not causally ordered; compare only within one.
+    A store "has reached" a position when it has applied the event *at* it.
+    """
+
+    partition: int
+    offset: int
+
+    def __str__(self) -> str:
+        return f"{self.partition}:{self.offset}"
+
+
+@dataclass(frozen=True, slots=True)
+class LogRecord:
+    """One event as read from the log, with the position it was read *at*."""
+
+    position: Position
+    event: Event

@@ -1,0 +1,244 @@
+"""Settings: one pydantic model per policy (seed defaults), the summarizer/embedder, and the engine.
+
+Sources, strongest first: keyword arguments, ``MEMFOLD_*`` environment
+variables (nested with ``__``: ``MEMFOLD_HIERARCHICAL__TRIGGER_MESSAGE_COUNT=30``),
+``memfold.toml`` (one table per policy), then the defaults below, which are the
+seeds' defaults. A policy's canonical settings hash is stamped on every event
+it derives, so a replay can tell which settings produced what.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+import json
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
+
+from .errors import ConfigError
+from .ids import content_hash
+
+POLICY_NAMES = ("hierarchical", "chunked", "sliding_window", "rolling", "topics")
+
+
+class _PolicySettings(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class HierarchicalSettings(_PolicySettings):
+    """Seed 000: facts + narrative + recent N verbatim above a message-count trigger."""
+
+    trigger_message_count: int = Field(20, ge=1)
+    recent_message_count: int = Field(10, ge=0)
+    max_narrative_tokens: int = Field(500, ge=1)
+    llm_model: str = "gemini-2.0-flash"
+    # Not in the seed: re-summarize once this many messages have left the recent
+    # window since the last summary (1 = after every message). Messages the
+    # summary does not cover stay verbatim, so a lag loses nothing.
+    resummarize_every: int = Field(10, ge=1)
+    # Seed's lazy fallback: on read, wait at most this long for a pending summary.
+    lazy_timeout_ms: int = Field(2000, ge=0)
+
+
+class ChunkedSettings(_PolicySettings):
+    """Seed 001: one global summary + last K raw turns, token thresholds decide when to fold."""
+
+    k_raw_turns: int = Field(3, ge=1)
+    summary_token_cap: int = Field(500, ge=1)
+    prompt_token_budget: int = Field(3000, ge=1)
+    chunk_summarize_threshold: int = Field(6000, ge=1)
+    min_tail_turns: int = Field(1, ge=1)
+    summarizer_model: str = "gpt-5.1-nano"
+    prompt_id: str = "pmpt_6917ebe9367c819396fe4840cf0f0e050c18a965a3366120"
+    prompt_version: str | None = None
+
+
+class SlidingWindowSettings(_PolicySettings):
+    """Seed 002: versioned memories over a sliding window of message sequence numbers."""
+
+    rolling_window_size: int = Field(14, ge=2)
+    summarize_after_seq: int = Field(5, ge=0)
+    memory_model: str = "gpt-4.1-mini"
+
+
+class RollingSettings(_PolicySettings):
+    """Seed 003: a summary covering N messages, regenerated from previous summary + new messages."""
+
+    message_threshold: int = Field(20, ge=1)
+    token_threshold: int = Field(8000, ge=1)
+    recent_messages_to_keep: int = Field(10, ge=0)
+    regeneration_threshold: int = Field(10, ge=1)
+    max_summary_length: int = Field(2000, ge=1)  # characters, as in the seed
+    max_messages: int | None = Field(None, ge=1)  # without a summary: all messages up to this many
+
+
+class TopicsSettings(_PolicySettings):
+    """Seed 004: topics by embedding similarity, half-life decay, compaction with restore on access."""
+
+    max_topics: int = Field(20, ge=1)
+    similarity_threshold: float = Field(0.7, ge=-1.0, le=1.0)
+    base_half_life_seconds: float = Field(86400.0, gt=0)
+    max_half_life_seconds: float = Field(2592000.0, gt=0)
+    access_threshold_for_lt: int = Field(5, ge=1)
+    max_messages_per_topic: int = Field(12, ge=1)
+    recent_message_keep: int = Field(4, ge=0)
+    eviction_priority: float = Field(0.05, ge=0.0)
+    title_chars: int = Field(80, ge=1)
+    default_importance: float = Field(0.5, ge=0.0, le=1.0)
+
+
+POLICY_SETTINGS: dict[str, type[_PolicySettings]] = {
+    "hierarchical": HierarchicalSettings,
+    "chunked": ChunkedSettings,
+    "sliding_window": SlidingWindowSettings,
+    "rolling": RollingSettings,
+    "topics": TopicsSettings,
+}
+
+
+class SummarizerSettings(BaseModel):
+    """Which summarizer runs and how it reaches its model."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: Literal["offline", "openai"] = "offline"
+    model: str = "gpt-4.1-mini"
+    base_url: str | None = None
+    api_key: SecretStr | None = None
+    timeout_s: float = Field(30.0, gt=0)
+    max_retries: int = Field(3, ge=0)
+    backoff_base_s: float = Field(0.5, ge=0)
+    backoff_max_s: float = Field(8.0, ge=0)
+    # Use the Responses API with the hosted prompt (seed 001) for the chunked policy.
+    chunked_use_responses: bool = True
+
+
+class EmbedderSettings(BaseModel):
+    """Which embedder assigns topics: a deterministic local hash embedder by default."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: Literal["local", "openai", "sentence-transformers"] = "local"
+    model: str = "text-embedding-3-small"
+    dimensions: int = Field(256, ge=8)
+    base_url: str | None = None
+    api_key: SecretStr | None = None
+    timeout_s: float = Field(10.0, gt=0)
+
+
+class Settings(BaseSettings):
+    """Everything memfold can be told. See the module docstring for where values come from."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="MEMFOLD_",
+        env_nested_delimiter="__",
+        extra="forbid",
+        frozen=True,
+    )
+
+    data_dir: Path = Path(".memfold")
+    log: str | None = None  # URL: sqlite:///path or kafka://host:port; default: the data dir's SQLite file
+    topic: str = "memfold.events"
+    partitions: int = Field(8, ge=1, le=1024)
+    encoding: str = "cl100k_base"
+    max_message_chars: int = Field(100_000, ge=1)
+    max_message_tokens: int = Field(32_000, ge=1)
+    system_prompt: str | None = None
+    policy: str = "hierarchical"
+    policies: Annotated[tuple[str, ...], NoDecode] = ("hierarchical",)
+    tenant_policies: dict[str, str] = Field(default_factory=dict)
+    summarizer: SummarizerSettings = SummarizerSettings()
+    embedder: EmbedderSettings = EmbedderSettings()
+    hierarchical: HierarchicalSettings = HierarchicalSettings()
+    chunked: ChunkedSettings = ChunkedSettings()
+    sliding_window: SlidingWindowSettings = SlidingWindowSettings()
+    rolling: RollingSettings = RollingSettings()
+    topics: TopicsSettings = TopicsSettings()
+
+    @field_validator("policies", mode="before")
+    @classmethod
+    def _split_policies(cls, value: Any) -> Any:
+        if isinstance(value, str):  # MEMFOLD_POLICIES=hierarchical,rolling
+            value = value.strip()
+            if value.startswith("["):
+                return json.loads(value)
+            return tuple(p.strip() for p in value.split(",") if p.strip())
+        return value
+
+    @model_validator(mode="after")
+    def _known_policies(self) -> "Settings":
+        for name in (self.policy, *self.policies, *self.tenant_policies.values()):
+            if name not in POLICY_SETTINGS:
+                raise ValueError(f"unknown policy {name!r}; choose from {', '.join(POLICY_NAMES)}")
+        return self
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        toml_path = _CONFIG_PATH.get("path")
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        if toml_path is not None:
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=toml_path))
+        return tuple(sources)
+
+    @classmethod
+    def load(cls, config: str | Path | None = None, **overrides: Any) -> "Settings":
+        """Load settings from ``config`` (or ``$MEMFOLD_CONFIG``, or ``./memfold.toml`` if present).
+
+        Raises :class:`ConfigError` with the offending field when the result is invalid.
+        """
+        path = config or os.environ.get("MEMFOLD_CONFIG")
+        if path is None and Path("memfold.toml").is_file():
+            path = "memfold.toml"
+        if path is not None and not Path(path).is_file():
+            raise ConfigError(f"settings file {path} does not exist")
+        _CONFIG_PATH["path"] = Path(path) if path is not None else None
+        try:
+            return cls(**{k: v for k, v in overrides.items() if v is not None})
+        except Exception as exc:  # pydantic.ValidationError, TOML decode errors
+            raise ConfigError(f"invalid memfold settings: {exc}") from exc
+        finally:
+            _CONFIG_PATH["path"] = None
+
+    # ----------------------------------------------------------------- derived views
+
+    @property
+    def active_policies(self) -> tuple[str, ...]:
+        """Return every policy that keeps a projection: ``policies`` + ``policy`` + per-tenant picks."""
+        seen: dict[str, None] = {}
+        for name in (*self.policies, self.policy, *self.tenant_policies.values()):
+            seen.setdefault(name, None)
+        return tuple(seen)
+
+    def policy_for(self, tenant_id: str) -> str:
+        """Return the policy a tenant reads by default."""
+        return self.tenant_policies.get(tenant_id, self.policy)
+
+    def policy_settings(self, policy: str) -> _PolicySettings:
+        """Return the settings model of ``policy``."""
+        if policy not in POLICY_SETTINGS:
+            raise ConfigError(f"unknown policy {policy!r}; choose from {', '.join(POLICY_NAMES)}")
+        return getattr(self, policy)
+
+    def settings_hash(self, policy: str) -> str:
+        """Return the canonical hash of what decides ``policy``'s derived events."""
+        return content_hash(policy, self.policy_settings(policy).model_dump(mode="json"), self.encoding, length=16)
+
+    def log_url(self) -> str:
+        """Return the event log URL, defaulting to the data dir's SQLite file."""
+        return self.log or f"sqlite:///{(self.data_dir / 'events.sqlite').as_posix()}"
+
+    def projection_path(self) -> Path:
+        """Return the DuckDB projection file of this data dir."""
+        return self.data_dir / "projections.duckdb"
+
+
+_CONFIG_PATH: dict[str, Path | None] = {"path": None}

@@ -1,0 +1,1 @@
+"""What events become: policy folds, context assembly, the DuckDB store, summarizer and embedder adapters."""

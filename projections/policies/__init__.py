@@ -1,0 +1,1 @@
+"""One pure policy module per seed."""
