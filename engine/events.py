@@ -126,6 +126,9 @@ class SummaryRequestedPayload(_Frozen):
     input_to: int
     base_summary_id: str | None = None
     window_start: int | None = None
+    # Policies over non-contiguous messages (topics) name the exact inputs.
+    input_indices: tuple[int, ...] | None = None
+    topic_id: str | None = None
     kind: Literal["facts", "text"] = "text"
     token_cap: int | None = None
     char_cap: int | None = None
@@ -140,6 +143,7 @@ class SummaryProducedPayload(_Frozen):
     covers_from: int
     covers_to: int
     base_summary_id: str | None = None
+    topic_id: str | None = None
     text: str = ""
     facts: tuple[Fact, ...] = ()
     encrypted: EncryptedContent | None = None

@@ -7,7 +7,7 @@ composition root (``MemoryEngine``, the CLI) picks concrete ones.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, ClassVar, Protocol, runtime_checkable
@@ -103,13 +103,16 @@ class MemoryMessage:
 class ContextPlan:
     """What a policy wants in the next prompt; the assembler fetches and trims to the budget.
 
-    ``verbatim`` lists message indices to include as they were spoken, oldest
-    first. ``fallback`` names why the policy fell back (``"takeLast"``,
+    Verbatim messages are either every message from ``verbatim_from`` to the
+    end (the common case, read without listing indices) or, when
+    ``verbatim_indices`` is not None, exactly those indices, oldest first.
+    ``fallback`` names why the policy fell back (``"takeLast"``,
     ``"summary_failed"``...), or is ``None`` when memory is in force.
     """
 
     memory: tuple[MemoryMessage, ...] = ()
-    verbatim: tuple[int, ...] = ()
+    verbatim_from: int = 0
+    verbatim_indices: tuple[int, ...] | None = None
     fallback: str | None = None
     notes: Mapping[str, Any] = field(default_factory=dict)
 
@@ -136,20 +139,35 @@ class ContextMessage:
         return out
 
 
+@dataclass(frozen=True, slots=True)
+class FoldContext:
+    """What a policy fold may use besides state and event: its settings, their hash, pure helpers.
+
+    ``count_tokens`` and ``embed`` are pure functions (tiktoken, the local
+    hashing embedder); a remote embedding arrives recorded on the message.
+    """
+
+    policy: str
+    settings: BaseModel
+    settings_hash: str
+    count_tokens: Callable[[str], int]
+    embed: Callable[[str], tuple[float, ...]] | None = None
+
+
 class Policy(Protocol):
     """A memory policy (one per seed): a pure fold plus a context planner.
 
-    The runner drives it per conversation::
+    The runner (``projections.fold.step``) drives it per conversation::
 
-        state = policy.evolve(state, item, settings)      # item: MessageRecord or Event
-        for request in policy.decide(state, settings, now_event):
-            state = policy.evolve(state, request, settings)  # decided requests are folded at once
+        state = policy.evolve(state, item, ctx)            # item: MessageRecord or Event
+        for request in policy.decide(state, ctx, item):
+            state = policy.evolve(state, request, ctx)     # decided requests are folded at once
             emit(request)                                  # and appended to the log
 
-    ``evolve`` must treat an event it has already folded (same event_id /
-    request_id) as a no-op: the request it decided comes back from the log.
+    ``evolve`` must treat an event it has already folded (same request_id or
+    event_id) as a no-op: a request it decided comes back from the log later.
     No clock, no randomness, no I/O: time comes from event timestamps, ids from
-    content hashes (``engine.ids.content_hash``).
+    content hashes (``projections.fold.make_request``).
     """
 
     name: ClassVar[str]
@@ -157,11 +175,11 @@ class Policy(Protocol):
 
     def initial(self, tenant_id: str, conversation_id: str) -> BaseModel: ...
 
-    def evolve(self, state: BaseModel, item: MessageRecord | Event, settings: BaseModel) -> BaseModel: ...
+    def evolve(self, state: BaseModel, item: "MessageRecord | Event", ctx: FoldContext) -> BaseModel: ...
 
-    def decide(self, state: BaseModel, settings: BaseModel, cause: Event) -> list[SummaryRequested]: ...
+    def decide(self, state: BaseModel, ctx: FoldContext, cause: "MessageRecord | Event") -> list[SummaryRequested]: ...
 
-    def plan(self, state: BaseModel, settings: BaseModel) -> ContextPlan: ...
+    def plan(self, state: BaseModel, ctx: FoldContext) -> ContextPlan: ...
 
 
 # --------------------------------------------------------------------------- summarizers

@@ -1,0 +1,207 @@
+"""Drive a policy fold one item at a time, and build deterministic derived events.
+
+``step`` is the only way policies are run (projector, faust agent, tests), so
+every runner folds decided requests the same way and replays stay identical.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from pydantic import BaseModel
+
+from memfold.engine.events import (
+    Event,
+    SummaryFailed,
+    SummaryFailedPayload,
+    SummaryProduced,
+    SummaryProducedPayload,
+    SummaryRequested,
+    SummaryRequestedPayload,
+)
+from memfold.engine.ids import content_hash
+from memfold.engine.ports import FoldContext, MessageRecord, Policy
+
+
+def step(
+    policy: Policy, state: BaseModel, item: MessageRecord | Event, ctx: FoldContext
+) -> tuple[BaseModel, list[SummaryRequested]]:
+    """Fold ``item`` into ``state``, then fold every request the policy decides; return both.
+
+    Pure: the same (state, item, ctx) always gives the same result.
+    """
+    state = policy.evolve(state, item, ctx)
+    requests = policy.decide(state, ctx, item)
+    for request in requests:
+        state = policy.evolve(state, request, ctx)
+    return state, requests
+
+
+def make_request(
+    ctx: FoldContext,
+    cause: MessageRecord | Event,
+    *,
+    covers: tuple[int, int],
+    inputs: tuple[int, int],
+    base_summary_id: str | None = None,
+    window_start: int | None = None,
+    input_indices: tuple[int, ...] | None = None,
+    topic_id: str | None = None,
+    kind: str = "text",
+    token_cap: int | None = None,
+    char_cap: int | None = None,
+) -> SummaryRequested:
+    """Return a :class:`SummaryRequested` whose id is a hash of what it asks for.
+
+    The id covers conversation, policy, ranges, base summary and settings hash,
+    so deciding the same request twice (replay, restarted worker, duplicate
+    delivery) yields the same event, which the log and the folds de-duplicate.
+    """
+    tenant_id, conversation_id = cause.tenant_id, cause.conversation_id
+    request_id = "req-" + content_hash(
+        tenant_id,
+        conversation_id,
+        ctx.policy,
+        covers,
+        inputs,
+        base_summary_id,
+        window_start,
+        input_indices,
+        topic_id,
+        ctx.settings_hash,
+    )
+    payload = SummaryRequestedPayload(
+        request_id=request_id,
+        policy=ctx.policy,
+        settings_hash=ctx.settings_hash,
+        covers_from=covers[0],
+        covers_to=covers[1],
+        input_from=inputs[0],
+        input_to=inputs[1],
+        base_summary_id=base_summary_id,
+        window_start=window_start,
+        input_indices=input_indices,
+        topic_id=topic_id,
+        kind=kind,  # type: ignore[arg-type]
+        token_cap=token_cap,
+        char_cap=char_cap,
+    )
+    return SummaryRequested(
+        event_id=request_id,
+        tenant_id=tenant_id,
+        conversation_id=conversation_id,
+        occurred_at=cause.occurred_at,
+        causation_id=cause.event_id,
+        payload=payload,
+    )
+
+
+def summary_id_for(request_id: str) -> str:
+    """Return the id of the one summary a request can produce."""
+    return "sum-" + content_hash("summary", request_id)
+
+
+def produced(request: SummaryRequested, **fields: Any) -> SummaryProduced:
+    """Return the :class:`SummaryProduced` answering ``request`` (deterministic ids, cause's timestamp)."""
+    p = request.payload
+    sid = summary_id_for(p.request_id)
+    payload = SummaryProducedPayload(
+        summary_id=sid,
+        request_id=p.request_id,
+        policy=p.policy,
+        settings_hash=p.settings_hash,
+        covers_from=p.covers_from,
+        covers_to=p.covers_to,
+        base_summary_id=p.base_summary_id,
+        topic_id=p.topic_id,
+        **fields,
+    )
+    return SummaryProduced(
+        event_id=sid,
+        tenant_id=request.tenant_id,
+        conversation_id=request.conversation_id,
+        occurred_at=request.occurred_at,
+        causation_id=request.event_id,
+        payload=payload,
+    )
+
+
+def failed(request: SummaryRequested, *, reason: str, error_type: str, **fields: Any) -> SummaryFailed:
+    """Return the :class:`SummaryFailed` answering ``request`` (one failure event per request)."""
+    p = request.payload
+    payload = SummaryFailedPayload(
+        request_id=p.request_id,
+        policy=p.policy,
+        settings_hash=p.settings_hash,
+        reason=reason,
+        error_type=error_type,
+        **fields,
+    )
+    return SummaryFailed(
+        event_id="fail-" + content_hash("failed", p.request_id),
+        tenant_id=request.tenant_id,
+        conversation_id=request.conversation_id,
+        occurred_at=request.occurred_at,
+        causation_id=request.event_id,
+        payload=payload,
+    )
+
+
+def record_from_event(event: Event, index: int, tokens: int) -> MessageRecord:
+    """Return the :class:`MessageRecord` of a ``MessageAppended`` event at message ``index``."""
+    p = event.payload
+    return MessageRecord(
+        tenant_id=event.tenant_id,
+        conversation_id=event.conversation_id,
+        index=index,
+        seq=event.seq,
+        event_id=event.event_id,
+        role=p.role,
+        content=p.content or "",
+        tokens=tokens,
+        occurred_at=event.occurred_at,
+        model_variant=p.model_variant,
+        name=p.name,
+        tool_calls=p.tool_calls,
+        tool_call_id=p.tool_call_id,
+        importance=p.importance,
+        embedding=p.embedding,
+        metadata=p.metadata,
+    )
+
+
+def run_sync(
+    policy: Policy,
+    ctx: FoldContext,
+    items: "Iterable[MessageRecord | Event]",
+    answer: "Callable[[SummaryRequested, BaseModel], Event | None]",
+    state: BaseModel | None = None,
+) -> tuple[BaseModel, list[Event]]:
+    """Fold ``items`` through ``policy``, answering each request at once with ``answer``.
+
+    An in-memory stand-in for log + worker + projector, for tests and the
+    quality benchmark: a request is answered before the next item is folded
+    (``answer`` returns a SummaryProduced/SummaryFailed event, or None to leave
+    it pending). Returns the final state and every derived event, in order.
+    """
+    derived: list[Event] = []
+    pending: list[Event] = []
+    for item in items:
+        if state is None:
+            state = policy.initial(item.tenant_id, item.conversation_id)
+        state, requests = step(policy, state, item, ctx)
+        pending.extend(requests)
+        while pending:
+            request = pending.pop(0)
+            derived.append(request)
+            if not isinstance(request, SummaryRequested):
+                continue
+            reply = answer(request, state)
+            if reply is None:
+                continue
+            derived.append(reply)
+            state, more = step(policy, state, reply, ctx)
+            pending.extend(more)
+    assert state is not None, "run_sync needs at least one item or an initial state"
+    return state, derived
