@@ -1,0 +1,437 @@
+"""Seed 002 (sliding window memory agent): the seed's tables, fallbacks, tool groups, replay properties."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from hypothesis import given, settings as hsettings, strategies as st
+
+from memfold.engine.events import ClockTicked, ClockTickedPayload, ConversationDeleted, Event, SummaryRequested, ToolCall
+from memfold.engine.ids import content_hash
+from memfold.engine.ports import FoldContext, MessageRecord
+from memfold.engine.settings import SlidingWindowSettings
+from memfold.engine.tokens import counter
+from memfold.projections import fold
+from memfold.projections.policies import sliding_window as sw
+from memfold.projections.policies.sliding_window import SlidingWindowPolicy, window_range
+
+T0 = datetime(2025, 1, 1, tzinfo=timezone.utc)
+POLICY = SlidingWindowPolicy()
+
+
+def make_ctx(**overrides) -> FoldContext:
+    s = SlidingWindowSettings(**overrides)
+    return FoldContext(
+        policy="sliding_window",
+        settings=s,
+        settings_hash=content_hash("sliding_window", s.model_dump(mode="json"), length=16),
+        count_tokens=counter().count,
+    )
+
+
+def msg(index: int, role: str, content: str | None = None, *, calls=(), answers=None, conv="c1") -> MessageRecord:
+    content = content if content is not None else f"{role} message {index}"
+    return MessageRecord(
+        tenant_id="t1",
+        conversation_id=conv,
+        index=index,
+        seq=index + 1,
+        event_id=f"m-{conv}-{index}",
+        role=role,
+        content=content,
+        tokens=counter().count_message(content),
+        occurred_at=T0 + timedelta(minutes=index),
+        tool_calls=tuple(ToolCall(id=c, name="lookup") for c in calls),
+        tool_call_id=answers,
+    )
+
+
+def alternating(n: int, conv: str = "c1") -> list[MessageRecord]:
+    return [msg(i, "user" if i % 2 == 0 else "assistant", conv=conv) for i in range(n)]
+
+
+class Driver:
+    """Folds items one at a time like the projector, recording the log; answers on demand (None = pending)."""
+
+    def __init__(self, ctx: FoldContext, conv: str = "c1"):
+        self.ctx = ctx
+        self.state = POLICY.initial("t1", conv)
+        self.log: list[MessageRecord | Event] = []
+        self.requests: list[SummaryRequested] = []
+
+    def feed(self, item) -> list[SummaryRequested]:
+        self.log.append(item)
+        self.state, reqs = fold.step(POLICY, self.state, item, self.ctx)
+        self.log.extend(reqs)
+        self.requests.extend(reqs)
+        return reqs
+
+    def produce(self, request: SummaryRequested, text: str, latency_ms: int = 100):
+        return self.feed(
+            fold.produced(request, text=text, summarizer="scripted", model="scripted", prompt_hash="x", latency_ms=latency_ms)
+        )
+
+    def fail(self, request: SummaryRequested, reason: str = "model down"):
+        return self.feed(fold.failed(request, reason=reason, error_type="SummarizerTimeoutError"))
+
+    def plan(self):
+        return POLICY.plan(self.state, self.ctx)
+
+
+def covers(req: SummaryRequested) -> tuple[int, int]:
+    return req.payload.covers_from, req.payload.covers_to
+
+
+# --------------------------------------------------------------------------- the seed's tables
+
+
+@pytest.mark.parametrize("end,expected", [(5, (0, 5)), (13, (0, 13)), (15, (2, 15)), (19, (6, 19))])
+def test_window_calculation_table(end, expected):
+    assert window_range(end, 14) == expected
+
+
+def test_round_start_rounds_up_to_even():
+    assert window_range(16, 14) == (4, 16)  # 16-14+1 = 3 → 4
+    assert window_range(5, 4) == (2, 5)
+
+
+def test_data_flow_timeline_and_memory_table_evolution():
+    ctx = make_ctx()
+    d = Driver(ctx)
+    msgs = alternating(20)
+
+    # Rounds 1-3: nothing until seq 5 is saved.
+    for m in msgs[:5]:
+        assert d.feed(m) == []
+    assert d.plan().fallback == "no_memory"
+    [r1] = d.feed(msgs[5])  # round 3 ends
+    assert covers(r1) == (0, 5)
+    assert r1.payload.base_summary_id is None
+    assert (r1.payload.input_from, r1.payload.input_to, r1.payload.window_start) == (0, 5, 0)
+    assert sw.processing(d.state).ordinal == 1
+
+    # Round 4 starts: memory 1 still processing → raw messages 0-6.
+    d.feed(msgs[6])
+    p = d.plan()
+    assert (p.fallback, p.verbatim_from, p.memory, p.verbatim_indices) == ("no_memory", 0, (), None)
+    assert d.feed(msgs[7]) == []  # round 4 ends: id=1 still processing → skip
+    d.produce(r1, "M1", latency_ms=1200)
+
+    # Round 5 starts: memory 1 + gap 6-8.
+    d.feed(msgs[8])
+    p = d.plan()
+    assert p.fallback is None
+    assert [m.content for m in p.memory] == ["[Previous context: M1]"]
+    assert p.memory[0].kind == "summary" and p.memory[0].tokens > 0
+    assert p.verbatim_from == 6 and p.notes["ordinal"] == 1
+    [r2] = d.feed(msgs[9])  # round 5 ends
+    assert covers(r2) == (0, 9)
+    assert r2.payload.base_summary_id == fold.summary_id_for(r1.payload.request_id)
+    assert (r2.payload.input_from, r2.payload.input_to) == (6, 9)  # incremental from base.end + 1
+
+    # Rounds 6-7: memory 2 finishes during round 6, so the round-6 end is skipped.
+    d.feed(msgs[10])
+    assert d.feed(msgs[11]) == []
+    d.produce(r2, "M2", latency_ms=900)
+    d.feed(msgs[12])
+    [r3] = d.feed(msgs[13])
+    assert covers(r3) == (0, 13) and r3.payload.input_from == 10
+    d.produce(r3, "M3", latency_ms=800)
+
+    # Round 8 ends (seq 15): the window starts sliding.
+    d.feed(msgs[14])
+    [r4] = d.feed(msgs[15])
+    assert covers(r4) == (2, 15)
+    assert (r4.payload.window_start, r4.payload.input_from) == (2, 14)
+    d.feed(msgs[16])
+    assert d.feed(msgs[17]) == []
+    d.produce(r4, "M4", latency_ms=700)
+    d.feed(msgs[18])
+    assert d.plan().verbatim_from == 16
+    [r5] = d.feed(msgs[19])
+    assert covers(r5) == (6, 19) and r5.payload.window_start == 6
+    d.produce(r5, "M5", latency_ms=600)
+
+    rows = sw.memory_rows(d.state)
+    assert [(r["ordinal"], r["start_sequence"], r["end_sequence"], r["base_ordinal"], r["status"]) for r in rows] == [
+        (1, 0, 5, None, "completed"),
+        (2, 0, 9, 1, "completed"),
+        (3, 0, 13, 2, "completed"),
+        (4, 2, 15, 3, "completed"),
+        (5, 6, 19, 4, "completed"),
+    ]
+    ids = [r["memory_id"] for r in rows]
+    assert [r["base_memory_id"] for r in rows] == [None, *ids[:-1]]
+    assert [r["generation_time_ms"] for r in rows] == [1200, 900, 800, 700, 600]
+    assert [r["in_force"] for r in rows] == [False, False, False, False, True]
+    assert all(r["memory_id"] == fold.summary_id_for(r["request_id"]) for r in rows)
+    assert POLICY.rows(d.state) == {"memory": rows}
+    assert d.plan().memory[0].content == "[Previous context: M5]" and d.plan().verbatim_from == 20
+
+
+def test_at_most_one_processing_per_conversation():
+    d = Driver(make_ctx())
+    for m in alternating(40):
+        d.feed(m)
+    assert len(d.requests) == 1  # never answered → never a second one
+    assert sum(r["status"] == "processing" for r in sw.memory_rows(d.state)) == 1
+
+
+def test_decides_only_on_round_ends():
+    d = Driver(make_ctx(summarize_after_seq=0))
+    assert d.feed(msg(0, "user")) == []
+    [r] = d.feed(msg(1, "assistant"))
+    assert covers(r) == (0, 1)
+
+
+# --------------------------------------------------------------------------- failures and fallbacks
+
+
+def test_first_memory_failed_reads_raw_and_asks_again_next_round():
+    d = Driver(make_ctx())
+    msgs = alternating(10)
+    for m in msgs[:6]:
+        d.feed(m)
+    [r1] = d.requests
+    d.fail(r1)
+    assert sw.memory_rows(d.state)[0]["status"] == "failed"
+    assert sw.memory_rows(d.state)[0]["failure_reason"] == "model down"
+    d.feed(msgs[6])
+    assert d.plan().fallback == "no_memory" and d.plan().verbatim_from == 0
+    [r2] = d.feed(msgs[7])
+    assert covers(r2) == (0, 7) and r2.payload.base_summary_id is None
+
+
+def test_failed_or_empty_summary_keeps_previous_memory_in_force():
+    d = Driver(make_ctx())
+    msgs = alternating(14)
+    for m in msgs[:6]:
+        d.feed(m)
+    d.produce(d.requests[-1], "M1")
+    d.feed(msgs[6])
+    [r2] = d.feed(msgs[7])
+    d.produce(r2, "   ")  # empty: never hides messages
+    row2 = sw.memory_rows(d.state)[1]
+    assert (row2["status"], row2["failure_reason"], row2["generation_time_ms"]) == ("failed", "empty summary", None)
+    d.feed(msgs[8])
+    p = d.plan()
+    assert p.memory[0].content == "[Previous context: M1]" and p.verbatim_from == 6
+    [r3] = d.feed(msgs[9])
+    assert r3.payload.base_summary_id == sw.memory_rows(d.state)[0]["memory_id"]  # the last *completed* one
+    assert (r3.payload.input_from, r3.payload.input_to) == (6, 9)
+    d.fail(r3)
+    assert d.plan().verbatim_from == 6
+
+
+def test_failed_range_is_never_requested_again():
+    d = Driver(make_ctx())
+    msgs = alternating(6)
+    for m in msgs:
+        d.feed(m)
+    [r1] = d.requests
+    d.fail(r1)
+    before = d.state
+    assert d.feed(msgs[5]) == []  # the same round end delivered again
+    assert POLICY.decide(d.state, d.ctx, msgs[5]) == []
+    assert d.state == before
+
+
+# --------------------------------------------------------------------------- tool groups
+
+
+def tool_conversation() -> list[MessageRecord]:
+    """u0 a1 u2 a3 u4 a5(calls c1) t6(c1) a7 u8 a9 … a19: the window start for 19 (6) is a tool result."""
+    out = [msg(i, "user" if i % 2 == 0 else "assistant") for i in range(5)]
+    out += [msg(5, "assistant", "", calls=("c1",)), msg(6, "tool", '{"ok": true}', answers="c1"), msg(7, "assistant")]
+    out += [msg(i, "user" if i % 2 == 0 else "assistant") for i in range(8, 20)]
+    return out
+
+
+def test_window_start_never_splits_a_tool_group():
+    d = Driver(make_ctx())
+    for m in tool_conversation():
+        for r in d.feed(m):
+            d.produce(r, f"S{covers(r)}")
+    assert covers(d.requests[0]) == (0, 7)  # a5 calls a tool: the round ends at a7
+    last = d.requests[-1]
+    assert covers(last) == (7, 19) and last.payload.window_start == 7  # not 6, which answers a5's call
+    span = sw.ToolSpan(call_index=5, last_index=6, calls=("c1",), pending=())
+    assert window_range(19, 14, (span,)) == (7, 19)
+
+
+def test_no_trigger_while_a_tool_call_is_open():
+    d = Driver(make_ctx(summarize_after_seq=0))
+    d.feed(msg(0, "user"))
+    assert d.feed(msg(1, "assistant", "", calls=("c1", "c2"))) == []
+    assert d.feed(msg(2, "tool", "r1", answers="c1")) == []
+    assert d.feed(msg(3, "assistant", "not done")) == []  # c2 still open: the round has not ended
+    assert d.feed(msg(4, "tool", "r2", answers="c2")) == []
+    [r] = d.feed(msg(5, "assistant", "done"))
+    assert covers(r) == (0, 5)
+    d.produce(r, "S")
+    d.feed(msg(6, "user"))
+    assert d.plan().verbatim_from == 6  # the gap starts after a closed round
+
+
+def test_unanswered_calls_are_abandoned_at_the_next_user_message():
+    d = Driver(make_ctx(summarize_after_seq=0))
+    d.feed(msg(0, "user"))
+    d.feed(msg(1, "assistant", "", calls=("lost",)))
+    assert d.feed(msg(2, "assistant", "gave up")) == []
+    d.feed(msg(3, "user"))
+    [r] = d.feed(msg(4, "assistant"))
+    assert covers(r) == (0, 4)
+
+
+def test_tool_spans_stay_bounded():
+    d = Driver(make_ctx(rolling_window_size=4))
+    i = 0
+    for k in range(50):
+        d.feed(msg(i, "user"))
+        d.feed(msg(i + 1, "assistant", "", calls=(f"c{k}",)))
+        d.feed(msg(i + 2, "tool", "r", answers=f"c{k}"))
+        for r in d.feed(msg(i + 3, "assistant")):
+            d.produce(r, "S")
+        i += 4
+    assert len(d.state.tool_spans) <= 3
+
+
+# --------------------------------------------------------------------------- idempotency, deletion, serialization
+
+
+def test_duplicate_deliveries_are_no_ops():
+    d = Driver(make_ctx())
+    msgs = alternating(8)
+    for m in msgs[:6]:
+        d.feed(m)
+    [r1] = d.requests
+    s = d.state
+    assert d.feed(msgs[5]) == [] and d.state == s  # message again
+    assert d.feed(r1) == [] and d.state == s  # the decided request back from the log
+    d.produce(r1, "M1")
+    s = d.state
+    assert d.produce(r1, "M1") == [] and d.state == s  # answer again
+    assert d.fail(r1) == [] and d.state == s  # a late failure for a resolved request
+    assert d.feed(r1) == [] and d.state == s
+
+
+def test_events_of_other_policies_and_settings_are_ignored():
+    d = Driver(make_ctx())
+    msgs = alternating(6)
+    for m in msgs:
+        d.feed(m)
+    other_ctx = make_ctx(rolling_window_size=20)
+    foreign = fold.make_request(other_ctx, msgs[5], covers=(0, 5), inputs=(0, 5))
+    s = d.state
+    d.feed(foreign)
+    d.feed(fold.produced(foreign, text="x", summarizer="s", model="m", prompt_hash="p"))
+    assert d.state == s
+
+
+def test_clock_ticks_change_nothing():
+    d = Driver(make_ctx())
+    for m in alternating(3):
+        d.feed(m)
+    s = d.state
+    d.feed(ClockTicked(event_id="tick", conversation_id="c1", tenant_id="t1", occurred_at=T0, payload=ClockTickedPayload(now=T0)))
+    assert d.state == s
+
+
+def test_conversation_deleted_empties_everything():
+    d = Driver(make_ctx())
+    msgs = alternating(10)
+    for m in msgs[:6]:
+        d.feed(m)
+    d.produce(d.requests[0], "secret")
+    d.feed(ConversationDeleted(event_id="del", tenant_id="t1", conversation_id="c1", occurred_at=T0))
+    assert d.state.deleted and d.state.memory_text is None
+    assert sw.memory_rows(d.state) == []
+    p = d.plan()
+    assert (p.memory, p.verbatim_indices, p.fallback) == ((), (), "deleted")
+    assert d.feed(msgs[6]) == [] and d.feed(msgs[7]) == []
+    assert d.state.last_index == -1
+
+
+def test_state_json_round_trip():
+    d = Driver(make_ctx())
+    for m in tool_conversation():
+        for r in d.feed(m):
+            d.produce(r, f"summary of {covers(r)}")
+    text = d.state.model_dump_json()
+    back = sw.State.model_validate_json(text)
+    assert back == d.state and back.model_dump_json() == text
+
+
+# --------------------------------------------------------------------------- properties
+
+
+def scripted_answer(request: SummaryRequested, state=None):
+    """Answer deterministically by request id: produce, fail, empty, or leave pending."""
+    k = int(request.payload.request_id[-4:], 16) % 6
+    if k == 0:
+        return fold.failed(request, reason="scripted failure", error_type="SummarizerError")
+    if k == 1:
+        return None
+    text = "" if k == 2 else f"summary {request.payload.covers_from}-{request.payload.covers_to}"
+    return fold.produced(request, text=text, summarizer="scripted", model="scripted", prompt_hash="x", latency_ms=k * 10)
+
+
+@st.composite
+def conversations(draw):
+    """Rounds of user → [assistant with tool calls → tool results]* → assistant."""
+    out: list[MessageRecord] = []
+    calls = 0
+    for r in range(draw(st.integers(0, 14))):
+        out.append(msg(len(out), "user", f"question {r}"))
+        for _ in range(draw(st.integers(0, 2))):
+            ids = [f"c{calls + j}" for j in range(draw(st.integers(1, 2)))]
+            calls += len(ids)
+            out.append(msg(len(out), "assistant", "", calls=tuple(ids)))
+            for c in ids:
+                out.append(msg(len(out), "tool", f"result {c}", answers=c))
+        out.append(msg(len(out), "assistant", f"answer {r}"))
+    return out
+
+
+@hsettings(max_examples=60, deadline=None)
+@given(conversations(), st.integers(0, 100), st.integers(2, 16), st.integers(0, 8))
+def test_fold_a_then_b_equals_fold_ab_after_a_json_round_trip(items, cut, size, after):
+    ctx = make_ctx(rolling_window_size=size, summarize_after_seq=after)
+    cut = min(cut, len(items))
+    if not items:
+        return
+    whole, derived = fold.run_sync(POLICY, ctx, items, scripted_answer)
+    if cut:
+        first, d1 = fold.run_sync(POLICY, ctx, items[:cut], scripted_answer)
+        resumed = sw.State.model_validate_json(first.model_dump_json())
+        rest, d2 = fold.run_sync(POLICY, ctx, items[cut:], scripted_answer, state=resumed) if cut < len(items) else (resumed, [])
+        assert rest == whole
+        assert [e.event_id for e in d1 + d2] == [e.event_id for e in derived]
+    # Invariants: one processing at most; windows never exceed the size; starts never inside a tool group.
+    assert sum(r.status == "processing" for r in whole.memories) <= 1
+    for r in whole.memories:
+        assert r.end_sequence - r.start_sequence + 1 <= size
+        assert items[r.end_sequence].role == "assistant" and not items[r.end_sequence].tool_calls
+        first_in = items[r.start_sequence]
+        if first_in.role == "tool":
+            raise AssertionError(f"window {r.start_sequence}-{r.end_sequence} starts inside a tool group")
+
+
+@hsettings(max_examples=40, deadline=None)
+@given(conversations())
+def test_replay_of_the_log_equals_live_and_redecides_nothing_new(items):
+    ctx = make_ctx(summarize_after_seq=3, rolling_window_size=6)
+    d = Driver(ctx)
+    for m in items:
+        for r in d.feed(m):
+            reply = scripted_answer(r)
+            if reply is not None:
+                d.feed(reply)
+    replayed = POLICY.initial("t1", "c1")
+    logged = {e.event_id for e in d.log if isinstance(e, Event)}
+    for item in d.log:
+        replayed, reqs = fold.step(POLICY, replayed, item, ctx)
+        assert {r.event_id for r in reqs} <= logged
+    assert replayed == d.state
+    assert replayed.model_dump_json() == d.state.model_dump_json()
