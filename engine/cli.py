@@ -1,0 +1,283 @@
+"""The ``memfold`` command line: append, ingest, context, history, summaries, sql, schema, demo.
+
+Every command takes ``--data-dir`` (env ``MEMFOLD_DATA_DIR``, default
+``./.memfold``). Errors are one plain line on stderr and a non-zero exit
+code, never a stack trace: 1 runtime error, 2 invalid input or usage, 3 the
+projection is busy (another process holds it).
+
+JSON shapes (stable):
+- ``context --json``: ``[{"role", "content", "kind"}]`` (+ ``tool_calls``/``tool_call_id`` when set);
+  kind is ``system_prompt``, ``memory:<facts|narrative|summary|...>``, ``verbatim`` or ``current``.
+- ``history --json``: ``[{"index", "seq", "role", "content", "tokens", "occurred_at", "model_variant",
+  "tool_calls", "tool_call_id", "event_id"}]``.
+- ``summaries --json``: one object per summary request with its outcome and lineage.
+- ``sql --json``: ``[{column: value}]``; ``--csv`` writes a header row then the rows.
+- ``append --json``: ``{"event_id", "partition", "offset"}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import sys
+import time
+from collections.abc import Sequence
+from datetime import date, datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from .errors import MemfoldError, ProjectionBusyError, ValidationError
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="memfold", description="Event-sourced conversation memory.")
+    p.add_argument("--data-dir", default=os.environ.get("MEMFOLD_DATA_DIR", ".memfold"),
+                   help="data directory (env MEMFOLD_DATA_DIR, default ./.memfold)")
+    p.add_argument("--config", default=None, help="memfold.toml (env MEMFOLD_CONFIG, default ./memfold.toml if present)")
+    p.add_argument("--policy", default=None, help="policy to read/keep (env MEMFOLD_POLICY, default hierarchical)")
+    p.add_argument("--log", default=None, help="event log URL: sqlite:///FILE (default) or kafka://HOST:PORT")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    a = sub.add_parser("append", help="append one message")
+    a.add_argument("conversation")
+    a.add_argument("role", help="user | assistant | system | tool")
+    a.add_argument("content")
+    a.add_argument("--tenant", default="default")
+    a.add_argument("--model-variant")
+    a.add_argument("--importance", type=float)
+    a.add_argument("--tool-call-id")
+    a.add_argument("--no-wait", action="store_true", help="return once the event is in the log")
+    a.add_argument("--json", action="store_true")
+
+    i = sub.add_parser("ingest", help="ingest a JSONL file, one message per line")
+    i.add_argument("file")
+    i.add_argument("--batch-size", type=int, default=2000)
+    i.add_argument("--no-wait", action="store_true", help="return once the events are in the log")
+    i.add_argument("--quiet", action="store_true", help="no progress bar")
+
+    c = sub.add_parser("context", help="print the assembled context for the next model call")
+    c.add_argument("conversation")
+    c.add_argument("--budget", type=int, default=None, help="token budget (default: no limit)")
+    c.add_argument("--tenant", default="default")
+    c.add_argument("--json", action="store_true")
+
+    h = sub.add_parser("history", help="print every stored message of a conversation")
+    h.add_argument("conversation")
+    h.add_argument("--tenant", default="default")
+    h.add_argument("--json", action="store_true")
+
+    s = sub.add_parser("summaries", help="print the summary chain (requests, outcomes, lineage)")
+    s.add_argument("conversation")
+    s.add_argument("--tenant", default="default")
+    s.add_argument("--json", action="store_true")
+
+    q = sub.add_parser("sql", help="run SQL over the projections (read-only)")
+    q.add_argument("query")
+    fmt = q.add_mutually_exclusive_group()
+    fmt.add_argument("--json", action="store_true")
+    fmt.add_argument("--csv", action="store_true")
+
+    sub.add_parser("schema", help="print the JSON Schema of every event type")
+
+    d = sub.add_parser("demo", help="ingest the bundled sample and show what memfold keeps")
+    d.add_argument("--budget", type=int, default=600)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; return the process exit code."""
+    args = _parser().parse_args(argv)
+    try:
+        return _COMMANDS[args.command](args)
+    except ProjectionBusyError as exc:
+        print(f"memfold: busy: {exc}", file=sys.stderr)
+        return 3
+    except ValidationError as exc:
+        print(f"memfold: invalid input: {exc}", file=sys.stderr)
+        return 2
+    except MemfoldError as exc:
+        print(f"memfold: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("memfold: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _settings(args: argparse.Namespace, **extra: Any):
+    from .settings import Settings
+
+    overrides: dict[str, Any] = {"data_dir": Path(args.data_dir), **extra}
+    if args.log:
+        overrides["log"] = args.log
+    if args.policy:
+        overrides["policy"] = args.policy
+    return Settings.load(args.config, **overrides)
+
+
+def _engine(args: argparse.Namespace):
+    from .engine import MemoryEngine
+
+    return MemoryEngine(_settings(args))
+
+
+def _catch_up(engine) -> None:
+    engine.runner.run_once()
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, (datetime, date)):
+        return value.isoformat()
+    if isinstance(value, Decimal):
+        return float(value)
+    if isinstance(value, (bytes, bytearray)):
+        return value.hex()
+    return value
+
+
+def _print_json(value: Any) -> None:
+    json.dump(value, sys.stdout, ensure_ascii=False, indent=2, default=_jsonable)
+    sys.stdout.write("\n")
+
+
+# --------------------------------------------------------------------------- commands
+
+
+def cmd_append(args: argparse.Namespace) -> int:
+    with _engine(args) as engine:
+        position = engine.append_message(
+            args.conversation, args.role, args.content, tenant_id=args.tenant, model_variant=args.model_variant,
+            importance=args.importance, tool_call_id=args.tool_call_id,
+        )
+        if not args.no_wait:
+            engine.wait_for(position)
+            engine.wait_idle()
+        if args.json:
+            _print_json({"partition": position.partition, "offset": position.offset})
+        else:
+            print(f"appended to {args.tenant}/{args.conversation} at {position}")
+    return 0
+
+
+def cmd_ingest(args: argparse.Namespace) -> int:
+    from .ingest import ingest_file
+
+    with _engine(args) as engine:
+        report = ingest_file(engine, Path(args.file), batch_size=args.batch_size, progress=not args.quiet)
+        if not args.no_wait:
+            engine.wait_idle(timeout=600)
+    for line_no, reason in report.rejected:
+        print(f"memfold: line {line_no} rejected: {reason}", file=sys.stderr)
+    rate = report.accepted / report.seconds if report.seconds else float("inf")
+    print(
+        f"ingested {report.accepted} messages in {report.seconds:.2f}s ({rate:,.0f} messages/s); "
+        f"{len(report.rejected)} line(s) rejected"
+    )
+    return 0 if not report.rejected else 2
+
+
+def cmd_context(args: argparse.Namespace) -> int:
+    with _engine(args) as engine:
+        _catch_up(engine)
+        messages = engine.context(args.conversation, budget=args.budget, tenant_id=args.tenant)
+    if args.json:
+        _print_json([m.as_dict() for m in messages])
+    else:
+        from .render import print_context
+
+        print_context(messages, title=f"context for {args.tenant}/{args.conversation}", budget=args.budget)
+    return 0
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    with _engine(args) as engine:
+        _catch_up(engine)
+        history = engine.history(args.conversation, tenant_id=args.tenant)
+    if args.json:
+        _print_json(
+            [
+                {
+                    "index": m.index, "seq": m.seq, "role": m.role, "content": m.content, "tokens": m.tokens,
+                    "occurred_at": m.occurred_at, "model_variant": m.model_variant,
+                    "tool_calls": [tc.model_dump() for tc in m.tool_calls], "tool_call_id": m.tool_call_id,
+                    "event_id": m.event_id,
+                }
+                for m in history
+            ]
+        )
+    else:
+        for m in history:
+            print(f"[{m.index:>4}] {m.role:<9} {m.content}")
+    return 0
+
+
+def cmd_summaries(args: argparse.Namespace) -> int:
+    with _engine(args) as engine:
+        _catch_up(engine)
+        rows = engine.summaries(args.conversation, tenant_id=args.tenant, policy=args.policy)
+    if args.json:
+        _print_json(rows)
+    else:
+        from .render import print_summaries
+
+        print_summaries(rows)
+    return 0
+
+
+def cmd_sql(args: argparse.Namespace) -> int:
+    from memfold.projections.store import DuckDBProjectionStore
+
+    settings = _settings(args)
+    with _engine(args) as engine:  # bring the projection up to date, then release the writer lock
+        _catch_up(engine)
+    store = DuckDBProjectionStore(settings.projection_path(), read_only=True)
+    try:
+        columns, rows = store.query(args.query)
+    finally:
+        store.close()
+    if args.json:
+        _print_json([dict(zip(columns, r)) for r in rows])
+    elif args.csv:
+        w = csv.writer(sys.stdout)
+        w.writerow(columns)
+        w.writerows([[_jsonable(v) for v in r] for r in rows])
+    else:
+        from .render import print_table
+
+        print_table(columns, rows)
+    return 0
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    from .events import json_schemas
+
+    _print_json(json_schemas())
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .demo import run_demo
+
+    return run_demo(Path(args.data_dir), budget=args.budget, config=args.config)
+
+
+_COMMANDS = {
+    "append": cmd_append,
+    "ingest": cmd_ingest,
+    "context": cmd_context,
+    "history": cmd_history,
+    "summaries": cmd_summaries,
+    "sql": cmd_sql,
+    "schema": cmd_schema,
+    "demo": cmd_demo,
+}
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

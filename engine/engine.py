@@ -1,0 +1,362 @@
+"""MemoryEngine: the embedded composition root (SQLite log + DuckDB projection + summarizer worker).
+
+Appends validate, write an immutable event and return its log position at
+once; a background runner projects it and the policies decide summaries,
+which a background worker produces. Reads assemble context from the latest
+projection and never call a model. ``wait_for(position)`` gives
+read-your-writes; ``wait_idle()`` waits for the summaries due as well.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from .errors import (
+    ConfigError,
+    EmptyContentError,
+    MessageTooLargeError,
+    ProjectionLagTimeout,
+    UnknownRoleError,
+    ValidationError,
+)
+from .events import ROLES, MessageAppended, MessagePayload, ToolCall, utcnow
+from .ids import new_event_id
+from .ports import ContextMessage, FoldContext, MessageRecord, Policy
+from .positions import Position
+from .settings import Settings
+from .tokens import counter as token_counter
+
+log = logging.getLogger("memfold.engine")
+
+_POLICY_MODULES = {
+    "hierarchical": "memfold.projections.policies.hierarchical",
+    "chunked": "memfold.projections.policies.chunked",
+    "sliding_window": "memfold.projections.policies.sliding_window",
+    "rolling": "memfold.projections.policies.rolling",
+    "topics": "memfold.projections.policies.topics",
+}
+
+
+def load_policy(name: str) -> Policy:
+    """Return an instance of the policy called ``name`` (one module per seed)."""
+    module_name = _POLICY_MODULES.get(name)
+    if module_name is None:
+        raise ConfigError(f"unknown policy {name!r}; choose from {', '.join(_POLICY_MODULES)}")
+    module = importlib.import_module(module_name)
+    for value in vars(module).values():
+        if isinstance(value, type) and getattr(value, "name", None) == name and hasattr(value, "evolve"):
+            return value()
+    raise ConfigError(f"module {module_name} defines no policy class named {name!r}")
+
+
+def fold_contexts(settings: Settings) -> dict[str, tuple[Policy, FoldContext]]:
+    """Return every active policy with its fold context (settings, hash, pure helpers)."""
+    counter = token_counter(settings.encoding)
+    embed = None
+    if "topics" in settings.active_policies:
+        from memfold.projections.embedders import LocalHashEmbedder
+
+        local = LocalHashEmbedder(dimensions=settings.embedder.dimensions)
+        embed = lambda text: local.embed([text])[0]  # noqa: E731 - a pure function for the fold
+    out: dict[str, tuple[Policy, FoldContext]] = {}
+    for name in settings.active_policies:
+        ctx = FoldContext(
+            policy=name,
+            settings=settings.policy_settings(name),
+            settings_hash=settings.settings_hash(name),
+            count_tokens=counter.count,
+            embed=embed,
+        )
+        out[name] = (load_policy(name), ctx)
+    return out
+
+
+class MemoryEngine:
+    """Append messages, read assembled context, query projections. Use :meth:`open`; close when done."""
+
+    def __init__(self, settings: Settings, *, start: bool = True):
+        from memfold.projections.projector import Projector
+        from memfold.projections.store import DuckDBProjectionStore
+        from memfold.projections.summarizers import build_summarizer
+        from memfold.streams.embedded import EmbeddedRunner
+        from memfold.streams.logs import open_log
+        from memfold.streams.worker import SummarizerWorker
+
+        self.settings = settings
+        self.counter = token_counter(settings.encoding)
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        self.log = open_log(settings.log_url(), partitions=settings.partitions, topic=settings.topic)
+        try:
+            self.store = DuckDBProjectionStore(settings.projection_path())
+        except BaseException:
+            self.log.close()
+            raise
+        self.settings = settings = self._reconcile(settings)
+        self.policies = fold_contexts(settings)
+        self.projector = Projector(self.store, self.policies, self.counter)
+        self.summarizer = build_summarizer(settings, cache_conn=self.store.connection)
+        self.worker = SummarizerWorker(
+            self.log, self.store, self.store, self.summarizer, settings, on_appended=self._wake
+        )
+        self.runner = EmbeddedRunner(self.log, self.store, self.projector, on_requests=self.worker.submit)
+        self._closed = False
+        if start:
+            self.worker.start()
+            self.runner.start()
+            # Requests left open by an earlier process (crash, --no-wait) are answered now.
+            self.worker.submit(self._open_requests())
+
+    @classmethod
+    def open(cls, data_dir: str | Path | None = None, settings: Settings | None = None, **overrides: Any) -> "MemoryEngine":
+        """Open (creating if needed) the engine for ``data_dir`` with ``settings`` (default: loaded)."""
+        if settings is None:
+            settings = Settings.load(None, **overrides)
+        if data_dir is not None:
+            settings = settings.model_copy(update={"data_dir": Path(data_dir)})
+        return cls(settings)
+
+    def _reconcile(self, settings: Settings) -> Settings:
+        """Return settings folding every policy this projection holds; rebuild it if settings changed.
+
+        The projection records ``{policy: settings_hash}``. A policy it holds
+        keeps being folded even when not asked for (or it would go stale); a
+        new policy or changed settings rebuild the projection from the log
+        (the LLM cache survives, so unchanged summaries cost no model call).
+        """
+        import json
+
+        stored = json.loads(self.store.meta("policies") or "{}")
+        names = tuple(dict.fromkeys((*settings.active_policies, *stored)))
+        settings = settings.model_copy(update={"policies": names})
+        wanted = {name: settings.settings_hash(name) for name in names}
+        if stored != wanted:
+            if stored or any(self.store.position().values()):
+                log.warning("policies or settings changed (%s -> %s): rebuilding the projection from the log", stored, wanted)
+                self.store.reset()
+            self.store.set_meta("policies", json.dumps(wanted, sort_keys=True))
+        return settings
+
+    def _wake(self) -> None:
+        self.runner.notify()
+
+    def _open_requests(self) -> list:
+        """Return the SummaryRequested events the projection still shows as 'processing'."""
+        from memfold.engine.events import decode
+
+        cols, rows = self.store.query(
+            "SELECT e.* FROM summaries s JOIN events e ON e.event_id = s.request_id "
+            "WHERE s.status = 'processing' ORDER BY e.partition, e.offset"
+        )
+        return [decode(_event_json(dict(zip(cols, row)))) for row in rows]
+
+    # ----------------------------------------------------------------- writing
+
+    def validate(self, message: Mapping[str, Any], *, line: int | None = None) -> MessageAppended:
+        """Return the ``MessageAppended`` event for ``message`` or raise a :class:`ValidationError`.
+
+        Keys: conversation_id, role, content, tenant_id, model_variant,
+        metadata, importance, tool_calls, tool_call_id, name, ts/occurred_at.
+        """
+        s = self.settings
+        conversation_id = message.get("conversation_id")
+        if not isinstance(conversation_id, str) or not conversation_id.strip():
+            raise ValidationError("conversation_id is required and must be a non-empty string", field="conversation_id", line=line)
+        role = message.get("role")
+        if role not in ROLES:
+            raise UnknownRoleError(
+                f"unknown role {role!r}: must be one of {', '.join(ROLES)}", field="role", line=line
+            )
+        content = message.get("content")
+        if content is None:
+            content = ""
+        if not isinstance(content, str):
+            raise ValidationError("content must be a string", field="content", line=line)
+        tool_calls = tuple(ToolCall(**tc) if isinstance(tc, Mapping) else tc for tc in (message.get("tool_calls") or ()))
+        if not content.strip() and not (role == "assistant" and tool_calls):
+            raise EmptyContentError("content is empty", field="content", line=line)
+        if len(content) > s.max_message_chars:
+            raise MessageTooLargeError(
+                f"content has {len(content)} characters; the limit is {s.max_message_chars} (max_message_chars)",
+                size=len(content), limit=s.max_message_chars, unit="chars", field="content", line=line,
+            )
+        if len(content) > s.max_message_tokens:  # tokens <= chars, so only long texts need counting
+            tokens = self.counter.count(content)
+            if tokens > s.max_message_tokens:
+                raise MessageTooLargeError(
+                    f"content has {tokens} tokens; the limit is {s.max_message_tokens} (max_message_tokens)",
+                    size=tokens, limit=s.max_message_tokens, unit="tokens", field="content", line=line,
+                )
+        if role == "tool" and not message.get("tool_call_id"):
+            raise ValidationError("a tool message needs the tool_call_id it answers", field="tool_call_id", line=line)
+        occurred_at = message.get("occurred_at") or message.get("ts") or utcnow()
+        try:
+            return MessageAppended(
+                event_id=message.get("event_id") or new_event_id(),
+                tenant_id=message.get("tenant_id") or "default",
+                conversation_id=conversation_id,
+                occurred_at=occurred_at,
+                payload=MessagePayload(
+                    role=role, content=content, name=message.get("name"),
+                    model_variant=message.get("model_variant"), metadata=dict(message.get("metadata") or {}),
+                    importance=message.get("importance"), tool_calls=tool_calls,
+                    tool_call_id=message.get("tool_call_id"),
+                ),
+            )
+        except Exception as exc:  # pydantic errors name the field; keep them ours
+            raise ValidationError(f"invalid message: {exc}", line=line) from exc
+
+    def append_message(
+        self,
+        conversation_id: str,
+        role: str,
+        content: str,
+        *,
+        tenant_id: str = "default",
+        model_variant: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        importance: float | None = None,
+        tool_calls: Sequence[Mapping[str, Any] | ToolCall] = (),
+        tool_call_id: str | None = None,
+        name: str | None = None,
+        occurred_at: datetime | None = None,
+    ) -> Position:
+        """Validate and append one message; return its log position (projection follows asynchronously)."""
+        message = {
+            "conversation_id": conversation_id, "role": role, "content": content, "tenant_id": tenant_id,
+            "model_variant": model_variant, "metadata": metadata, "importance": importance,
+            "tool_calls": tool_calls, "tool_call_id": tool_call_id, "name": name, "occurred_at": occurred_at,
+        }
+        return self.append_many([message])[0]
+
+    def append_many(self, messages: Iterable[Mapping[str, Any]]) -> list[Position]:
+        """Validate every message, then append them as one batch; all or nothing.
+
+        Raises the first :class:`ValidationError` (with ``line`` = 1-based
+        index in the batch) before anything is written.
+        """
+        events = [self.validate(m, line=i + 1) for i, m in enumerate(messages)]
+        return self.append_events(events)
+
+    def append_events(self, events: Sequence[MessageAppended]) -> list[Position]:
+        """Append already validated events as one batch and wake the projector."""
+        if not events:
+            return []
+        positions = self.log.append(events)
+        self.runner.notify()
+        return positions
+
+    # ----------------------------------------------------------------- waiting
+
+    def wait_for(self, position: Position, timeout: float = 30.0) -> None:
+        """Block until the projection has applied the event *at* ``position`` (read-your-writes)."""
+        self.runner.wait_for(position, timeout)
+
+    def wait_idle(self, timeout: float = 120.0) -> None:
+        """Block until the projection is caught up and every summary due has been produced or failed."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self.runner.notify()
+            if self.runner.caught_up() and self.worker.idle():
+                # The worker may have appended an outcome that folds into new requests.
+                self.runner.run_once()
+                if self.runner.caught_up() and self.worker.idle():
+                    return
+            if time.monotonic() > deadline:
+                raise ProjectionLagTimeout(f"memfold was still busy after {timeout}s (projection or summaries)")
+            time.sleep(0.01)
+
+    # ----------------------------------------------------------------- reading
+
+    def _policy_name(self, policy: str | None, tenant_id: str) -> str:
+        name = policy or self.settings.policy_for(tenant_id)
+        if name not in self.policies:
+            raise ConfigError(
+                f"policy {name!r} has no projection here; active: {', '.join(self.policies)} "
+                "(add it to 'policies' in memfold.toml or MEMFOLD_POLICIES)"
+            )
+        return name
+
+    def plan(self, conversation_id: str, *, policy: str | None = None, tenant_id: str = "default"):
+        """Return the policy's :class:`ContextPlan` for a conversation (what memory is in force)."""
+        name = self._policy_name(policy, tenant_id)
+        impl, ctx = self.policies[name]
+        return impl.plan(self.projector.state(name, tenant_id, conversation_id), ctx)
+
+    def context(
+        self, conversation_id: str, *, budget: int | None = None, policy: str | None = None, tenant_id: str = "default"
+    ) -> list[ContextMessage]:
+        """Return the messages for the next model call, within ``budget`` tokens. Never calls a model.
+
+        When the policy reports a pending summary and its settings allow a lazy
+        wait (seed 000), wait at most ``lazy_timeout_ms`` for it, then fall back.
+        """
+        from memfold.projections.context import assemble
+
+        name = self._policy_name(policy, tenant_id)
+        impl, ctx = self.policies[name]
+        plan = impl.plan(self.projector.state(name, tenant_id, conversation_id), ctx)
+        lazy_ms = getattr(ctx.settings, "lazy_timeout_ms", 0)
+        pending = plan.notes.get("pending_request") if plan.notes else None
+        if pending and lazy_ms:
+            deadline = time.monotonic() + lazy_ms / 1000
+            while time.monotonic() < deadline and self.store.outcome(pending) in (None, "processing"):
+                time.sleep(0.01)
+            plan = impl.plan(self.projector.state(name, tenant_id, conversation_id), ctx)
+        verbatim = self._verbatim(plan, tenant_id, conversation_id, budget)
+        return assemble(
+            plan, verbatim, budget=budget, system_prompt=self.settings.system_prompt, count_tokens=self.counter.count
+        )
+
+    def _verbatim(self, plan, tenant_id: str, conversation_id: str, budget: int | None) -> list[MessageRecord]:
+        if plan.verbatim_indices is not None:
+            return self.store.messages_at(tenant_id, conversation_id, plan.verbatim_indices)
+        return self.store.recent_messages(tenant_id, conversation_id, plan.verbatim_from, budget)
+
+    def history(self, conversation_id: str, *, tenant_id: str = "default") -> list[MessageRecord]:
+        """Return every message of a conversation as stored, oldest first."""
+        return self.store.messages(tenant_id, conversation_id)
+
+    def summaries(self, conversation_id: str, *, tenant_id: str = "default", policy: str | None = None) -> list[dict[str, Any]]:
+        """Return the summary chain(s): every request with its outcome and lineage, oldest first."""
+        return self.store.summary_rows(tenant_id, conversation_id, policy)
+
+    def sql(self, query: str, params: Sequence[Any] | None = None) -> tuple[list[str], list[tuple[Any, ...]]]:
+        """Run SQL over the projection tables; return (columns, rows)."""
+        return self.store.query(query, params)
+
+    # ----------------------------------------------------------------- lifecycle
+
+    def close(self) -> None:
+        """Stop the background threads and close the log and the projection. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self.runner.stop()
+        self.worker.stop()
+        self.store.close()
+        self.log.close()
+
+    def __enter__(self) -> "MemoryEngine":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _event_json(row: Mapping[str, Any]) -> str:
+    """Rebuild the stored JSON of an event from its ``events`` table row."""
+    import json
+
+    body = {
+        "event_id": row["event_id"], "type": row["type"], "schema_version": row["schema_version"],
+        "tenant_id": row["tenant_id"], "conversation_id": row["conversation_id"], "seq": row["seq"],
+        "occurred_at": row["occurred_at"].isoformat(), "causation_id": row["causation_id"],
+        "payload": json.loads(row["payload"]),
+    }
+    return json.dumps(body)

@@ -1,0 +1,51 @@
+"""Human-readable terminal output for the CLI (rich tables and panels)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from .ports import ContextMessage
+
+console = Console(highlight=False)
+
+_STYLE = {"system_prompt": "bold magenta", "verbatim": "white", "current": "bold green"}
+
+
+def print_context(messages: Sequence[ContextMessage], *, title: str, budget: int | None, highlight: Sequence[str] = ()) -> None:
+    """Print an assembled context: one row per message with its kind, role, tokens and content."""
+    table = Table(title=title, show_lines=False, expand=True)
+    table.add_column("kind", style="cyan", no_wrap=True)
+    table.add_column("role", no_wrap=True)
+    table.add_column("tok", justify="right", no_wrap=True)
+    table.add_column("content", overflow="fold")
+    for m in messages:
+        style = "bold yellow" if m.kind.startswith("memory") else _STYLE.get(m.kind, "white")
+        content = Text(m.content, style=style)
+        for needle in highlight:
+            content.highlight_words([needle], style="reverse bold", case_sensitive=False)
+        table.add_row(m.kind, m.role, str(m.tokens), content)
+    used = sum(m.tokens for m in messages)
+    table.caption = f"{len(messages)} messages, {used} tokens" + (f" of a {budget}-token budget" if budget else "")
+    console.print(table)
+
+
+def print_table(columns: Sequence[str], rows: Sequence[Sequence[Any]], *, title: str | None = None) -> None:
+    """Print query results as a table."""
+    table = Table(title=title)
+    for c in columns:
+        table.add_column(str(c), overflow="fold")
+    for r in rows:
+        table.add_row(*("" if v is None else (f"{v:.2f}" if isinstance(v, float) else str(v)) for v in r))
+    console.print(table)
+
+
+def print_summaries(rows: Sequence[dict[str, Any]]) -> None:
+    """Print a summary chain: one row per request with its outcome and lineage."""
+    columns = ["policy", "request_id", "status", "covers_from", "covers_to", "base_summary_id", "summary_id",
+               "tokens_in", "tokens_out", "latency_ms", "reason"]
+    print_table(columns, [[r.get(c) for c in columns] for r in rows], title="summary chain")

@@ -1,0 +1,313 @@
+"""Fold log records into row changes and policy state; collect the requests policies decide.
+
+The projector is the same code in every mode: the embedded runner calls it
+on records read from the SQLite log, a projector node on records from Kafka.
+It keeps per-conversation fold state in memory (loaded from the store on
+first use) and hands :class:`~memfold.projections.store.Changes` plus the new
+positions to the store, which commits both in one transaction.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel
+
+from memfold.engine.events import (
+    ConversationDeleted,
+    Event,
+    MessageAppended,
+    SummaryFailed,
+    SummaryProduced,
+    SummaryRequested,
+)
+from memfold.engine.ports import FoldContext, Policy
+from memfold.engine.positions import LogRecord
+from memfold.engine.tokens import MESSAGE_OVERHEAD, TokenCounter
+
+from .fold import record_from_event, step
+from .store import Changes, DuckDBProjectionStore
+
+log = logging.getLogger("memfold.projector")
+
+
+@dataclass
+class _Conversation:
+    partition: int
+    message_count: int = 0
+    last_seq: int = 0
+    token_count: int = 0
+    first_at: Any = None
+    last_at: Any = None
+    deleted: bool = False
+
+
+class Projector:
+    """Turn log records into row changes + policy state; one instance per store."""
+
+    def __init__(
+        self,
+        store: DuckDBProjectionStore,
+        policies: dict[str, tuple[Policy, FoldContext]],
+        counter: TokenCounter,
+    ):
+        self.store = store
+        self.policies = policies
+        self.counter = counter
+        self._conversations: dict[tuple[str, str], _Conversation] = {}
+        self._states: dict[tuple[str, str, str], BaseModel] = {}
+        self._facts: dict[tuple[str, str, str], dict[tuple[str, str], tuple[str, str]]] = {}
+
+    # ----------------------------------------------------------------- state access
+
+    def state(self, policy: str, tenant_id: str, conversation_id: str) -> BaseModel:
+        """Return the current fold state of ``policy`` for a conversation (initial if none)."""
+        key = (policy, tenant_id, conversation_id)
+        state = self._states.get(key)
+        if state is None:
+            impl, _ = self.policies[policy]
+            raw = self.store.policy_state_json(policy, tenant_id, conversation_id)
+            state = impl.State.model_validate_json(raw) if raw else impl.initial(tenant_id, conversation_id)
+            self._states[key] = state
+        return state
+
+    def forget(self) -> None:
+        """Drop every in-memory cache; they reload from the store (after a failed transaction)."""
+        self._conversations.clear()
+        self._states.clear()
+        self._facts.clear()
+
+    def _conversation(self, tenant_id: str, conversation_id: str, partition: int) -> _Conversation:
+        key = (tenant_id, conversation_id)
+        conv = self._conversations.get(key)
+        if conv is None:
+            row = self.store.conversation(tenant_id, conversation_id)
+            if row is None:
+                conv = _Conversation(partition=partition)
+            else:
+                conv = _Conversation(
+                    partition=row["partition"], message_count=row["message_count"], last_seq=row["last_seq"],
+                    token_count=row["token_count"], first_at=row["first_at"], last_at=row["last_at"],
+                    deleted=row["deleted"],
+                )
+            self._conversations[key] = conv
+        return conv
+
+    def _active_facts(self, policy: str, tenant_id: str, conversation_id: str) -> dict[tuple[str, str], tuple[str, str]]:
+        key = (policy, tenant_id, conversation_id)
+        facts = self._facts.get(key)
+        if facts is None:
+            facts = {(k, v): (c, by) for k, v, c, by in self.store.active_facts(policy, tenant_id, conversation_id)}
+            self._facts[key] = facts
+        return facts
+
+    # ----------------------------------------------------------------- the fold
+
+    def project(self, records: Sequence[LogRecord]) -> tuple[Changes, dict[int, int], list[Event]]:
+        """Fold ``records`` (one partition or several, each in offset order).
+
+        Returns the row changes, the positions to store with them (partition →
+        next offset), and the requests policies decided, to append to the log
+        *after* the changes commit. Records before the store's position are
+        skipped, so re-delivery is a no-op. Caller must call :meth:`forget` if
+        the store rejects the changes.
+        """
+        ch = Changes()
+        applied = self.store.position()
+        positions: dict[int, int] = {}
+        decided: list[Event] = []
+        touched_states: set[tuple[str, str, str]] = set()
+        touched_convs: set[tuple[str, str]] = set()
+        fresh = [
+            r for r in records if r.position.offset >= max(applied.get(r.position.partition, 0), positions.get(r.position.partition, 0))
+        ]
+        # Token counts for the batch in one pass (the hot path of ingestion).
+        contents = [r.event.payload.content or "" for r in fresh if isinstance(r.event, MessageAppended)]
+        token_iter = iter(self.counter.count_many(contents))
+        for record in fresh:
+            event = record.event
+            part, offset = record.position.partition, record.position.offset
+            if offset < positions.get(part, 0):
+                continue
+            positions[part] = offset + 1
+            self._event_row(ch, record)
+            conv_key = (event.tenant_id, event.conversation_id)
+            conv = self._conversation(event.tenant_id, event.conversation_id, part)
+            touched_convs.add(conv_key)
+            conv.last_seq = max(conv.last_seq, event.seq)
+            if conv.first_at is None:
+                conv.first_at = event.occurred_at
+            conv.last_at = max(conv.last_at, event.occurred_at) if conv.last_at else event.occurred_at
+            item: Any = event
+            owner: str | None = None
+            if isinstance(event, MessageAppended):
+                tokens = next(token_iter) + MESSAGE_OVERHEAD
+                if conv.deleted:
+                    continue
+                index = conv.message_count
+                conv.message_count += 1
+                conv.token_count += tokens
+                item = record_from_event(event, index, tokens)
+                self._message_row(ch, item, conv.token_count, record)
+            elif isinstance(event, (SummaryRequested, SummaryProduced, SummaryFailed)):
+                owner = event.payload.policy
+                if owner in self.policies and event.payload.settings_hash != self.policies[owner][1].settings_hash:
+                    owner = "<other settings>"  # recorded under other settings: audit rows only, no fold
+                self._summary_row(ch, event)
+                if isinstance(event, SummaryProduced):
+                    self._facts_diff(ch, event)
+            elif isinstance(event, ConversationDeleted):
+                conv.deleted = True
+                ch.deleted.add(conv_key)
+                _drop_message_rows(ch, conv_key)
+                for policy in self.policies:
+                    self._facts.pop((policy, *conv_key), None)
+            else:
+                owner = getattr(getattr(event, "payload", None), "policy", None) if event.type.startswith("Topic") else None
+            if conv.deleted and not isinstance(event, ConversationDeleted):
+                continue
+            for name, (impl, ctx) in self.policies.items():
+                if owner is not None and owner != name:
+                    continue
+                key = (name, *conv_key)
+                state, requests = step(impl, self.state(*key), item, ctx)
+                self._states[key] = state
+                touched_states.add(key)
+                decided.extend(requests)
+        for conv_key in touched_convs:
+            c = self._conversations[conv_key]
+            ch.conversations[conv_key] = {
+                "tenant_id": conv_key[0], "conversation_id": conv_key[1], "partition": c.partition,
+                "message_count": c.message_count, "last_seq": c.last_seq, "token_count": c.token_count,
+                "first_at": c.first_at, "last_at": c.last_at, "deleted": c.deleted,
+            }
+        for key in touched_states:
+            state = self._states[key]
+            ch.policy_states[key] = state.model_dump_json()
+            rows = getattr(self.policies[key[0]][0], "rows", None)
+            if rows is not None:
+                ch.policy_rows[key] = rows(state)
+        return ch, positions, decided
+
+    # ----------------------------------------------------------------- rows
+
+    @staticmethod
+    def _event_row(ch: Changes, record: LogRecord) -> None:
+        e = record.event
+        cols = ch.events
+        cols["partition"].append(record.position.partition)
+        cols["offset"].append(record.position.offset)
+        cols["event_id"].append(e.event_id)
+        cols["type"].append(e.type)
+        cols["schema_version"].append(e.schema_version)
+        cols["tenant_id"].append(e.tenant_id)
+        cols["conversation_id"].append(e.conversation_id)
+        cols["seq"].append(e.seq)
+        cols["occurred_at"].append(e.occurred_at)
+        cols["causation_id"].append(e.causation_id)
+        cols["payload"].append(e.payload.model_dump_json())
+
+    @staticmethod
+    def _message_row(ch: Changes, m: Any, cum_tokens: int, record: LogRecord) -> None:
+        cols = ch.messages
+        cols["tenant_id"].append(m.tenant_id)
+        cols["conversation_id"].append(m.conversation_id)
+        cols["idx"].append(m.index)
+        cols["seq"].append(m.seq)
+        cols["event_id"].append(m.event_id)
+        cols["role"].append(m.role)
+        cols["content"].append(m.content)
+        cols["tokens"].append(m.tokens)
+        cols["cum_tokens"].append(cum_tokens)
+        cols["model_variant"].append(m.model_variant)
+        cols["name"].append(m.name)
+        cols["tool_calls"].append(json.dumps([tc.model_dump() for tc in m.tool_calls]) if m.tool_calls else "[]")
+        cols["tool_call_id"].append(m.tool_call_id)
+        cols["importance"].append(m.importance)
+        cols["metadata"].append(json.dumps(dict(m.metadata), sort_keys=True) if m.metadata else "{}")
+        cols["occurred_at"].append(m.occurred_at)
+        cols["partition"].append(record.position.partition)
+        cols["offset"].append(record.position.offset)
+
+    @staticmethod
+    def _summary_row(ch: Changes, event: Event) -> None:
+        p = event.payload
+        if isinstance(event, SummaryRequested):
+            ch.summary_requests.append(
+                {
+                    "request_id": p.request_id, "policy": p.policy, "tenant_id": event.tenant_id,
+                    "conversation_id": event.conversation_id,
+                    "base_summary_id": p.base_summary_id, "covers_from": p.covers_from, "covers_to": p.covers_to,
+                    "input_from": p.input_from, "input_to": p.input_to, "window_start": p.window_start,
+                    "topic_id": p.topic_id, "kind": p.kind, "status": "processing",
+                    "settings_hash": p.settings_hash, "requested_seq": event.seq, "requested_at": event.occurred_at,
+                }
+            )
+        elif isinstance(event, SummaryProduced):
+            ch.summary_results.append(
+                {
+                    "request_id": p.request_id, "summary_id": p.summary_id, "status": "completed",
+                    "text": p.text, "facts": json.dumps([f.model_dump() for f in p.facts]),
+                    "summarizer": p.summarizer, "model": p.model, "prompt_hash": p.prompt_hash,
+                    "tokens_in": p.tokens_in, "tokens_out": p.tokens_out, "latency_ms": p.latency_ms,
+                    "cached": p.cached, "resolved_seq": event.seq,
+                }
+            )
+        else:
+            ch.summary_results.append(
+                {
+                    "request_id": p.request_id, "status": "failed", "reason": p.reason,
+                    "error_type": p.error_type, "summarizer": p.summarizer or None, "model": p.model or None,
+                    "latency_ms": p.latency_ms, "resolved_seq": event.seq,
+                }
+            )
+
+    def _facts_diff(self, ch: Changes, event: SummaryProduced) -> None:
+        p = event.payload
+        if not p.facts:
+            return
+        active = self._active_facts(p.policy, event.tenant_id, event.conversation_id)
+        new = {(f.key, f.value): f.category for f in p.facts}
+        for (key, value), (_cat, _by) in list(active.items()):
+            if (key, value) not in new:
+                del active[(key, value)]
+                pending = next(
+                    (
+                        row for row in ch.fact_inserts
+                        if row["retired_by"] is None and (row["policy"], row["tenant_id"], row["conversation_id"], row["key"], row["value"])
+                        == (p.policy, event.tenant_id, event.conversation_id, key, value)
+                    ),
+                    None,
+                )
+                if pending is not None:  # introduced earlier in this same batch
+                    pending["retired_by"] = p.summary_id
+                else:
+                    ch.fact_retirements.append(
+                        (p.policy, event.tenant_id, event.conversation_id, key, value, p.summary_id)
+                    )
+        for (key, value), category in new.items():
+            if (key, value) not in active:
+                active[(key, value)] = (category, p.summary_id)
+                ch.fact_inserts.append(
+                    {
+                        "policy": p.policy, "tenant_id": event.tenant_id, "conversation_id": event.conversation_id,
+                        "key": key, "value": value, "category": category, "introduced_by": p.summary_id,
+                        "retired_by": None,
+                    }
+                )
+
+
+
+def _drop_message_rows(ch: Changes, conv_key: tuple[str, str]) -> None:
+    """Remove this batch's pending message rows of a conversation deleted later in the batch."""
+    cols = ch.messages
+    keep = [
+        i for i, (t, c) in enumerate(zip(cols["tenant_id"], cols["conversation_id"])) if (t, c) != conv_key
+    ]
+    if len(keep) != len(cols["tenant_id"]):
+        for name, values in cols.items():
+            cols[name] = [values[i] for i in keep]

@@ -1,0 +1,474 @@
+"""The DuckDB projection store: tables, one-transaction apply with log positions, and reads.
+
+Every write goes through :meth:`DuckDBProjectionStore.apply`, which inserts a
+batch of row changes *and* the log positions they cover in one transaction:
+after a crash the store holds either the whole batch and its positions or
+neither, so a restarted projector resumes exactly where the data ends.
+DuckDB allows one writing process per file; a second process gets
+:class:`ProjectionBusyError` (or opens the file read-only).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from memfold.engine.errors import ProjectionBusyError, ProjectionError
+from memfold.engine.events import ToolCall
+from memfold.engine.ports import MessageRecord
+from memfold.engine.positions import Position
+
+SCHEMA_VERSION = 1
+
+_DDL = [
+    """CREATE TABLE IF NOT EXISTS store_meta (key VARCHAR PRIMARY KEY, value VARCHAR)""",
+    """CREATE TABLE IF NOT EXISTS positions (
+        partition INTEGER PRIMARY KEY, next_offset BIGINT NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS events (
+        "partition" INTEGER, "offset" BIGINT, event_id VARCHAR, type VARCHAR, schema_version INTEGER,
+        tenant_id VARCHAR, conversation_id VARCHAR, seq BIGINT, occurred_at TIMESTAMPTZ,
+        causation_id VARCHAR, payload JSON)""",
+    """CREATE TABLE IF NOT EXISTS conversations (
+        tenant_id VARCHAR, conversation_id VARCHAR, "partition" INTEGER,
+        message_count BIGINT, last_seq BIGINT, token_count BIGINT,
+        first_at TIMESTAMPTZ, last_at TIMESTAMPTZ, deleted BOOLEAN,
+        PRIMARY KEY (tenant_id, conversation_id))""",
+    """CREATE TABLE IF NOT EXISTS messages (
+        tenant_id VARCHAR, conversation_id VARCHAR, idx BIGINT, seq BIGINT, event_id VARCHAR,
+        role VARCHAR, content VARCHAR, tokens INTEGER, cum_tokens BIGINT,
+        model_variant VARCHAR, name VARCHAR, tool_calls JSON, tool_call_id VARCHAR,
+        importance DOUBLE, metadata JSON, occurred_at TIMESTAMPTZ,
+        "partition" INTEGER, "offset" BIGINT)""",
+    """CREATE TABLE IF NOT EXISTS summaries (
+        request_id VARCHAR PRIMARY KEY, summary_id VARCHAR, policy VARCHAR,
+        tenant_id VARCHAR, conversation_id VARCHAR,
+        base_summary_id VARCHAR, covers_from BIGINT, covers_to BIGINT,
+        input_from BIGINT, input_to BIGINT, window_start BIGINT, topic_id VARCHAR,
+        kind VARCHAR, status VARCHAR, text VARCHAR, facts JSON,
+        summarizer VARCHAR, model VARCHAR, prompt_hash VARCHAR, settings_hash VARCHAR,
+        tokens_in INTEGER, tokens_out INTEGER, latency_ms INTEGER, cached BOOLEAN,
+        reason VARCHAR, error_type VARCHAR, requested_seq BIGINT, resolved_seq BIGINT,
+        requested_at TIMESTAMPTZ)""",
+    """CREATE TABLE IF NOT EXISTS facts (
+        policy VARCHAR, tenant_id VARCHAR, conversation_id VARCHAR,
+        key VARCHAR, value VARCHAR, category VARCHAR,
+        introduced_by VARCHAR, retired_by VARCHAR)""",
+    """CREATE TABLE IF NOT EXISTS policy_state (
+        policy VARCHAR, tenant_id VARCHAR, conversation_id VARCHAR, state JSON,
+        PRIMARY KEY (policy, tenant_id, conversation_id))""",
+    """CREATE TABLE IF NOT EXISTS policy_rows (
+        policy VARCHAR, tbl VARCHAR, tenant_id VARCHAR, conversation_id VARCHAR, row JSON)""",
+]
+
+_MESSAGE_COLUMNS = (
+    "tenant_id", "conversation_id", "idx", "seq", "event_id", "role", "content", "tokens", "cum_tokens",
+    "model_variant", "name", "tool_calls", "tool_call_id", "importance", "metadata", "occurred_at",
+    "partition", "offset",
+)
+_EVENT_COLUMNS = (
+    "partition", "offset", "event_id", "type", "schema_version", "tenant_id", "conversation_id", "seq",
+    "occurred_at", "causation_id", "payload",
+)
+_SUMMARY_REQUEST_COLUMNS = (
+    "request_id", "policy", "tenant_id", "conversation_id", "version", "base_summary_id", "covers_from",
+    "covers_to", "input_from", "input_to", "window_start", "topic_id", "kind", "status", "settings_hash",
+    "requested_seq", "requested_at",
+)
+
+
+@dataclass
+class Changes:
+    """Row changes for one transaction, built by the projector; columns are plain lists."""
+
+    events: dict[str, list[Any]] = field(default_factory=lambda: {c: [] for c in _EVENT_COLUMNS})
+    messages: dict[str, list[Any]] = field(default_factory=lambda: {c: [] for c in _MESSAGE_COLUMNS})
+    conversations: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    summary_requests: list[dict[str, Any]] = field(default_factory=list)
+    summary_results: list[dict[str, Any]] = field(default_factory=list)
+    fact_inserts: list[dict[str, Any]] = field(default_factory=list)
+    fact_retirements: list[tuple[str, str, str, str, str, str]] = field(default_factory=list)
+    policy_states: dict[tuple[str, str, str], str] = field(default_factory=dict)
+    policy_rows: dict[tuple[str, str, str], dict[str, list[dict[str, Any]]]] = field(default_factory=dict)
+    deleted: set[tuple[str, str]] = field(default_factory=set)
+
+    def __len__(self) -> int:
+        return len(self.events["event_id"])
+
+
+def _connect(path: Path, read_only: bool, wait_s: float) -> duckdb.DuckDBPyConnection:
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return duckdb.connect(str(path), read_only=read_only)
+        except duckdb.IOException as exc:
+            if "lock" not in str(exc).lower():
+                raise ProjectionError(f"cannot open projection {path}: {exc}") from exc
+            if time.monotonic() >= deadline:
+                holder = str(exc).split("held in", 1)[-1].split(". See", 1)[0].strip()
+                raise ProjectionBusyError(
+                    f"the projection {path} is in use by another memfold process ({holder}); "
+                    "DuckDB allows one writer per file: wait for it to finish or stop it, then retry"
+                ) from exc
+            time.sleep(0.1)
+        except duckdb.Error as exc:
+            raise ProjectionError(f"cannot open projection {path}: {exc}") from exc
+
+
+class DuckDBProjectionStore:
+    """Projection tables in one DuckDB file. Thread-safe: each thread uses its own cursor."""
+
+    def __init__(self, path: str | Path, *, read_only: bool = False, lock_wait_s: float = 5.0):
+        self.path = Path(path)
+        self.read_only = read_only
+        if not read_only:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        elif not self.path.exists():
+            raise ProjectionError(f"no projection at {self.path}: run a command that ingests first")
+        self._con = _connect(self.path, read_only, lock_wait_s)
+        self._local = threading.local()
+        self._write_lock = threading.Lock()
+        if not read_only:
+            for ddl in _DDL:
+                self._con.execute(ddl)
+            self._con.execute(
+                "INSERT OR IGNORE INTO store_meta VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)]
+            )
+        self._positions = {p: o for p, o in self._con.execute("SELECT * FROM positions").fetchall()}
+
+    # ----------------------------------------------------------------- plumbing
+
+    @property
+    def connection(self) -> duckdb.DuckDBPyConnection:
+        """Return this thread's cursor on the store (for the summary cache and ad-hoc SQL)."""
+        cur = getattr(self._local, "cur", None)
+        if cur is None:
+            cur = self._con.cursor()
+            self._local.cur = cur
+        return cur
+
+    def close(self) -> None:
+        """Close the store; further calls fail."""
+        try:
+            self._con.close()
+        except duckdb.Error:
+            pass
+
+    def meta(self, key: str) -> str | None:
+        """Return a ``store_meta`` value, or None."""
+        row = self.connection.execute("SELECT value FROM store_meta WHERE key = ?", [key]).fetchone()
+        return None if row is None else row[0]
+
+    def set_meta(self, key: str, value: str) -> None:
+        """Set a ``store_meta`` value."""
+        self.connection.execute(
+            "INSERT INTO store_meta VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value", [key, value]
+        )
+
+    def reset(self) -> None:
+        """Drop every projection table and position, keeping ``llm_cache``; the next apply starts at offset 0.
+
+        This is how a projection is rebuilt from the log (new policies or
+        settings): projections are disposable, cached model outputs are not.
+        """
+        if self.read_only:
+            raise ProjectionError("this projection is open read-only")
+        cur = self.connection
+        with self._write_lock:
+            for table in ("positions", "events", "conversations", "messages", "summaries", "facts", "policy_state", "policy_rows"):
+                cur.execute(f"DROP TABLE IF EXISTS {table}")
+            for ddl in _DDL:
+                cur.execute(ddl)
+            self._positions = {}
+
+    # ----------------------------------------------------------------- positions
+
+    def position(self) -> dict[int, int]:
+        """Return, per partition, the next offset to apply (offsets below it are applied)."""
+        return dict(self._positions)
+
+    def has_reached(self, position: Position) -> bool:
+        """True once the event *at* ``position`` has been applied."""
+        return self._positions.get(position.partition, 0) > position.offset
+
+    # ----------------------------------------------------------------- writes
+
+    def apply(self, changes: Changes, positions: dict[int, int]) -> None:
+        """Write ``changes`` and advance ``positions`` (partition → next offset) in ONE transaction.
+
+        Steps: (1) begin; (2) insert events and messages as Arrow batches;
+        (3) upsert conversations, summaries, facts, policy state; (4) write the
+        positions; (5) commit. On any error roll back and raise
+        :class:`ProjectionError`; the store is then exactly as before the call.
+        """
+        if self.read_only:
+            raise ProjectionError("this projection is open read-only")
+        cur = self.connection
+        with self._write_lock:
+            try:
+                cur.execute("BEGIN TRANSACTION")
+                self._write(cur, changes)
+                for partition, next_offset in positions.items():
+                    cur.execute(
+                        "INSERT INTO positions VALUES (?, ?) ON CONFLICT (partition) DO UPDATE SET next_offset = excluded.next_offset",
+                        [partition, next_offset],
+                    )
+                cur.execute("COMMIT")
+            except Exception as exc:
+                try:
+                    cur.execute("ROLLBACK")
+                except duckdb.Error:
+                    pass
+                if isinstance(exc, duckdb.Error):
+                    raise ProjectionError(f"projection write failed and was rolled back: {exc}") from exc
+                raise
+            self._positions.update(positions)
+
+    def _write(self, cur: duckdb.DuckDBPyConnection, ch: Changes) -> None:
+        if ch.events["event_id"]:
+            _insert_columns(cur, "events", ch.events)
+        for tenant_id, conversation_id in ch.deleted:
+            for table in ("messages", "facts", "policy_rows"):
+                cur.execute(
+                    f"DELETE FROM {table} WHERE tenant_id = ? AND conversation_id = ?", [tenant_id, conversation_id]
+                )
+            cur.execute(
+                "UPDATE summaries SET text = NULL, facts = NULL WHERE tenant_id = ? AND conversation_id = ?",
+                [tenant_id, conversation_id],
+            )
+        if ch.messages["event_id"]:
+            _insert_columns(cur, "messages", ch.messages)
+        if ch.conversations:
+            rows = list(ch.conversations.values())
+            cols = list(rows[0].keys())
+            tbl = pa.Table.from_pylist(rows)
+            cur.register("_conv_batch", tbl)
+            updates = ", ".join(f"{c} = excluded.{c}" for c in cols if c not in ("tenant_id", "conversation_id"))
+            cur.execute(
+                f"INSERT INTO conversations ({', '.join(_q(c) for c in cols)}) SELECT {', '.join(_q(c) for c in cols)} "
+                f"FROM _conv_batch ON CONFLICT (tenant_id, conversation_id) DO UPDATE SET {updates}"
+            )
+            cur.unregister("_conv_batch")
+        if ch.summary_requests:
+            tbl = pa.Table.from_pylist(ch.summary_requests)
+            cur.register("_sreq", tbl)
+            cols = ", ".join(_SUMMARY_REQUEST_COLUMNS)
+            cur.execute(f"INSERT OR IGNORE INTO summaries ({cols}) SELECT {cols} FROM _sreq")
+            cur.unregister("_sreq")
+        for result in ch.summary_results:
+            sets = ", ".join(f"{k} = ?" for k in result if k != "request_id")
+            cur.execute(
+                f"UPDATE summaries SET {sets} WHERE request_id = ?",
+                [*(v for k, v in result.items() if k != "request_id"), result["request_id"]],
+            )
+        for policy, tenant_id, conversation_id, key, value, retired_by in ch.fact_retirements:
+            cur.execute(
+                "UPDATE facts SET retired_by = ? WHERE policy = ? AND tenant_id = ? AND conversation_id = ? "
+                "AND key = ? AND value = ? AND retired_by IS NULL",
+                [retired_by, policy, tenant_id, conversation_id, key, value],
+            )
+        if ch.fact_inserts:
+            tbl = pa.Table.from_pylist(ch.fact_inserts)
+            cur.register("_facts", tbl)
+            cols = ", ".join(ch.fact_inserts[0].keys())
+            cur.execute(f"INSERT INTO facts ({cols}) SELECT {cols} FROM _facts")
+            cur.unregister("_facts")
+        if ch.policy_states:
+            tbl = pa.table(
+                {
+                    "policy": [k[0] for k in ch.policy_states],
+                    "tenant_id": [k[1] for k in ch.policy_states],
+                    "conversation_id": [k[2] for k in ch.policy_states],
+                    "state": list(ch.policy_states.values()),
+                }
+            )
+            cur.register("_pstate", tbl)
+            cur.execute(
+                "INSERT INTO policy_state SELECT policy, tenant_id, conversation_id, state::JSON FROM _pstate "
+                "ON CONFLICT (policy, tenant_id, conversation_id) DO UPDATE SET state = excluded.state"
+            )
+            cur.unregister("_pstate")
+        if ch.policy_rows:
+            rows: list[dict[str, Any]] = []
+            for (policy, tenant_id, conversation_id), tables in ch.policy_rows.items():
+                cur.execute(
+                    "DELETE FROM policy_rows WHERE policy = ? AND tenant_id = ? AND conversation_id = ?",
+                    [policy, tenant_id, conversation_id],
+                )
+                for tbl_name, tbl_rows in tables.items():
+                    rows.extend(
+                        {
+                            "policy": policy,
+                            "tbl": tbl_name,
+                            "tenant_id": tenant_id,
+                            "conversation_id": conversation_id,
+                            "row": json.dumps(r, sort_keys=True, default=str),
+                        }
+                        for r in tbl_rows
+                    )
+            if rows:
+                cur.register("_prows", pa.Table.from_pylist(rows))
+                cur.execute("INSERT INTO policy_rows SELECT policy, tbl, tenant_id, conversation_id, row::JSON FROM _prows")
+                cur.unregister("_prows")
+
+    # ----------------------------------------------------------------- reads
+
+    def conversation(self, tenant_id: str, conversation_id: str) -> dict[str, Any] | None:
+        """Return the ``conversations`` row as a dict, or None."""
+        cur = self.connection
+        row = cur.execute(
+            "SELECT * FROM conversations WHERE tenant_id = ? AND conversation_id = ?", [tenant_id, conversation_id]
+        ).fetchone()
+        if row is None:
+            return None
+        return dict(zip([d[0] for d in cur.description], row))
+
+    def policy_state_json(self, policy: str, tenant_id: str, conversation_id: str) -> str | None:
+        """Return the persisted JSON state of ``policy`` for a conversation, or None."""
+        row = self.connection.execute(
+            "SELECT state FROM policy_state WHERE policy = ? AND tenant_id = ? AND conversation_id = ?",
+            [policy, tenant_id, conversation_id],
+        ).fetchone()
+        return None if row is None else row[0]
+
+    def messages(self, tenant_id: str, conversation_id: str, start: int = 0, end: int | None = None) -> list[MessageRecord]:
+        """Return messages with ``start <= index <= end`` (``end`` None = to the last), in index order."""
+        sql = f"SELECT {_READ_COLS} FROM messages WHERE tenant_id = ? AND conversation_id = ? AND idx >= ?"
+        params: list[Any] = [tenant_id, conversation_id, start]
+        if end is not None:
+            sql += " AND idx <= ?"
+            params.append(end)
+        return _records(self.connection.execute(sql + " ORDER BY idx", params).fetchall())
+
+    def messages_at(self, tenant_id: str, conversation_id: str, indices: Sequence[int]) -> list[MessageRecord]:
+        """Return the messages at exactly ``indices``, in index order."""
+        if not indices:
+            return []
+        sql = (
+            f"SELECT {_READ_COLS} FROM messages WHERE tenant_id = ? AND conversation_id = ? "
+            "AND idx IN (SELECT unnest(?::BIGINT[])) ORDER BY idx"
+        )
+        return _records(self.connection.execute(sql, [tenant_id, conversation_id, list(indices)]).fetchall())
+
+    def recent_messages(
+        self, tenant_id: str, conversation_id: str, start: int, token_budget: int | None
+    ) -> list[MessageRecord]:
+        """Return messages from index ``start`` on, limited to the newest ones within ``token_budget``.
+
+        Uses the precomputed running ``cum_tokens`` so the read costs what it
+        returns, not the conversation's length. The newest message is always
+        included; callers trim further (tool groups, the current message).
+        """
+        if token_budget is None:
+            return self.messages(tenant_id, conversation_id, start)
+        sql = (
+            f"SELECT {_READ_COLS} FROM messages WHERE tenant_id = ? AND conversation_id = ? AND idx >= ? "
+            "AND cum_tokens - tokens >= (SELECT max(cum_tokens) FROM messages WHERE tenant_id = ? AND conversation_id = ?) - ? "
+            "ORDER BY idx"
+        )
+        rows = self.connection.execute(
+            sql, [tenant_id, conversation_id, start, tenant_id, conversation_id, token_budget]
+        ).fetchall()
+        return _records(rows)
+
+    def summary_rows(self, tenant_id: str, conversation_id: str, policy: str | None = None) -> list[dict[str, Any]]:
+        """Return the conversation's summary chain (every request and its outcome), oldest first."""
+        sql = "SELECT * FROM summaries WHERE tenant_id = ? AND conversation_id = ?"
+        params: list[Any] = [tenant_id, conversation_id]
+        if policy:
+            sql += " AND policy = ?"
+            params.append(policy)
+        cur = self.connection
+        rows = cur.execute(sql + " ORDER BY policy, requested_seq", params).fetchall()
+        cols = [d[0] for d in cur.description]
+        return [dict(zip(cols, r)) for r in rows]
+
+    def summary(self, summary_id: str) -> dict[str, Any] | None:
+        """Return one produced summary row by its summary id, or None."""
+        cur = self.connection
+        row = cur.execute("SELECT * FROM summaries WHERE summary_id = ?", [summary_id]).fetchone()
+        return None if row is None else dict(zip([d[0] for d in cur.description], row))
+
+    def outcome(self, request_id: str) -> str | None:
+        """Return the status of a summary request ('processing', 'completed', 'failed') or None if unseen."""
+        row = self.connection.execute("SELECT status FROM summaries WHERE request_id = ?", [request_id]).fetchone()
+        return None if row is None else row[0]
+
+    def open_requests(self) -> list[dict[str, Any]]:
+        """Return summary requests still 'processing' (no outcome folded yet), oldest first."""
+        cur = self.connection
+        rows = cur.execute("SELECT * FROM summaries WHERE status = 'processing' ORDER BY requested_seq").fetchall()
+        cols = [d[0] for d in cur.description]
+        return [dict(zip(cols, r)) for r in rows]
+
+    def active_facts(self, policy: str, tenant_id: str, conversation_id: str) -> list[tuple[str, str, str, str]]:
+        """Return (key, value, category, introduced_by) of facts not yet retired."""
+        return self.connection.execute(
+            "SELECT key, value, category, introduced_by FROM facts WHERE policy = ? AND tenant_id = ? "
+            "AND conversation_id = ? AND retired_by IS NULL ORDER BY key, value",
+            [policy, tenant_id, conversation_id],
+        ).fetchall()
+
+    def query(self, sql: str, params: Sequence[Any] | None = None) -> tuple[list[str], list[tuple[Any, ...]]]:
+        """Run ``sql`` and return (column names, rows). Driver errors become :class:`ProjectionError`."""
+        cur = self.connection
+        try:
+            cur.execute(sql, params or [])
+            if cur.description is None:
+                return [], []
+            return [d[0] for d in cur.description], cur.fetchall()
+        except duckdb.Error as exc:
+            raise ProjectionError(f"query failed: {exc}") from exc
+
+    def dump(self, tables: Iterable[str] = ("events", "conversations", "messages", "summaries", "facts", "policy_state", "policy_rows", "positions")) -> dict[str, list[tuple[Any, ...]]]:
+        """Return every row of ``tables`` in a canonical order (for determinism and parity checks)."""
+        out: dict[str, list[tuple[Any, ...]]] = {}
+        for table in tables:
+            cur = self.connection
+            cur.execute(f"SELECT * FROM {table}")
+            rows = cur.fetchall()
+            out[table] = sorted(rows, key=lambda r: tuple("" if v is None else str(v) for v in r))
+        return out
+
+
+_READ_COLS = (
+    "tenant_id, conversation_id, idx, seq, event_id, role, content, tokens, occurred_at, model_variant, "
+    "name, tool_calls, tool_call_id, importance, metadata"
+)
+
+
+def _records(rows: list[tuple[Any, ...]]) -> list[MessageRecord]:
+    out = []
+    for r in rows:
+        tool_calls = tuple(ToolCall(**tc) for tc in json.loads(r[11])) if r[11] and r[11] != "[]" else ()
+        out.append(
+            MessageRecord(
+                tenant_id=r[0], conversation_id=r[1], index=r[2], seq=r[3], event_id=r[4], role=r[5],
+                content=r[6] or "", tokens=r[7], occurred_at=r[8], model_variant=r[9], name=r[10],
+                tool_calls=tool_calls, tool_call_id=r[12], importance=r[13],
+                metadata=json.loads(r[14]) if r[14] and r[14] != "{}" else {},
+            )
+        )
+    return out
+
+
+def _q(col: str) -> str:
+    return f'"{col}"'
+
+
+def _insert_columns(cur: duckdb.DuckDBPyConnection, table: str, columns: dict[str, list[Any]]) -> None:
+    tbl = pa.table(columns)
+    name = f"_batch_{table}"
+    cur.register(name, tbl)
+    cols = ", ".join(_q(c) for c in columns)
+    cur.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM {name}")
+    cur.unregister(name)
+

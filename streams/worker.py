@@ -1,0 +1,199 @@
+"""The summarizer worker: takes ``SummaryRequested`` events, calls the summarizer, appends the outcome.
+
+The model is called here and only here, outside every fold. Each request
+gets exactly one outcome event with a deterministic id: ``SummaryProduced``
+or ``SummaryFailed`` (a summarizer error, a crash in the adapter, or a newer
+request for the same policy/conversation/topic superseding it while queued).
+The log de-duplicates outcome ids, so a request answered twice (restart,
+duplicate delivery) still yields one summary.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+
+from memfold.engine.errors import MemfoldError, SummarizerError, SummarizerTimeoutError
+from memfold.engine.events import Event, Fact, SummaryRequested
+from memfold.engine.ports import EventLog, MessageSource, Summarizer, SummaryInput
+from memfold.engine.settings import Settings
+from memfold.projections.fold import failed, produced
+
+log = logging.getLogger("memfold.worker")
+
+
+class SummaryLookup:
+    """What the worker needs from a projection besides messages: base summaries and outcomes."""
+
+    def summary(self, summary_id: str) -> dict | None: ...
+
+    def outcome(self, request_id: str) -> str | None: ...
+
+
+def build_input(request: SummaryRequested, messages: MessageSource, summaries: SummaryLookup, settings: Settings) -> SummaryInput:
+    """Return the :class:`SummaryInput` for ``request``: original messages + base summary + policy knobs."""
+    p = request.payload
+    if p.input_indices is not None:
+        fetch_at = getattr(messages, "messages_at")
+        msgs = fetch_at(request.tenant_id, request.conversation_id, list(p.input_indices))
+    else:
+        msgs = messages.messages(request.tenant_id, request.conversation_id, p.input_from, p.input_to)
+    base_text, base_facts = None, ()
+    if p.base_summary_id:
+        base = summaries.summary(p.base_summary_id)
+        if base is not None:
+            base_text = base.get("text") or None
+            base_facts = tuple(Fact(**f) for f in _json_list(base.get("facts")))
+    prompt_id = prompt_version = None
+    prompt_format = "default"
+    if p.policy == "chunked":
+        prompt_format = "chunked"
+        prompt_id = settings.chunked.prompt_id
+        prompt_version = settings.chunked.prompt_version
+    return SummaryInput(
+        policy=p.policy, kind=p.kind, messages=tuple(msgs), existing_summary=base_text, existing_facts=base_facts,
+        window_start=p.window_start, token_cap=p.token_cap, char_cap=p.char_cap, prompt_format=prompt_format,
+        prompt_id=prompt_id, prompt_version=prompt_version,
+    )
+
+
+def _json_list(value) -> list:
+    import json
+
+    if not value:
+        return []
+    return json.loads(value) if isinstance(value, str) else list(value)
+
+
+def answer(request: SummaryRequested, summary_input: SummaryInput, summarizer: Summarizer) -> Event:
+    """Call ``summarizer`` for ``request`` and return its outcome event; never raises for model failures."""
+    started = time.perf_counter()
+    try:
+        out = summarizer.summarize(summary_input)
+    except SummarizerError as exc:
+        latency = int((time.perf_counter() - started) * 1000)
+        log.warning("summary failed request=%s policy=%s reason=%s", request.event_id, request.payload.policy, exc)
+        return failed(
+            request, reason=str(exc) or type(exc).__name__, error_type=type(exc).__name__,
+            retryable=isinstance(exc, SummarizerTimeoutError) or exc.retry_after is not None,
+            summarizer=getattr(summarizer, "name", ""), latency_ms=latency,
+        )
+    except Exception as exc:  # a bug in an adapter must cost one summary, not the worker
+        latency = int((time.perf_counter() - started) * 1000)
+        log.exception("summarizer crashed on request %s", request.event_id)
+        return failed(
+            request, reason=f"summarizer crashed: {exc!r}", error_type=type(exc).__name__,
+            summarizer=getattr(summarizer, "name", ""), latency_ms=latency,
+        )
+    latency = int((time.perf_counter() - started) * 1000)
+    return produced(
+        request, text=out.text, facts=tuple(out.facts), summarizer=getattr(summarizer, "name", "unknown"),
+        model=out.model, prompt_hash=out.prompt_hash, tokens_in=out.tokens_in, tokens_out=out.tokens_out,
+        latency_ms=0 if out.cached else latency, cached=out.cached,
+    )
+
+
+class SummarizerWorker:
+    """Answers summary requests on a background thread, newest-wins per (policy, conversation, topic)."""
+
+    def __init__(
+        self,
+        log_: EventLog,
+        messages: MessageSource,
+        summaries: SummaryLookup,
+        summarizer: Summarizer,
+        settings: Settings,
+        on_appended: Callable[[], None] = lambda: None,
+    ):
+        self.log = log_
+        self.messages = messages
+        self.summaries = summaries
+        self.summarizer = summarizer
+        self.settings = settings
+        self.on_appended = on_appended
+        self._queue: OrderedDict[str, SummaryRequested] = OrderedDict()
+        self._cond = threading.Condition()
+        self._busy = False
+        self._stop = False
+        self._thread: threading.Thread | None = None
+        self.calls = 0
+        self.errors: list[str] = []
+
+    def submit(self, requests: list[SummaryRequested]) -> None:
+        """Queue requests (duplicates by id are ignored)."""
+        if not requests:
+            return
+        with self._cond:
+            for r in requests:
+                self._queue.setdefault(r.event_id, r)
+            self._cond.notify_all()
+
+    def idle(self) -> bool:
+        """True when nothing is queued or running."""
+        with self._cond:
+            return not self._queue and not self._busy
+
+    def start(self) -> None:
+        """Start the background thread."""
+        self._thread = threading.Thread(target=self._run, name="memfold-summarizer", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop after the request in progress; queued requests stay open in the log for next time."""
+        with self._cond:
+            self._stop = True
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _next(self) -> tuple[SummaryRequested, SummaryRequested | None] | None:
+        with self._cond:
+            while not self._queue and not self._stop:
+                self._cond.wait(0.5)
+            if self._stop:
+                return None
+            _, request = self._queue.popitem(last=False)
+            newer = next(
+                (q for q in reversed(self._queue.values()) if _lane(q) == _lane(request)), None
+            )
+            self._busy = True
+            return request, newer
+
+    def _run(self) -> None:
+        while True:
+            item = self._next()
+            if item is None:
+                return
+            request, newer = item
+            try:
+                self._handle(request, newer)
+            except MemfoldError as exc:  # log unavailable etc.: keep the request open, report plainly
+                self.errors.append(f"{request.event_id}: {exc}")
+                log.error("could not record the outcome of %s: %s", request.event_id, exc)
+            finally:
+                with self._cond:
+                    self._busy = False
+                    self._cond.notify_all()
+
+    def _handle(self, request: SummaryRequested, newer: SummaryRequested | None) -> None:
+        if self.summaries.outcome(request.payload.request_id) not in (None, "processing"):
+            return  # already answered (restart, duplicate delivery)
+        if newer is not None:
+            outcome = failed(
+                request, reason=f"superseded by {newer.payload.request_id}", error_type="Superseded",
+                summarizer=getattr(self.summarizer, "name", ""),
+            )
+        else:
+            summary_input = build_input(request, self.messages, self.summaries, self.settings)
+            self.calls += 1
+            outcome = answer(request, summary_input, self.summarizer)
+        self.log.append([outcome])
+        self.on_appended()
+
+
+def _lane(request: SummaryRequested) -> tuple[str, str, str, str | None]:
+    p = request.payload
+    return (p.policy, request.tenant_id, request.conversation_id, p.topic_id)
