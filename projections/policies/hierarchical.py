@@ -1,0 +1,220 @@
+"""Hierarchical memory (seed 000): structured facts + a narrative over old messages, the recent N verbatim.
+
+Below the trigger the conversation is read as is (``takeLast``). Above it the
+plan is three layers: a facts system message (``- key: value`` lines), a
+narrative system message, and every message the summary does not cover, which
+is at least the recent window. Summaries are always made from the original
+messages ``[0, cut]`` (never a summary of a summary); the current summary is
+passed as the request's base only so its facts can be merged.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from pydantic import BaseModel, ConfigDict
+
+from memfold.engine.errors import ConfigError
+from memfold.engine.events import (
+    ConversationDeleted,
+    Event,
+    Fact,
+    SummaryFailed,
+    SummaryProduced,
+    SummaryRequested,
+)
+from memfold.engine.ports import ContextPlan, FoldContext, MemoryMessage, MessageRecord
+from memfold.engine.settings import HierarchicalSettings
+from memfold.engine.tokens import MESSAGE_OVERHEAD
+from memfold.projections.fold import make_request
+
+from . import _tool_groups as groups
+from ._requests import RequestLedger
+
+
+class HierarchicalSummary(BaseModel):
+    """The summary in force: facts + narrative standing for messages ``[0, covers_to]``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    summary_id: str
+    request_id: str
+    covers_to: int
+    facts: tuple[Fact, ...] = ()
+    narrative: str = ""
+
+
+class HierarchicalState(BaseModel):
+    """Per-conversation state: message count, the summary in force, the request ledger, open tool groups."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    tenant_id: str
+    conversation_id: str
+    deleted: bool = False
+    count: int = 0
+    summary: HierarchicalSummary | None = None
+    requests: RequestLedger = RequestLedger()
+    # Tool groups after the last requested cut: where the next cut may fall.
+    tool_groups: groups.ToolGroups = ()
+
+
+class HierarchicalPolicy:
+    """Seed 000 as a pure fold. See the module docstring for the plan's shape."""
+
+    name: ClassVar[str] = "hierarchical"
+    State: ClassVar[type[HierarchicalState]] = HierarchicalState
+
+    def initial(self, tenant_id: str, conversation_id: str) -> HierarchicalState:
+        """Return the state of a conversation with no messages."""
+        return HierarchicalState(tenant_id=tenant_id, conversation_id=conversation_id)
+
+    def evolve(self, state: HierarchicalState, item: MessageRecord | Event, ctx: FoldContext) -> HierarchicalState:
+        """Return ``state`` with ``item`` folded in.
+
+        Idempotent: a message whose index was already folded, a request that
+        covers no more than one already adopted, and an answer to anything but
+        the pending request (a duplicate, a superseded request's late result)
+        leave the state unchanged. After ``ConversationDeleted`` the state is a
+        deleted marker and nothing changes it.
+        """
+        if state.deleted:
+            return state
+        if isinstance(item, MessageRecord):
+            if item.index < state.count:
+                return state
+            return state.model_copy(
+                update={"count": item.index + 1, "tool_groups": groups.note(state.tool_groups, item)}
+            )
+        if isinstance(item, ConversationDeleted):
+            return HierarchicalState(tenant_id=state.tenant_id, conversation_id=state.conversation_id, deleted=True)
+        if isinstance(item, SummaryRequested):
+            ledger = state.requests.adopt(item, ctx)
+            if ledger is state.requests:
+                return state
+            return state.model_copy(
+                update={
+                    "requests": ledger,
+                    "tool_groups": groups.prune(state.tool_groups, ledger.requested_to + 1),
+                }
+            )
+        if isinstance(item, SummaryProduced) and state.requests.awaits(item.payload.request_id):
+            p = item.payload
+            if not p.facts and not p.text.strip():
+                return state.model_copy(update={"requests": state.requests.failed("summary_empty")})
+            summary = HierarchicalSummary(
+                summary_id=p.summary_id,
+                request_id=p.request_id,
+                covers_to=p.covers_to,
+                facts=p.facts,
+                narrative=p.text,
+            )
+            return state.model_copy(update={"summary": summary, "requests": state.requests.succeeded()})
+        if isinstance(item, SummaryFailed) and state.requests.awaits(item.payload.request_id):
+            return state.model_copy(update={"requests": state.requests.failed("summary_failed")})
+        return state
+
+    def decide(
+        self, state: HierarchicalState, ctx: FoldContext, cause: MessageRecord | Event
+    ) -> list[SummaryRequested]:
+        """Return the summary request ``state`` calls for now (at most one), built from ``cause``.
+
+        A pure function of state and settings, so it may run after any item:
+        above ``trigger_message_count`` and with messages older than the
+        recent window, ask for facts + narrative of the originals ``[0, cut]``
+        (cut = count - recent - 1, moved back to keep a tool group whole). The
+        first request goes out at once; later ones once ``resummarize_every``
+        messages have left the recent window since the last request's cut.
+        That spacing is not in the seed: it bounds summarizer calls to one per
+        ``resummarize_every`` messages (also after a failure, so a failed
+        range is never asked for again), and costs nothing in recall because
+        the messages a lagging summary does not cover stay verbatim.
+        """
+        s = _settings(ctx)
+        cut = self._next_cut(state, s)
+        if cut is None:
+            return []
+        base = state.summary.summary_id if state.summary is not None else None
+        request = make_request(
+            ctx,
+            cause,
+            covers=(0, cut),
+            inputs=(0, cut),
+            base_summary_id=base,
+            kind="facts",
+            token_cap=s.max_narrative_tokens,
+        )
+        return [request]
+
+    def plan(self, state: HierarchicalState, ctx: FoldContext) -> ContextPlan:
+        """Return the memory messages and the verbatim range for the next prompt.
+
+        - deleted: nothing (``fallback="deleted"``);
+        - count <= trigger: every message, no memory (``"takeLast"``);
+        - recent window >= count: every message (``"recent_covers_all"``);
+        - no usable summary yet: every message (``"takeLast"``, or the failure
+          reason ``"summary_failed"`` / ``"summary_empty"``);
+        - otherwise facts + narrative, then every message after the summary's
+          coverage (``fallback`` = the failure reason while an older summary
+          stands in for a failed newer one, else None).
+
+        ``notes`` carries ``pending_request`` (the id in flight or None),
+        ``stale`` (the summary lags the recent window or is missing) and
+        ``lazy_timeout_ms``: the engine may wait that long for a pending
+        summary; the policy never waits.
+        """
+        s = _settings(ctx)
+        if state.deleted:
+            return ContextPlan(verbatim_indices=(), fallback="deleted")
+        summary = state.summary
+        window_start = state.count - s.recent_message_count
+        layered = state.count > s.trigger_message_count and window_start > 0
+        notes = {
+            "pending_request": state.requests.pending_id,
+            "stale": layered and (summary is None or summary.covers_to + 1 < window_start),
+            "lazy_timeout_ms": s.lazy_timeout_ms,
+            "summary_id": summary.summary_id if summary is not None else None,
+            "covers_to": summary.covers_to if summary is not None else None,
+        }
+        if state.count <= s.trigger_message_count:
+            return ContextPlan(verbatim_from=0, fallback="takeLast", notes=notes)
+        if s.recent_message_count >= state.count:
+            return ContextPlan(verbatim_from=0, fallback="recent_covers_all", notes=notes)
+        if summary is None:
+            return ContextPlan(verbatim_from=0, fallback=state.requests.failure or "takeLast", notes=notes)
+        memory: list[MemoryMessage] = []
+        if summary.facts:
+            memory.append(_memory(ctx, "\n".join(f"- {f.key}: {f.value}" for f in summary.facts), "facts"))
+        if summary.narrative.strip():
+            memory.append(_memory(ctx, summary.narrative, "narrative"))
+        return ContextPlan(
+            memory=tuple(memory),
+            verbatim_from=summary.covers_to + 1,
+            fallback=state.requests.failure,
+            notes=notes,
+        )
+
+    @staticmethod
+    def _next_cut(state: HierarchicalState, s: HierarchicalSettings) -> int | None:
+        if state.deleted or state.count <= s.trigger_message_count:
+            return None
+        if s.recent_message_count >= state.count:
+            return None  # the seed's "recent > total": everything is recent, nothing to summarize
+        boundary = groups.align(state.tool_groups, state.count - s.recent_message_count, state.count)
+        cut = boundary - 1
+        asked = state.requests.requested_to
+        if cut < 0 or cut <= asked:
+            return None
+        if asked >= 0 and cut - asked < s.resummarize_every:
+            return None
+        return cut
+
+
+def _settings(ctx: FoldContext) -> HierarchicalSettings:
+    if not isinstance(ctx.settings, HierarchicalSettings):
+        raise ConfigError(f"the hierarchical policy needs HierarchicalSettings, got {type(ctx.settings).__name__}")
+    return ctx.settings
+
+
+def _memory(ctx: FoldContext, content: str, kind: str) -> MemoryMessage:
+    return MemoryMessage(content=content, kind=kind, tokens=ctx.count_tokens(content) + MESSAGE_OVERHEAD)
