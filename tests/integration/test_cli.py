@@ -1,0 +1,111 @@
+"""The memfold CLI end to end, in subprocesses, against real files."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import duckdb
+import pytest
+
+MEMFOLD = str(Path(sys.executable).with_name("memfold"))
+
+
+def run(data_dir: Path, *args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMFOLD_")}
+    proc = subprocess.run(
+        [MEMFOLD, "--data-dir", str(data_dir), *args], capture_output=True, text=True, timeout=timeout, env=env
+    )
+    assert "Traceback" not in proc.stderr, proc.stderr
+    if check:
+        assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+@pytest.fixture()
+def jsonl(tmp_path) -> Path:
+    lines = []
+    for i in range(30):
+        lines.append(json.dumps({"conversation_id": "conv-a", "role": "user" if i % 2 == 0 else "assistant",
+                                 "content": f"line {i}: order #7781 status check", "ts": f"2026-02-01T10:{i:02d}:00Z"}))
+    bad = {
+        3: "{not json",
+        7: json.dumps({"conversation_id": "conv-a", "role": "robot", "content": "beep"}),
+        11: json.dumps({"conversation_id": "conv-a", "role": "user", "content": ""}),
+        15: json.dumps(["a", "list"]),
+        19: json.dumps({"role": "user", "content": "no conversation"}),
+    }
+    for line_no, text in sorted(bad.items()):
+        lines.insert(line_no - 1, text)
+    path = tmp_path / "messages.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_ingest_reports_bad_lines_by_number_and_keeps_the_rest(tmp_path, jsonl):
+    data = tmp_path / "data"
+    proc = run(data, "ingest", str(jsonl), "--quiet", check=False)
+    assert proc.returncode == 2
+    assert "ingested 30 messages" in proc.stdout and "messages/s" in proc.stdout
+    for line_no in (3, 7, 11, 15, 19):
+        assert f"line {line_no} rejected" in proc.stderr
+    assert "unknown role 'robot'" in proc.stderr
+    history = json.loads(run(data, "history", "conv-a", "--json").stdout)
+    assert [h["content"] for h in history] == [f"line {i}: order #7781 status check" for i in range(30)]
+    assert [h["seq"] for h in history] == list(range(1, 31))
+
+
+def test_append_context_sql_and_schema(tmp_path):
+    data = tmp_path / "data"
+    run(data, "append", "c1", "user", "Hello, I need help with invoice INV-2231")
+    run(data, "append", "c1", "assistant", "Sure, let me look that up.")
+    run(data, "append", "c1", "user", "Thanks")
+    ctx = json.loads(run(data, "context", "c1", "--json").stdout)
+    assert [set(m) for m in ctx] == [{"role", "content", "kind"}] * 3
+    assert [m["kind"] for m in ctx] == ["verbatim", "verbatim", "current"]
+    assert ctx[0]["content"] == "Hello, I need help with invoice INV-2231"
+    rows = json.loads(run(data, "sql", "SELECT role, count(*) AS n FROM messages GROUP BY role ORDER BY role", "--json").stdout)
+    assert rows == [{"role": "assistant", "n": 1}, {"role": "user", "n": 2}]
+    out = run(data, "sql", "SELECT idx, role FROM messages ORDER BY idx", "--csv").stdout
+    assert list(csv.reader(io.StringIO(out))) == [["idx", "role"], ["0", "user"], ["1", "assistant"], ["2", "user"]]
+    human = run(data, "context", "c1", "--budget", "40").stdout
+    assert "Thanks" in human
+    schema = json.loads(run(data, "schema").stdout)
+    assert {"MessageAppended", "SummaryProduced", "SummaryFailed", "SummaryRequested", "ConversationDeleted",
+            "SettingsChanged", "ClockTicked"} <= set(schema)
+
+
+def test_invalid_append_is_a_clear_error(tmp_path):
+    proc = run(tmp_path / "d", "append", "c1", "wizard", "hi", check=False)
+    assert proc.returncode == 2
+    assert "unknown role 'wizard'" in proc.stderr
+
+
+def test_sql_errors_are_reported_plainly(tmp_path):
+    data = tmp_path / "data"
+    run(data, "append", "c1", "user", "hi")
+    proc = run(data, "sql", "SELECT nope FROM nowhere", check=False)
+    assert proc.returncode == 1 and "query failed" in proc.stderr
+
+
+def test_busy_projection_gives_a_clear_message(tmp_path):
+    data = tmp_path / "data"
+    run(data, "append", "c1", "user", "hi")
+    holder = duckdb.connect(str(data / "projections.duckdb"))  # another process-like writer holds the file
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c",
+             "import sys; from memfold.engine.cli import main; sys.exit(main(sys.argv[1:]))",
+             "--data-dir", str(data), "context", "c1"],
+            capture_output=True, text=True, timeout=60,
+        )
+    finally:
+        holder.close()
+    assert proc.returncode == 3, proc.stderr
+    assert "in use by another memfold process" in proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -1,0 +1,109 @@
+"""MemoryEngine end to end in embedded mode: SQLite log, DuckDB projection, offline summarizer."""
+
+from __future__ import annotations
+
+import pytest
+
+from memfold.engine.engine import MemoryEngine
+from memfold.engine.errors import EmptyContentError, MessageTooLargeError, UnknownRoleError, ValidationError
+from memfold.engine.settings import Settings
+
+
+def _engine(tmp_path, **overrides) -> MemoryEngine:
+    return MemoryEngine(Settings.load(None, data_dir=tmp_path / "data", **overrides))
+
+
+def _talk(engine: MemoryEngine, conversation: str, n: int, tenant: str = "default"):
+    positions = []
+    for i in range(n):
+        role = "user" if i % 2 == 0 else "assistant"
+        text = f"{role} message {i} about the delivery schedule and invoices"
+        if i == 0:
+            text = "Hi, my name is Dana Whitfield and my order number is #48213. I was charged $184.50."
+        if i == 2:
+            text = "We agreed: refund of $184.50 within 14 days provided the item is returned unused."
+        positions.append(engine.append_message(conversation, role, text, tenant_id=tenant))
+    return positions
+
+
+def test_read_your_writes_and_history_order(tmp_path):
+    with _engine(tmp_path) as engine:
+        positions = _talk(engine, "c1", 8)
+        engine.wait_for(positions[-1], timeout=30)
+        history = engine.history("c1")
+        assert [m.index for m in history] == list(range(8))
+        assert [m.seq for m in history] == list(range(1, 9))
+        assert history[0].content.startswith("Hi, my name is Dana")
+        assert all(m.tokens > 4 for m in history)
+
+
+def test_context_below_trigger_is_take_last_within_budget(tmp_path):
+    with _engine(tmp_path) as engine:
+        positions = _talk(engine, "c1", 9)
+        engine.wait_for(positions[-1])
+        full = engine.context("c1")
+        assert [m.kind for m in full][-1] == "current"
+        assert len(full) == 9
+        budget = sum(m.tokens for m in full[-3:])
+        trimmed = engine.context("c1", budget=budget)
+        assert [m.content for m in trimmed] == [m.content for m in full[-3:]]
+
+
+def test_long_conversation_keeps_early_facts_in_memory(tmp_path):
+    with _engine(tmp_path) as engine:
+        _talk(engine, "c1", 60)
+        engine.wait_idle(timeout=60)
+        context = engine.context("c1", budget=500)
+        memory = [m for m in context if m.kind.startswith("memory")]
+        assert memory, "above the trigger the hierarchical policy must put memory in the context"
+        text = " ".join(m.content for m in memory)
+        assert "#48213" in text and "184.50" in text
+        assert sum(m.tokens for m in context) <= 500 or len(context) == len(memory) + 1
+        chain = engine.summaries("c1", policy="hierarchical")
+        assert chain and all(r["status"] in ("completed", "failed") for r in chain)
+
+
+@pytest.mark.parametrize(
+    ("message", "error"),
+    [
+        ({"conversation_id": "c", "role": "robot", "content": "hi"}, UnknownRoleError),
+        ({"conversation_id": "c", "role": "user", "content": "   "}, EmptyContentError),
+        ({"conversation_id": "c", "role": "user", "content": "x" * 2001}, MessageTooLargeError),
+        ({"conversation_id": "", "role": "user", "content": "hi"}, ValidationError),
+        ({"conversation_id": "c", "role": "tool", "content": "42"}, ValidationError),
+    ],
+)
+def test_invalid_messages_are_rejected_and_nothing_is_written(tmp_path, message, error):
+    with _engine(tmp_path, max_message_chars=2000) as engine:
+        engine.append_message("c", "user", "first")
+        before = engine.log.end_positions()
+        with pytest.raises(error) as info:
+            engine.append_many([{"conversation_id": "c", "role": "user", "content": "fine"}, message])
+        assert info.value.line == 2
+        assert engine.log.end_positions() == before
+
+
+def test_token_limit_is_enforced(tmp_path):
+    with _engine(tmp_path, max_message_tokens=50) as engine:
+        with pytest.raises(MessageTooLargeError) as info:
+            engine.append_message("c", "user", "word " * 200)
+        assert info.value.unit == "tokens" and info.value.limit == 50
+
+
+def test_reopen_serves_the_same_context(tmp_path):
+    with _engine(tmp_path) as engine:
+        _talk(engine, "c1", 40)
+        engine.wait_idle()
+        before = [m.as_dict() for m in engine.context("c1", budget=800)]
+    with _engine(tmp_path) as engine:
+        after = [m.as_dict() for m in engine.context("c1", budget=800)]
+    assert after == before
+
+
+def test_tenants_are_separate_conversations(tmp_path):
+    with _engine(tmp_path) as engine:
+        _talk(engine, "same-id", 3, tenant="a")
+        last = _talk(engine, "same-id", 5, tenant="b")[-1]
+        engine.wait_for(last)
+        assert len(engine.history("same-id", tenant_id="a")) == 3
+        assert len(engine.history("same-id", tenant_id="b")) == 5

@@ -1,0 +1,46 @@
+"""Child process for crash tests: project a SQLite log into DuckDB, optionally dying mid-transaction.
+
+usage: python project_child.py LOG STORE BATCH_SIZE CRASH_AT_BATCH
+CRASH_AT_BATCH = -1 never crashes; N >= 0 SIGKILLs this process inside the
+N-th transaction, after the rows are written and before COMMIT.
+"""
+
+import os
+import signal
+import sys
+
+from memfold.engine.engine import fold_contexts
+from memfold.engine.settings import POLICY_NAMES, Settings
+from memfold.engine.tokens import counter
+from memfold.projections.projector import Projector
+from memfold.projections.store import DuckDBProjectionStore
+from memfold.streams.embedded import EmbeddedRunner
+from memfold.streams.logs import open_log
+
+
+class CrashingStore(DuckDBProjectionStore):
+    crash_at = -1
+    batches = 0
+
+    def _write(self, cur, changes):
+        super()._write(cur, changes)
+        if self.batches == self.crash_at:
+            os.kill(os.getpid(), signal.SIGKILL)
+        self.batches += 1
+
+
+def main() -> None:
+    log_path, store_path, batch_size, crash_at = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    settings = Settings.load(None, policies=POLICY_NAMES, partitions=4)
+    log = open_log(f"sqlite:///{log_path}", partitions=4)
+    store = CrashingStore(store_path)
+    store.crash_at = crash_at
+    runner = EmbeddedRunner(log, store, Projector(store, fold_contexts(settings), counter()), batch_size=batch_size)
+    while runner.run_once():
+        pass
+    store.close()
+    log.close()
+
+
+if __name__ == "__main__":
+    main()
