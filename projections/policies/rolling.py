@@ -1,0 +1,189 @@
+"""Rolling memory (seed 003): one summary covering the oldest N messages, regenerated from itself + new messages.
+
+Without a summary the plan is every message (the last ``max_messages`` when
+set). The first summary is asked for once the conversation reaches
+``message_threshold`` messages or ``token_threshold`` tokens and covers all
+but the ``recent_messages_to_keep`` newest. It is regenerated, hierarchically
+(previous summary + the messages since), once
+``total - (covered + recent) >= regeneration_threshold``. The plan is the
+summary as a system message followed by every message after its coverage.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from pydantic import BaseModel, ConfigDict
+
+from memfold.engine.errors import ConfigError
+from memfold.engine.events import ConversationDeleted, Event, SummaryFailed, SummaryProduced, SummaryRequested
+from memfold.engine.ports import ContextPlan, FoldContext, MemoryMessage, MessageRecord
+from memfold.engine.settings import RollingSettings
+from memfold.engine.tokens import MESSAGE_OVERHEAD
+from memfold.projections.fold import make_request
+
+from . import _tool_groups as groups
+from ._requests import RequestLedger
+
+
+class RollingSummary(BaseModel):
+    """The summary in force: ``text`` standing for messages ``[0, covers_to]`` (the seed's coversMessageCount - 1)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    summary_id: str
+    request_id: str
+    covers_to: int
+    text: str
+
+    @property
+    def covers_count(self) -> int:
+        """The seed's ``coversMessageCount``."""
+        return self.covers_to + 1
+
+
+class RollingState(BaseModel):
+    """Per-conversation state: message and token totals, the summary in force, the request ledger, tool groups."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    tenant_id: str
+    conversation_id: str
+    deleted: bool = False
+    count: int = 0
+    tokens: int = 0
+    summary: RollingSummary | None = None
+    requests: RequestLedger = RequestLedger()
+    # Tool groups after the summary's coverage: where a cut or the max_messages window may fall.
+    tool_groups: groups.ToolGroups = ()
+
+
+class RollingPolicy:
+    """Seed 003 as a pure fold. See the module docstring for triggers and the plan's shape."""
+
+    name: ClassVar[str] = "rolling"
+    State: ClassVar[type[RollingState]] = RollingState
+
+    def initial(self, tenant_id: str, conversation_id: str) -> RollingState:
+        """Return the state of a conversation with no messages."""
+        return RollingState(tenant_id=tenant_id, conversation_id=conversation_id)
+
+    def evolve(self, state: RollingState, item: MessageRecord | Event, ctx: FoldContext) -> RollingState:
+        """Return ``state`` with ``item`` folded in.
+
+        Idempotent: an already folded message index, a request covering no
+        more than one already adopted, and an answer to anything but the
+        pending request are no-ops. An empty or failed summary leaves the
+        previous one in force. After ``ConversationDeleted`` the state is a
+        deleted marker and nothing changes it.
+        """
+        if state.deleted:
+            return state
+        if isinstance(item, MessageRecord):
+            if item.index < state.count:
+                return state
+            return state.model_copy(
+                update={
+                    "count": item.index + 1,
+                    "tokens": state.tokens + item.tokens,
+                    "tool_groups": groups.note(state.tool_groups, item),
+                }
+            )
+        if isinstance(item, ConversationDeleted):
+            return RollingState(tenant_id=state.tenant_id, conversation_id=state.conversation_id, deleted=True)
+        if isinstance(item, SummaryRequested):
+            ledger = state.requests.adopt(item, ctx)
+            return state if ledger is state.requests else state.model_copy(update={"requests": ledger})
+        if isinstance(item, SummaryProduced) and state.requests.awaits(item.payload.request_id):
+            p = item.payload
+            if not p.text.strip():
+                return state.model_copy(update={"requests": state.requests.failed("summary_empty")})
+            summary = RollingSummary(summary_id=p.summary_id, request_id=p.request_id, covers_to=p.covers_to, text=p.text)
+            return state.model_copy(
+                update={
+                    "summary": summary,
+                    "requests": state.requests.succeeded(),
+                    "tool_groups": groups.prune(state.tool_groups, p.covers_to + 1),
+                }
+            )
+        if isinstance(item, SummaryFailed) and state.requests.awaits(item.payload.request_id):
+            return state.model_copy(update={"requests": state.requests.failed("summary_failed")})
+        return state
+
+    def decide(self, state: RollingState, ctx: FoldContext, cause: MessageRecord | Event) -> list[SummaryRequested]:
+        """Return the summary request ``state`` calls for now (at most one), built from ``cause``.
+
+        A pure function of state and settings, so it may run after any item.
+        Nothing asked yet: messages >= ``message_threshold`` or tokens >=
+        ``token_threshold`` (real counts) asks for ``[0, total - recent - 1]``.
+        Afterwards the seed's ``needsRegeneration`` formula decides, with
+        ``covered`` = the furthest request made so far (not only the last
+        success): so a failed range is never asked for again, and after a
+        failure the next attempt waits for ``regeneration_threshold`` new
+        messages (not in the seed; it bounds calls while a summarizer is down).
+        A regeneration feeds the previous summary (base) plus the originals
+        after it. Cuts move back to keep tool groups whole.
+        """
+        s = _settings(ctx)
+        if state.deleted:
+            return []
+        boundary = groups.align(state.tool_groups, state.count - s.recent_messages_to_keep, state.count)
+        cut = boundary - 1
+        covered = state.requests.requested_to
+        if covered < 0:
+            if state.count < s.message_threshold and state.tokens < s.token_threshold:
+                return []
+        elif state.count - (covered + 1 + s.recent_messages_to_keep) < s.regeneration_threshold:
+            return []
+        if cut < 0 or cut <= covered:
+            return []
+        summary = state.summary
+        request = make_request(
+            ctx,
+            cause,
+            covers=(0, cut),
+            inputs=(summary.covers_to + 1 if summary is not None else 0, cut),
+            base_summary_id=summary.summary_id if summary is not None else None,
+            kind="text",
+            char_cap=s.max_summary_length,
+        )
+        return [request]
+
+    def plan(self, state: RollingState, ctx: FoldContext) -> ContextPlan:
+        """Return the summary message and the verbatim range for the next prompt.
+
+        - deleted: nothing (``fallback="deleted"``);
+        - no usable summary: every message, or the last ``max_messages``
+          (moved back to keep a tool group whole), ``fallback="takeLast"``
+          (or the failure reason when a request failed);
+        - otherwise the summary, then every message after its coverage;
+          ``fallback`` is the failure reason while an older summary stands in
+          for a failed newer one, else None.
+
+        ``notes`` carries ``pending_request`` and the summary's coverage.
+        """
+        s = _settings(ctx)
+        if state.deleted:
+            return ContextPlan(verbatim_indices=(), fallback="deleted")
+        summary = state.summary
+        notes = {
+            "pending_request": state.requests.pending_id,
+            "summary_id": summary.summary_id if summary is not None else None,
+            "covers_count": summary.covers_count if summary is not None else 0,
+        }
+        fallback = state.requests.failure
+        if summary is None:
+            start = 0
+            if s.max_messages is not None and state.count > s.max_messages:
+                start = groups.align(state.tool_groups, state.count - s.max_messages, state.count)
+            return ContextPlan(verbatim_from=start, fallback=fallback or "takeLast", notes=notes)
+        memory = MemoryMessage(
+            content=summary.text, kind="summary", tokens=ctx.count_tokens(summary.text) + MESSAGE_OVERHEAD
+        )
+        return ContextPlan(memory=(memory,), verbatim_from=summary.covers_to + 1, fallback=fallback, notes=notes)
+
+
+def _settings(ctx: FoldContext) -> RollingSettings:
+    if not isinstance(ctx.settings, RollingSettings):
+        raise ConfigError(f"the rolling policy needs RollingSettings, got {type(ctx.settings).__name__}")
+    return ctx.settings

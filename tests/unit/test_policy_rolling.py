@@ -1,0 +1,368 @@
+"""Seed 003 (rolling summary) as a pure fold: thresholds, the 20/30/40 worked example, fallbacks, idempotency."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from hypothesis import given, settings as hsettings, strategies as st
+
+from memfold.engine.events import ConversationDeleted, SummaryRequested, ToolCall
+from memfold.engine.ids import content_hash
+from memfold.engine.ports import FoldContext, MessageRecord
+from memfold.engine.settings import RollingSettings
+from memfold.engine.tokens import counter
+from memfold.projections import fold
+from memfold.projections.policies.rolling import RollingPolicy, RollingState
+
+POLICY = RollingPolicy()
+COUNT = counter()
+T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def msg(i: int, role: str | None = None, content: str | None = None, **kw) -> MessageRecord:
+    role = role or ("user" if i % 2 == 0 else "assistant")
+    content = content if content is not None else f"M{i + 1} from the {role}"
+    return MessageRecord(
+        tenant_id="t1",
+        conversation_id="c1",
+        index=i,
+        seq=i + 1,
+        event_id=f"m{i}",
+        role=role,
+        content=content,
+        tokens=COUNT.count_message(content),
+        occurred_at=T0 + timedelta(seconds=i),
+        **kw,
+    )
+
+
+def chat(n: int, start: int = 0) -> list[MessageRecord]:
+    return [msg(i) for i in range(start, start + n)]
+
+
+def ctx_for(**overrides) -> FoldContext:
+    s = RollingSettings(**overrides)
+    return FoldContext(
+        policy="rolling",
+        settings=s,
+        settings_hash=content_hash("rolling", s.model_dump(mode="json"), length=16),
+        count_tokens=COUNT.count,
+    )
+
+
+def answer(request: SummaryRequested, how: str | None):
+    if how is None:
+        return None
+    if how == "fail":
+        return fold.failed(request, reason="model timed out", error_type="SummarizerTimeoutError")
+    text = "" if how == "empty" else f"S covering {request.payload.covers_to + 1} messages"
+    return fold.produced(request, text=text, summarizer="scripted", model="scripted", prompt_hash="x")
+
+
+class Scripted:
+    """A fake summarizer worker: answers requests in order from a script ("ok", "empty", "fail", None = pending)."""
+
+    def __init__(self, *script: str | None, default: str | None = "ok"):
+        self.script = list(script)
+        self.default = default
+
+    def __call__(self, request, state):
+        return answer(request, self.script.pop(0) if self.script else self.default)
+
+
+def run(items, ctx=None, worker=None, state=None):
+    return fold.run_sync(POLICY, ctx or ctx_for(), items, worker or Scripted(), state=state)
+
+
+def requests_of(derived) -> list[SummaryRequested]:
+    return [e for e in derived if isinstance(e, SummaryRequested)]
+
+
+# --------------------------------------------------------------------------- seed knobs
+
+
+def test_settings_defaults_are_the_seed_configuration():
+    s = RollingSettings()
+    assert (s.message_threshold, s.token_threshold, s.recent_messages_to_keep) == (20, 8000, 10)
+    assert (s.regeneration_threshold, s.max_summary_length, s.max_messages) == (10, 2000, None)
+
+
+def test_without_summary_all_messages_are_sent():
+    state, derived = run(chat(19))
+    assert requests_of(derived) == []
+    plan = POLICY.plan(state, ctx_for())
+    assert plan.memory == () and plan.verbatim_from == 0 and plan.fallback == "takeLast"
+
+
+def test_without_summary_max_messages_caps_the_verbatim_messages():
+    ctx = ctx_for(max_messages=5)
+    state, _ = run(chat(12), ctx=ctx)
+    assert POLICY.plan(state, ctx).verbatim_from == 7
+
+
+# --------------------------------------------------------------------------- the worked example
+
+
+def test_state_1_twenty_messages_first_summarization():
+    ctx = ctx_for()
+    state, derived = run(chat(20), ctx=ctx)
+    [req] = requests_of(derived)
+    p = req.payload
+    assert (p.covers_from, p.covers_to) == (0, 9)  # S1 covers 10 messages
+    assert (p.input_from, p.input_to) == (0, 9) and p.base_summary_id is None
+    assert p.kind == "text" and p.char_cap == 2000 and p.policy == "rolling"
+    assert state.summary.covers_count == 10
+    plan = POLICY.plan(state, ctx)
+    assert [m.content for m in plan.memory] == ["S covering 10 messages"]
+    assert plan.memory[0].kind == "summary" and plan.verbatim_from == 10  # [S1] + M11..M20
+    assert plan.fallback is None
+
+
+def test_state_2_thirty_messages_regeneration():
+    ctx = ctx_for()
+    state, derived = run(chat(30), ctx=ctx)
+    s1, s2 = requests_of(derived)
+    p = s2.payload
+    assert (p.covers_from, p.covers_to) == (0, 19)  # S2 covers 20
+    assert (p.input_from, p.input_to) == (10, 19)  # S1 + messages 11-20
+    assert p.base_summary_id == fold.summary_id_for(s1.payload.request_id)
+    plan = POLICY.plan(state, ctx)
+    assert plan.memory[0].content == "S covering 20 messages" and plan.verbatim_from == 20  # [S2] + M21..M30
+
+
+def test_state_3_forty_messages_and_onwards():
+    ctx = ctx_for()
+    state, derived = run(chat(60), ctx=ctx)
+    reqs = requests_of(derived)
+    assert [r.payload.covers_to + 1 for r in reqs] == [10, 20, 30, 40, 50]  # S1..S5
+    assert [r.payload.input_from for r in reqs] == [0, 10, 20, 30, 40]
+    at_40 = reqs[2].payload
+    assert (at_40.input_from, at_40.input_to) == (20, 29)  # S2 + messages 21-30
+    plan = POLICY.plan(state, ctx)
+    assert plan.verbatim_from == 50 and plan.memory[0].content == "S covering 50 messages"
+
+
+def test_regeneration_formula_boundary():
+    ctx = ctx_for()
+    state, derived = run(chat(29), ctx=ctx)
+    assert len(requests_of(derived)) == 1  # 29 - (10 + 10) = 9 < 10
+    state, derived = run([msg(29)], ctx=ctx, state=state)
+    assert len(requests_of(derived)) == 1  # 30 - (10 + 10) = 10 >= 10
+
+
+@pytest.mark.parametrize("threshold,expected", [(20, 20), (15, 15), (25, 25)])
+def test_message_threshold_knob(threshold, expected):
+    ctx = ctx_for(message_threshold=threshold)
+    _, derived = run(chat(40), ctx=ctx)
+    first = requests_of(derived)[0]
+    assert first.payload.covers_to == expected - 10 - 1
+
+
+def test_token_threshold_triggers_the_first_summary_with_real_token_counts():
+    ctx = ctx_for()
+    big = " tok" * 996  # 996 tokens + 4 overhead = 1000 per message
+    items = [msg(i, content=big) for i in range(12)]
+    assert all(m.tokens == 1000 for m in items)
+    state, derived = run(items[:10], ctx=ctx)
+    # 8000 tokens are reached at 8 messages, but all 10 are the recent ones: nothing older to summarize.
+    assert state.tokens == 10000 and requests_of(derived) == []
+    state, derived = run([items[10]], ctx=ctx, state=state)
+    [req] = requests_of(derived)
+    assert req.payload.covers_to == 0  # 11 messages < 20, but 11000 tokens >= 8000: summarize the oldest one
+
+
+def test_token_threshold_exact_boundary():
+    ctx = ctx_for(recent_messages_to_keep=2)
+    items = [msg(i, content=" tok" * 1996) for i in range(4)]  # 2000 tokens each
+    state, derived = run(items[:3], ctx=ctx)
+    assert state.tokens == 6000 and requests_of(derived) == []
+    state, derived = run(items[3:], ctx=ctx, state=state)
+    assert state.tokens == 8000
+    [req] = requests_of(derived)
+    assert req.payload.covers_to == 1
+
+
+def test_token_threshold_below_does_not_trigger():
+    ctx = ctx_for(recent_messages_to_keep=2)
+    items = [msg(i, content=" tok" * 1995) for i in range(4)]  # 1999 each: 7996 < 8000
+    _, derived = run(items, ctx=ctx)
+    assert requests_of(derived) == []
+
+
+# --------------------------------------------------------------------------- fallbacks
+
+
+def test_first_summary_failure_keeps_all_messages_and_is_not_retried_for_the_same_range():
+    ctx = ctx_for()
+    state, derived = run(chat(20), ctx=ctx, worker=Scripted("fail"))
+    [req] = requests_of(derived)
+    plan = POLICY.plan(state, ctx)
+    assert plan.memory == () and plan.verbatim_from == 0 and plan.fallback == "summary_failed"
+    assert state.requests.failed_ids == (req.payload.request_id,)
+    for item in (req, fold.failed(req, reason="again", error_type="X"), msg(19)):
+        after, more = fold.step(POLICY, state, item, ctx)
+        assert after == state and more == []
+    state, derived = run(chat(10, start=20), ctx=ctx, state=state)
+    [retry] = requests_of(derived)
+    assert (retry.payload.covers_to, retry.payload.input_from) == (19, 0)
+    assert POLICY.plan(state, ctx).fallback is None
+
+
+def test_regeneration_failure_keeps_previous_summary_and_uncovered_messages():
+    ctx = ctx_for()
+    state, _ = run(chat(30), ctx=ctx, worker=Scripted("ok", "fail"))
+    plan = POLICY.plan(state, ctx)
+    assert plan.fallback == "summary_failed"
+    assert plan.memory[0].content == "S covering 10 messages" and plan.verbatim_from == 10
+
+
+def test_empty_summary_is_not_used():
+    ctx = ctx_for()
+    state, _ = run(chat(30), ctx=ctx, worker=Scripted("ok", "empty"))
+    plan = POLICY.plan(state, ctx)
+    assert plan.fallback == "summary_empty" and plan.verbatim_from == 10
+    state, _ = run(chat(20), ctx=ctx, worker=Scripted("empty"))
+    assert state.summary is None and POLICY.plan(state, ctx).verbatim_from == 0
+
+
+def test_newer_request_supersedes_a_pending_one():
+    ctx = ctx_for()
+    state, derived = run(chat(30), ctx=ctx, worker=Scripted(None, None))
+    first, second = requests_of(derived)
+    assert second.payload.input_from == 0 and second.payload.base_summary_id is None  # no summary to build on
+    assert state.requests.superseded_ids == (first.payload.request_id,)
+    after, more = fold.step(POLICY, state, answer(first, "ok"), ctx)
+    assert after == state and more == []
+    state, _ = fold.step(POLICY, state, answer(second, "ok"), ctx)
+    assert state.summary.covers_count == 20
+    plan = POLICY.plan(state, ctx)
+    assert plan.verbatim_from == 20 and plan.notes["pending_request"] is None
+
+
+def test_pending_request_is_in_the_notes():
+    ctx = ctx_for()
+    state, derived = run(chat(20), ctx=ctx, worker=Scripted(None))
+    [req] = requests_of(derived)
+    assert POLICY.plan(state, ctx).notes["pending_request"] == req.payload.request_id
+
+
+def test_conversation_deleted():
+    ctx = ctx_for()
+    state, _ = run(chat(25), ctx=ctx)
+    deleted = ConversationDeleted(event_id="del", conversation_id="c1", tenant_id="t1", occurred_at=T0)
+    state, _ = fold.step(POLICY, state, deleted, ctx)
+    assert state.deleted and state.summary is None and state.tokens == 0
+    plan = POLICY.plan(state, ctx)
+    assert plan.memory == () and plan.verbatim_indices == () and plan.fallback == "deleted"
+    assert fold.step(POLICY, state, msg(25), ctx) == (state, [])
+
+
+# --------------------------------------------------------------------------- tool groups
+
+
+def test_cut_moves_back_so_the_tool_call_stays_with_its_results():
+    ctx = ctx_for()
+    # count 20 at the reply: boundary 10 falls on the first result (call at 9): the cut moves to 8.
+    state, derived = run(chat(9) + _group_at(9, 20), ctx=ctx)
+    [req] = requests_of(derived)
+    assert req.payload.covers_to == 8
+    assert POLICY.plan(state, ctx).verbatim_from == 9
+
+
+def _group_at(call: int, total: int) -> list[MessageRecord]:
+    """A call at ``call`` with two results, then plain messages up to ``total`` messages."""
+    items = [
+        msg(call, "assistant", "", tool_calls=(ToolCall(id="a", name="f"), ToolCall(id="b", name="g"))),
+        msg(call + 1, "tool", "result a", tool_call_id="a"),
+        msg(call + 2, "tool", "result b", tool_call_id="b"),
+    ]
+    return items + [msg(i) for i in range(call + 3, total)]
+
+
+def test_max_messages_window_keeps_the_tool_group_whole():
+    ctx = ctx_for(max_messages=3, message_threshold=100, token_threshold=10**6)
+    state, _ = run(chat(5) + _group_at(5, 10), ctx=ctx)
+    # 10 messages, last 3 would start at 7 (the second result): moved back to the call at 5.
+    assert POLICY.plan(state, ctx).verbatim_from == 5
+
+
+# --------------------------------------------------------------------------- idempotency, persistence, properties
+
+
+def test_duplicates_are_no_ops_and_state_round_trips():
+    ctx = ctx_for()
+    state, derived = run(chat(30), ctx=ctx, worker=Scripted("ok", None))
+    for dup in [*derived, msg(29), msg(0)]:
+        after, more = fold.step(POLICY, state, dup, ctx)
+        assert after == state and more == []
+    assert RollingState.model_validate_json(state.model_dump_json()) == state
+    assert POLICY.name == "rolling" and RollingPolicy.State is RollingState
+
+
+ROLE_SCRIPT = st.lists(st.sampled_from(["user", "assistant", "call", "big"]), min_size=1, max_size=70)
+
+
+def build(kinds: list[str]) -> list[MessageRecord]:
+    out: list[MessageRecord] = []
+    for k in kinds:
+        i = len(out)
+        if k == "call":
+            out.append(msg(i, "assistant", "", tool_calls=(ToolCall(id=f"t{i}", name="f"),)))
+            out.append(msg(i + 1, "tool", f"result {i}", tool_call_id=f"t{i}"))
+        elif k == "big":
+            out.append(msg(i, "user", " tok" * 300))
+        else:
+            out.append(msg(i, k))
+    return out
+
+
+def by_hash(request: SummaryRequested, state):
+    return answer(request, ["ok", "ok", "fail", "empty", None][int(request.payload.request_id[-2:], 16) % 5])
+
+
+@hsettings(max_examples=60, deadline=None)
+@given(kinds=ROLE_SCRIPT, split=st.integers(0, 200), dup=st.booleans())
+def test_fold_a_then_b_from_serialized_state_equals_fold_a_plus_b(kinds, split, dup):
+    ctx = ctx_for(message_threshold=8, token_threshold=1500, recent_messages_to_keep=3, regeneration_threshold=3)
+    items = build(kinds)
+    if dup:
+        items = items + items[-2:]
+    split = split % (len(items) + 1)
+    whole, derived_whole = fold.run_sync(POLICY, ctx, items, by_hash)
+    a, derived_a = fold.run_sync(POLICY, ctx, items[:split], by_hash, state=POLICY.initial("t1", "c1"))
+    resumed = RollingState.model_validate_json(a.model_dump_json())
+    b, derived_b = fold.run_sync(POLICY, ctx, items[split:], by_hash, state=resumed)
+    assert b == whole and derived_a + derived_b == derived_whole
+    again, derived_again = fold.run_sync(POLICY, ctx, items, by_hash)
+    assert again == whole and derived_again == derived_whole
+    cuts = [r.payload.covers_to for r in requests_of(derived_whole)]
+    cuts.append(POLICY.plan(whole, ctx).verbatim_from - 1)
+    for cut in cuts:
+        if 0 <= cut + 1 < len(items):
+            assert items[cut + 1].role != "tool"
+    # Inputs always start right after the summary they build on (hierarchical summarization).
+    for r in requests_of(derived_whole):
+        assert r.payload.input_from == 0 or r.payload.base_summary_id is not None
+
+
+@hsettings(max_examples=40, deadline=None)
+@given(kinds=ROLE_SCRIPT)
+def test_replaying_the_log_equals_live(kinds):
+    ctx = ctx_for(message_threshold=8, token_threshold=1500, recent_messages_to_keep=3, regeneration_threshold=3)
+    state = POLICY.initial("t1", "c1")
+    log = []
+    for item in build(kinds):
+        log.append(item)
+        state, derived = fold.run_sync(POLICY, ctx, [item], by_hash, state=state)
+        log.extend(derived)
+    replayed = POLICY.initial("t1", "c1")
+    decided = []
+    for item in log:
+        replayed, more = fold.step(POLICY, replayed, item, ctx)
+        decided.extend(more)
+    assert replayed == state
+    assert decided == requests_of(log)
