@@ -1,0 +1,245 @@
+"""The topics policy's state (seed 004) and what derives from it: compressed store, similarity, decay, stats, rows."""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+import math
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from memfold.engine.settings import TopicsSettings
+
+
+DAY = 86400.0
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class MessageRef(_Frozen):
+    """A message as a topic keeps it: a reference (the content lives in the ``messages`` projection)."""
+
+    index: int
+    role: str
+    timestamp: float  # unix seconds, as the seed's MessageEntry
+    calls: tuple[str, ...] = ()  # tool_call ids an assistant message asked for
+    answers: str | None = None  # the tool_call id a tool message answers
+
+
+def compress_refs(refs: list[MessageRef] | tuple[MessageRef, ...]) -> str:
+    """Return ``refs`` as the seed's compressed string: JSON → gzip (mtime 0) → base64."""
+    data = json.dumps([r.model_dump(mode="json") for r in refs], sort_keys=True, separators=(",", ":"))
+    return base64.b64encode(gzip.compress(data.encode("utf-8"), compresslevel=9, mtime=0)).decode("ascii")
+
+
+def decompress_refs(blob: str | None) -> list[MessageRef]:
+    """Return the references stored by :func:`compress_refs` (empty for None)."""
+    if not blob:
+        return []
+    return [MessageRef.model_validate(d) for d in json.loads(gzip.decompress(base64.b64decode(blob)))]
+
+
+def cosine(a: tuple[float, ...], b: tuple[float, ...]) -> float:
+    """Return the cosine similarity of two vectors; 0.0 for a zero vector or mismatched dimensions."""
+    if len(a) != len(b) or not a:
+        return 0.0
+    dot = sum(x * y for x, y in zip(a, b))
+    na = math.sqrt(sum(x * x for x in a))
+    nb = math.sqrt(sum(y * y for y in b))
+    if na == 0.0 or nb == 0.0:
+        return 0.0
+    return dot / (na * nb)
+
+
+def half_life_seconds(access_count: int, settings: TopicsSettings) -> float:
+    """Return the seed's half-life: base, doubled every ``access_threshold_for_lt`` accesses, capped."""
+    doublings = min(access_count // settings.access_threshold_for_lt, 64)
+    return min(settings.base_half_life_seconds * 2.0**doublings, settings.max_half_life_seconds)
+
+
+def memory_type(access_count: int, settings: TopicsSettings) -> str:
+    """Return "long-term" from ``access_threshold_for_lt`` accesses on, else "short-term"."""
+    return "long-term" if access_count >= settings.access_threshold_for_lt else "short-term"
+
+
+def compaction_cut(refs: tuple[MessageRef, ...], keep: int, open_calls: dict[str, str] | None = None) -> int:
+    """Return how many of ``refs`` (oldest first) to compact: all but ``keep``, never splitting a tool group.
+
+    A tool-calling assistant message whose results fall on the kept side, or
+    whose calls are still open, moves to the kept side with its results.
+    """
+    open_calls = open_calls or {}
+    answered_at = {r.answers: i for i, r in enumerate(refs) if r.answers}
+    cut = max(0, len(refs) - keep)
+    changed = True
+    while changed and cut > 0:
+        changed = False
+        for i, ref in enumerate(refs[:cut]):
+            if ref.calls and (
+                any(c in open_calls for c in ref.calls) or max(answered_at.get(c, -1) for c in ref.calls) >= cut
+            ):
+                cut, changed = i, True
+                break
+    return cut
+
+
+def priority(topic: Topic, now: datetime, settings: TopicsSettings) -> float:
+    """Return ``importance × 0.5^(seconds since last_active_at / half_life)`` (age never negative)."""
+    inactive = max(0.0, (now - topic.last_active_at).total_seconds())
+    return topic.importance * 0.5 ** (inactive / half_life_seconds(topic.access_count, settings))
+
+
+# --------------------------------------------------------------------------- state
+
+
+class Topic(_Frozen):
+    """One topic; after eviction a tombstone (no embedding, no messages) kept for the ``topics`` table."""
+
+    topic_id: str
+    title: str
+    created_at: datetime
+    last_active_at: datetime
+    importance: float
+    embedding: tuple[float, ...] | None = None
+    access_count: int = 0
+    message_count: int = 0
+    messages: tuple[MessageRef, ...] = ()
+    compressed: str | None = None  # base64(gzip(JSON [MessageRef…]))
+    compressed_count: int = 0
+    summary_id: str | None = None
+    summary_text: str | None = None
+    processing_request_id: str | None = None
+    processing_indices: tuple[int, ...] = ()
+    failed_request_id: str | None = None
+    evicted_at: datetime | None = None
+    evicted_priority: float | None = None
+
+    @property
+    def evicted(self) -> bool:
+        return self.evicted_at is not None
+
+
+class PendingAudit(_Frozen):
+    """A topic event decided by the last evolve and not yet emitted by ``decide``."""
+
+    type: Literal["TopicAssigned", "TopicCompacted", "TopicEvicted"]
+    event_id: str
+    occurred_at: datetime
+    causation_id: str | None = None
+    payload: dict[str, Any]
+
+
+class State(_Frozen):
+    """Per-conversation fold state; per-message data is bounded by topics × active messages."""
+
+    tenant_id: str
+    conversation_id: str
+    deleted: bool = False
+    now: datetime | None = None
+    last_index: int = -1
+    active_topic_id: str | None = None
+    topics: tuple[Topic, ...] = ()  # creation order, evicted ones included
+    unassigned: tuple[MessageRef, ...] = ()  # messages before the first user message
+    open_calls: dict[str, str] = Field(default_factory=dict)  # tool_call id → topic id, this round
+    recent_requests: tuple[str, ...] = ()
+    outbox: tuple[PendingAudit, ...] = ()
+    # The settings last folded with, so rows and stats need no context.
+    settings: TopicsSettings | None = None
+
+
+# --------------------------------------------------------------------------- reads and rows
+
+
+def find_topic(state: State, topic_id: str | None) -> tuple[int, Topic] | tuple[None, None]:
+    """Return ``(position, topic)`` of ``topic_id`` in ``state.topics`` (evicted ones too), or ``(None, None)``."""
+    if topic_id is not None:
+        for i, t in enumerate(state.topics):
+            if t.topic_id == topic_id:
+                return i, t
+    return None, None
+
+
+def _stats(topic: Topic, now: datetime, settings: TopicsSettings) -> dict[str, Any]:
+    return {
+        "topic_id": topic.topic_id,
+        "topic_title": topic.title,
+        "active_messages": len(topic.messages),
+        "compressed_messages": topic.compressed_count,
+        "total_messages": len(topic.messages) + topic.compressed_count,
+        "has_summary": topic.summary_text is not None,
+        "importance_score": topic.importance,
+        "access_count": topic.access_count,
+        "memory_type": memory_type(topic.access_count, settings),
+        "half_life_days": half_life_seconds(topic.access_count, settings) / DAY,
+        "age_seconds": int(max(0.0, (now - topic.created_at).total_seconds())),
+        "inactive_seconds": int(max(0.0, (now - topic.last_active_at).total_seconds())),
+    }
+
+
+def get_topic_stats(
+    state: State,
+    now: datetime | None = None,
+    *,
+    settings: TopicsSettings | None = None,
+    topic_id: str | None = None,
+) -> dict[str, Any]:
+    """Return the seed's stats of the active topic (or ``topic_id``) at ``now`` (default: the state's now).
+
+    Exactly the seed's fields; an empty dict when there is no such live topic.
+    ``settings`` defaults to the ones the state was last folded with.
+    """
+    settings = settings or state.settings or TopicsSettings()
+    _, topic = find_topic(state, topic_id or state.active_topic_id)
+    if topic is None or topic.evicted:
+        return {}
+    return _stats(topic, now or state.now or topic.last_active_at, settings)
+
+
+def topic_history(state: State, topic_id: str | None = None, *, include_compressed: bool = True) -> list[int]:
+    """Return the message indices of a topic (default: the active one), oldest first."""
+    _, topic = find_topic(state, topic_id or state.active_topic_id)
+    if topic is None:
+        return []
+    refs = list(topic.messages) + (decompress_refs(topic.compressed) if include_compressed else [])
+    return sorted(r.index for r in refs)
+
+
+def topic_rows(state: State, settings: TopicsSettings | None = None) -> list[dict[str, Any]]:
+    """Return the ``topics`` table for this conversation (evicted tombstones included), JSON-ready.
+
+    ``priority`` is computed at the state's ``now``; an evicted topic keeps the
+    priority it was evicted with. A deleted conversation has no rows.
+    """
+    if state.deleted:
+        return []
+    settings = settings or state.settings or TopicsSettings()
+    out = []
+    for t in state.topics:
+        now = state.now or t.last_active_at
+        out.append(
+            {
+                "topic_id": t.topic_id,
+                "title": t.title,
+                "message_count": t.message_count,
+                "active_count": len(t.messages),
+                "compressed_count": t.compressed_count,
+                "access_count": t.access_count,
+                "importance": t.importance,
+                "half_life_days": half_life_seconds(t.access_count, settings) / DAY,
+                "memory_type": memory_type(t.access_count, settings),
+                "priority": t.evicted_priority if t.evicted else round(priority(t, now, settings), 12),
+                "has_summary": t.summary_text is not None,
+                "summary_id": t.summary_id,
+                "created_at": t.created_at.isoformat(),
+                "last_active_at": t.last_active_at.isoformat(),
+                "active": t.topic_id == state.active_topic_id,
+                "evicted": t.evicted,
+                "evicted_at": t.evicted_at.isoformat() if t.evicted_at else None,
+            }
+        )
+    return out

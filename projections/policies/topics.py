@@ -1,0 +1,487 @@
+"""Seed 004: topics by embedding similarity, half-life decay by access count, compaction restored on access.
+
+Assignment. Each user message is embedded (the embedding recorded on the
+message, else the pure local ``ctx.embed``) and compared by cosine similarity
+with every live topic's embedding. Above ``similarity_threshold`` it joins the
+most similar topic (earliest on a tie): ``access_count += 1``. Otherwise it
+opens a new topic titled with its first ``title_chars`` characters, whose
+embedding stays the first message's (a running mean would drift toward
+whatever the topic wandered into and make matching depend on message order
+within the topic). Assistant and system messages join the active topic; a
+``tool`` message joins the topic of the assistant message that called it, so
+a tool call and its results are always in one topic. Every message that joins
+a topic refreshes its ``last_active_at`` (the LRU timer).
+
+Compaction. When a topic holds more than ``max_messages_per_topic`` active
+messages it asks for a summary (kind "text", ``input_indices`` = its active
+messages except the recent ``recent_message_keep``, moved back so no tool
+group is split, base = its previous summary). The messages move to the
+compressed store only when the summary arrives: a failed or empty summary
+hides nothing, and the same input set is not requested again. The compressed
+store follows the seed's format (JSON → gzip → base64, gzip ``mtime=0`` so it
+is deterministic) but holds message *references* (index, role, timestamp,
+tool-call ids), not contents: contents live in the ``messages`` projection,
+which is what crypto-shredding will erase, so a copy here would outlive it.
+
+Restore on access. A user message that matches a topic other than the active
+one, and that topic has compressed messages, restores them (decompress, merge,
+sort chronologically = by index, clear the store). Messages that continue the
+active topic do not: a hot topic stays as compacted as it is.
+
+Decay. ``priority = importance × 0.5^(inactive_seconds / half_life)`` with
+``half_life = base × 2^(access_count // access_threshold_for_lt)``, capped at
+``max_half_life_seconds``; ``now`` is the latest message timestamp or
+``ClockTicked.now`` seen, so decay replays identically. When more than
+``max_topics`` topics are live, every topic below ``eviction_priority`` is
+evicted except the active one; an evicted topic stays as a small tombstone row.
+
+Audit. ``decide`` also returns ``TopicAssigned`` (each user message),
+``TopicCompacted`` and ``TopicEvicted`` events with deterministic ids; folding
+them back (at once, or later from the log) is a no-op.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from functools import singledispatch
+from typing import Any, ClassVar
+
+from pydantic import BaseModel
+
+from memfold.engine.errors import ConfigError
+from memfold.engine.events import (
+    EVENT_CLASSES,
+    ClockTicked,
+    ConversationDeleted,
+    Event,
+    SummaryFailed,
+    SummaryProduced,
+    SummaryRequested,
+    TopicAssigned,
+    TopicCompacted,
+    TopicEvicted,
+)
+from memfold.engine.ids import content_hash
+from memfold.engine.ports import ContextPlan, FoldContext, MemoryMessage, MessageRecord
+from memfold.engine.settings import TopicsSettings
+from memfold.engine.tokens import MESSAGE_OVERHEAD
+from memfold.projections.fold import make_request
+
+from ._topic_memory import (
+    DAY,
+    MessageRef,
+    PendingAudit,
+    State,
+    Topic,
+    compaction_cut,
+    compress_refs,
+    cosine,
+    decompress_refs,
+    find_topic,
+    get_topic_stats,
+    half_life_seconds,
+    memory_type,
+    priority,
+    topic_history,
+    topic_rows,
+)
+
+__all__ = [
+    "DAY", "MessageRef", "PendingAudit", "State", "Topic", "TopicsPolicy", "compaction_cut", "compress_refs",
+    "cosine", "decompress_refs", "find_topic", "get_topic_stats", "half_life_seconds", "memory_type", "priority",
+    "topic_history", "topic_rows",
+]
+
+NAME = "topics"
+SUMMARY_PREFIX = "Topic summary: "
+# Request ids remembered to recognise one coming back from the log; a topic has
+# at most one open request, so a short memory is plenty.
+_RECENT_REQUESTS = 64
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _topic_id(item: MessageRecord) -> str:
+    return "topic-" + content_hash(item.tenant_id, item.conversation_id, item.index, item.content, length=20)
+
+
+def _ref(item: MessageRecord) -> MessageRef:
+    return MessageRef(
+        index=item.index,
+        role=item.role,
+        timestamp=item.occurred_at.timestamp(),
+        calls=tuple(tc.id for tc in item.tool_calls),
+        answers=item.tool_call_id if item.role == "tool" else None,
+    )
+
+
+def _replace(state: State, i: int, topic: Topic, **update: Any) -> State:
+    topics = list(state.topics)
+    topics[i] = topic
+    return state.model_copy(update={"topics": tuple(topics), **update})
+
+
+def _audit(state: State, type_: str, event_id: str, cause: Any, ctx: FoldContext, **payload: Any) -> State:
+    entry = PendingAudit(
+        type=type_,  # type: ignore[arg-type]
+        event_id=event_id,
+        occurred_at=cause.occurred_at,
+        causation_id=cause.event_id,
+        payload={"policy": NAME, "settings_hash": ctx.settings_hash, **payload},
+    )
+    return state.model_copy(update={"outbox": (*state.outbox, entry)})
+
+
+# --------------------------------------------------------------------------- evolve
+
+
+@singledispatch
+def _apply(item: Any, state: State, ctx: FoldContext) -> State:
+    return state  # SettingsChanged and anything new: nothing to do
+
+
+def _embedding(item: MessageRecord, ctx: FoldContext) -> tuple[float, ...]:
+    if item.embedding is not None:
+        return tuple(item.embedding)
+    if ctx.embed is None:
+        raise ConfigError(
+            "the topics policy needs an embedder: give the FoldContext an embed function "
+            "(the local hash embedder) or record an embedding on every user message"
+        )
+    return tuple(ctx.embed(item.content))
+
+
+def _user_message(item: MessageRecord, state: State, ctx: FoldContext) -> State:
+    s: TopicsSettings = ctx.settings  # type: ignore[assignment]
+    vector = _embedding(item, ctx)
+    best_i, best_sim = None, -2.0
+    for i, t in enumerate(state.topics):
+        if t.evicted or t.embedding is None:
+            continue
+        sim = cosine(vector, t.embedding)
+        if sim > best_sim:
+            best_i, best_sim = i, sim
+    ref = _ref(item)
+    if best_i is not None and best_sim > s.similarity_threshold:
+        topic = state.topics[best_i]
+        messages = topic.messages
+        update: dict[str, Any] = {}
+        if topic.compressed and topic.topic_id != state.active_topic_id:
+            # Restore on access: back in full until the next compaction.
+            merged = sorted((*messages, *decompress_refs(topic.compressed)), key=lambda r: r.index)
+            messages = tuple(merged)
+            update.update(compressed=None, compressed_count=0)
+        if item.importance is not None:
+            update["importance"] = item.importance
+        topic = topic.model_copy(
+            update={
+                **update,
+                "messages": (*messages, ref),
+                "message_count": topic.message_count + 1,
+                "access_count": topic.access_count + 1,
+                "last_active_at": max(topic.last_active_at, item.occurred_at),
+            }
+        )
+        state = _replace(state, best_i, topic)
+        created = False
+    else:
+        topic = Topic(
+            topic_id=_topic_id(item),
+            title=item.content[: s.title_chars],
+            created_at=item.occurred_at,
+            last_active_at=item.occurred_at,
+            importance=item.importance if item.importance is not None else s.default_importance,
+            embedding=vector,
+            messages=(*state.unassigned, ref),
+            message_count=len(state.unassigned) + 1,
+        )
+        state = state.model_copy(update={"topics": (*state.topics, topic), "unassigned": ()})
+        created = True
+    state = state.model_copy(update={"active_topic_id": topic.topic_id, "open_calls": {}})
+    return _audit(
+        state,
+        "TopicAssigned",
+        "tas-" + content_hash(item.tenant_id, item.conversation_id, item.event_id, topic.topic_id, ctx.settings_hash),
+        item,
+        ctx,
+        topic_id=topic.topic_id,
+        message_index=item.index,
+        similarity=None if best_i is None else best_sim,
+        created=created,
+        title=topic.title if created else None,
+    )
+
+
+def _other_message(item: MessageRecord, state: State) -> State:
+    target = state.active_topic_id
+    if item.role == "tool" and item.tool_call_id in state.open_calls:
+        target = state.open_calls[item.tool_call_id]
+    open_calls = dict(state.open_calls)
+    if item.role == "tool" and item.tool_call_id:
+        open_calls.pop(item.tool_call_id, None)
+    i, topic = find_topic(state, target)
+    if topic is None or topic.evicted:
+        return state.model_copy(update={"unassigned": (*state.unassigned, _ref(item)), "open_calls": open_calls})
+    for tc in item.tool_calls:
+        open_calls[tc.id] = topic.topic_id
+    topic = topic.model_copy(
+        update={
+            "messages": (*topic.messages, _ref(item)),
+            "message_count": topic.message_count + 1,
+            "last_active_at": max(topic.last_active_at, item.occurred_at),
+        }
+    )
+    return _replace(state, i, topic, open_calls=open_calls)
+
+
+def _evict(state: State, cause: Any, ctx: FoldContext) -> State:
+    """Evict every live topic below ``eviction_priority`` (never the active one) while over ``max_topics``."""
+    s: TopicsSettings = ctx.settings  # type: ignore[assignment]
+    live = [(i, t) for i, t in enumerate(state.topics) if not t.evicted]
+    if len(live) <= s.max_topics or state.now is None:
+        return state
+    now = state.now
+    ranked = sorted(live, key=lambda it: (priority(it[1], now, s), it[0]))
+    for i, topic in ranked:
+        p = priority(topic, now, s)
+        if p >= s.eviction_priority:
+            break
+        if topic.topic_id == state.active_topic_id:
+            continue
+        tombstone = topic.model_copy(
+            update={
+                "embedding": None,
+                "messages": (),
+                "compressed": None,
+                "summary_text": None,
+                "processing_request_id": None,
+                "processing_indices": (),
+                "evicted_at": now,
+                "evicted_priority": round(p, 12),
+            }
+        )
+        state = _replace(state, i, tombstone)
+        state = _audit(
+            state,
+            "TopicEvicted",
+            "tev-" + content_hash(state.tenant_id, state.conversation_id, topic.topic_id, ctx.settings_hash),
+            cause,
+            ctx,
+            topic_id=topic.topic_id,
+            priority=round(p, 12),
+        )
+    return state
+
+
+def _advance(state: State, when: datetime) -> State:
+    if state.now is None or when > state.now:
+        return state.model_copy(update={"now": when})
+    return state
+
+
+@_apply.register
+def _message(item: MessageRecord, state: State, ctx: FoldContext) -> State:
+    if item.index <= state.last_index:
+        return state  # re-delivered message
+    state = _advance(state, item.occurred_at).model_copy(update={"last_index": item.index})
+    state = _user_message(item, state, ctx) if item.role == "user" else _other_message(item, state)
+    return _evict(state, item, ctx)
+
+
+@_apply.register
+def _tick(item: ClockTicked, state: State, ctx: FoldContext) -> State:
+    return _evict(_advance(state, item.payload.now), item, ctx)
+
+
+@_apply.register
+def _requested(item: SummaryRequested, state: State, ctx: FoldContext) -> State:
+    p = item.payload
+    if p.policy != NAME or p.settings_hash != ctx.settings_hash or p.request_id in state.recent_requests:
+        return state
+    i, topic = find_topic(state, p.topic_id)
+    if topic is None or topic.evicted or topic.processing_request_id is not None:
+        return state
+    topic = topic.model_copy(
+        update={"processing_request_id": p.request_id, "processing_indices": tuple(p.input_indices or ())}
+    )
+    recent = (*state.recent_requests, p.request_id)[-_RECENT_REQUESTS:]
+    return _replace(state, i, topic, recent_requests=recent)
+
+
+def _open_request(state: State, request_id: str) -> tuple[int, Topic] | tuple[None, None]:
+    for i, t in enumerate(state.topics):
+        if t.processing_request_id == request_id:
+            return i, t
+    return None, None
+
+
+@_apply.register
+def _produced(item: SummaryProduced, state: State, ctx: FoldContext) -> State:
+    p = item.payload
+    if p.policy != NAME:
+        return state
+    i, topic = _open_request(state, p.request_id)
+    if topic is None:
+        return state  # a duplicate, or the answer for a topic evicted meanwhile
+    closed = {"processing_request_id": None, "processing_indices": ()}
+    if not p.text.strip():
+        return _replace(state, i, topic.model_copy(update={**closed, "failed_request_id": p.request_id}))
+    moving = set(topic.processing_indices)
+    old = [r for r in topic.messages if r.index in moving]
+    kept = tuple(r for r in topic.messages if r.index not in moving)
+    stored = sorted((*decompress_refs(topic.compressed), *old), key=lambda r: r.index)
+    topic = topic.model_copy(
+        update={
+            **closed,
+            "messages": kept,
+            "compressed": compress_refs(stored) if stored else None,
+            "compressed_count": len(stored),
+            "summary_id": p.summary_id,
+            "summary_text": p.text,
+            "failed_request_id": None,
+        }
+    )
+    state = _replace(state, i, topic)
+    return _audit(
+        state,
+        "TopicCompacted",
+        "tcp-" + content_hash(p.summary_id, ctx.settings_hash),
+        item,
+        ctx,
+        topic_id=topic.topic_id,
+        compacted_through=max((r.index for r in old), default=-1),
+        kept_recent=len(kept),
+    )
+
+
+@_apply.register
+def _failed(item: SummaryFailed, state: State, ctx: FoldContext) -> State:
+    if item.payload.policy != NAME:
+        return state
+    i, topic = _open_request(state, item.payload.request_id)
+    if topic is None:
+        return state
+    topic = topic.model_copy(
+        update={"processing_request_id": None, "processing_indices": (), "failed_request_id": item.payload.request_id}
+    )
+    return _replace(state, i, topic)
+
+
+def _emitted(item: Event, state: State, ctx: FoldContext) -> State:
+    if not any(a.event_id == item.event_id for a in state.outbox):
+        return state  # back from the log: already folded when decided
+    return state.model_copy(update={"outbox": tuple(a for a in state.outbox if a.event_id != item.event_id)})
+
+
+for _cls in (TopicAssigned, TopicCompacted, TopicEvicted):
+    _apply.register(_cls, _emitted)
+
+
+@_apply.register
+def _deleted(item: ConversationDeleted, state: State, ctx: FoldContext) -> State:
+    return State(tenant_id=state.tenant_id, conversation_id=state.conversation_id, deleted=True)
+
+
+# --------------------------------------------------------------------------- the policy
+
+
+class TopicsPolicy:
+    """Seed 004 as a pure fold: see the module docstring for assignment, compaction, restore and decay."""
+
+    name: ClassVar[str] = NAME
+    State: ClassVar[type[BaseModel]] = State
+
+    def initial(self, tenant_id: str, conversation_id: str) -> State:
+        """Return the state of a conversation with no messages."""
+        return State(tenant_id=tenant_id, conversation_id=conversation_id)
+
+    def evolve(self, state: State, item: Any, ctx: FoldContext) -> State:
+        """Fold one message or event. Re-delivered messages, requests, answers and topic events are no-ops.
+
+        Raises :class:`ConfigError` for a user message with no recorded
+        embedding when ``ctx.embed`` is None. After ``ConversationDeleted``
+        every item is ignored.
+        """
+        if state.deleted:
+            return state
+        if isinstance(ctx.settings, TopicsSettings) and state.settings != ctx.settings:
+            state = state.model_copy(update={"settings": ctx.settings})
+        return _apply(item, state, ctx)
+
+    def decide(self, state: State, ctx: FoldContext, cause: Any) -> list[Event]:
+        """Return the pending topic events, then one compaction request per topic over the limit.
+
+        A topic gets a request when it has more than ``max_messages_per_topic``
+        active messages, none in flight, something to compact after keeping
+        the recent ones whole, and the request is not the one that last failed.
+        """
+        if state.deleted:
+            return []
+        out: list[Event] = [
+            EVENT_CLASSES[a.type](
+                event_id=a.event_id,
+                tenant_id=state.tenant_id,
+                conversation_id=state.conversation_id,
+                occurred_at=a.occurred_at,
+                causation_id=a.causation_id,
+                payload=a.payload,
+            )
+            for a in state.outbox
+        ]
+        s: TopicsSettings = ctx.settings  # type: ignore[assignment]
+        for topic in state.topics:
+            if topic.evicted or topic.processing_request_id is not None:
+                continue
+            if len(topic.messages) <= s.max_messages_per_topic:
+                continue
+            cut = compaction_cut(topic.messages, s.recent_message_keep, state.open_calls)
+            if cut == 0:
+                continue
+            indices = tuple(r.index for r in topic.messages[:cut])
+            request = make_request(
+                ctx,
+                cause,
+                covers=(indices[0], indices[-1]),
+                inputs=(indices[0], indices[-1]),
+                base_summary_id=topic.summary_id,
+                input_indices=indices,
+                topic_id=topic.topic_id,
+                kind="text",
+            )
+            if request.payload.request_id != topic.failed_request_id:
+                out.append(request)
+        return out
+
+    def plan(self, state: State, ctx: FoldContext) -> ContextPlan:
+        """Return the active topic: its summary (if any) and its active messages verbatim.
+
+        Before the first user message there is no topic: every message is read
+        raw (fallback ``"no_topic"``).
+        """
+        if state.deleted:
+            return ContextPlan(verbatim_indices=(), fallback="deleted")
+        _, topic = find_topic(state, state.active_topic_id)
+        if topic is None:
+            return ContextPlan(verbatim_from=0, fallback="no_topic")
+        memory: tuple[MemoryMessage, ...] = ()
+        if topic.summary_text:
+            content = SUMMARY_PREFIX + topic.summary_text
+            memory = (MemoryMessage(content, "topic_summary", ctx.count_tokens(content) + MESSAGE_OVERHEAD),)
+        return ContextPlan(
+            memory=memory,
+            verbatim_indices=tuple(sorted(r.index for r in topic.messages)),
+            notes={
+                "topic_id": topic.topic_id,
+                "topic_title": topic.title,
+                "compressed_messages": topic.compressed_count,
+                "summary_id": topic.summary_id,
+            },
+        )
+
+    def rows(self, state: State) -> dict[str, list[dict[str, Any]]]:
+        """Return the policy's tables for the projector: ``{"topics": topic_rows(state)}``."""
+        return {"topics": topic_rows(state)}
+
+
+POLICY = TopicsPolicy()

@@ -1,0 +1,692 @@
+"""Seed 004 (topics with decay): assignment, compaction + restore, the decay tables, eviction, stats, properties."""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import hashlib
+import math
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from hypothesis import given, settings as hsettings, strategies as st
+
+from memfold.engine.errors import ConfigError
+from memfold.engine.events import (
+    ClockTicked,
+    ClockTickedPayload,
+    ConversationDeleted,
+    Event,
+    SummaryRequested,
+    ToolCall,
+    TopicAssigned,
+    TopicCompacted,
+    TopicEvicted,
+)
+from memfold.engine.ids import content_hash
+from memfold.engine.ports import FoldContext, MessageRecord
+from memfold.engine.settings import TopicsSettings
+from memfold.engine.tokens import counter
+from memfold.projections import fold
+from memfold.projections.policies import topics as tp
+from memfold.projections.policies.topics import TopicsPolicy
+
+T0 = datetime(2025, 1, 1, tzinfo=timezone.utc)
+DAY = 86400
+DIM = 32
+POLICY = TopicsPolicy()
+
+SEED_STATS_FIELDS = [
+    "topic_id", "topic_title", "active_messages", "compressed_messages", "total_messages", "has_summary",
+    "importance_score", "access_count", "memory_type", "half_life_days", "age_seconds", "inactive_seconds",
+]
+
+
+def bag_of_words(text: str) -> tuple[float, ...]:
+    """A small deterministic embedder: words hashed into DIM buckets, unit length."""
+    v = [0.0] * DIM
+    for word in text.lower().split():
+        v[int(hashlib.sha256(word.encode()).hexdigest(), 16) % DIM] += 1.0
+    n = math.sqrt(sum(x * x for x in v)) or 1.0
+    return tuple(x / n for x in v)
+
+
+def make_ctx(embed=bag_of_words, **overrides) -> FoldContext:
+    s = TopicsSettings(**overrides)
+    return FoldContext(
+        policy="topics",
+        settings=s,
+        settings_hash=content_hash("topics", s.model_dump(mode="json"), length=16),
+        count_tokens=counter().count,
+        embed=embed,
+    )
+
+
+def basis(k: int) -> tuple[float, ...]:
+    return tuple(1.0 if i == k else 0.0 for i in range(DIM))
+
+
+class Conversation:
+    """Builds MessageRecords with increasing indices; time is set per message in seconds from T0."""
+
+    def __init__(self, conv: str = "c1"):
+        self.conv = conv
+        self.n = 0
+        self.t = 0.0
+
+    def __call__(self, role: str, content: str | None = None, *, topic: int | None = None, at: float | None = None,
+                 importance: float | None = None, calls=(), answers: str | None = None) -> MessageRecord:
+        if at is not None:
+            self.t = at
+        content = content if content is not None else f"{role} {self.n}"
+        m = MessageRecord(
+            tenant_id="t1",
+            conversation_id=self.conv,
+            index=self.n,
+            seq=self.n + 1,
+            event_id=f"m-{self.conv}-{self.n}",
+            role=role,
+            content=content,
+            tokens=counter().count_message(content),
+            occurred_at=T0 + timedelta(seconds=self.t),
+            importance=importance,
+            embedding=basis(topic) if topic is not None else None,
+            tool_calls=tuple(ToolCall(id=c, name="search") for c in calls),
+            tool_call_id=answers,
+        )
+        self.n += 1
+        self.t += 1
+        return m
+
+
+class Driver:
+    """Folds items one at a time like the projector, recording the log; answers requests on demand."""
+
+    def __init__(self, ctx: FoldContext, conv: str = "c1"):
+        self.ctx = ctx
+        self.state = POLICY.initial("t1", conv)
+        self.log: list = []
+        self.derived: list[Event] = []
+
+    def feed(self, item) -> list[Event]:
+        self.log.append(item)
+        self.state, out = fold.step(POLICY, self.state, item, self.ctx)
+        assert self.state.outbox == ()  # every decided topic event was folded at once
+        self.log.extend(out)
+        self.derived.extend(out)
+        return out
+
+    def requests(self, out=None) -> list[SummaryRequested]:
+        return [e for e in (self.derived if out is None else out) if isinstance(e, SummaryRequested)]
+
+    def produce(self, request: SummaryRequested, text: str = "S"):
+        return self.feed(fold.produced(request, text=text, summarizer="scripted", model="scripted", prompt_hash="x", latency_ms=5))
+
+    def fail(self, request: SummaryRequested):
+        return self.feed(fold.failed(request, reason="down", error_type="SummarizerError"))
+
+    def tick(self, seconds: float):
+        now = T0 + timedelta(seconds=seconds)
+        return self.feed(ClockTicked(event_id=f"tick-{seconds}", tenant_id="t1", conversation_id=self.state.conversation_id,
+                                     occurred_at=now, payload=ClockTickedPayload(now=now)))
+
+    def plan(self):
+        return POLICY.plan(self.state, self.ctx)
+
+    def topic(self, topic_id: str | None = None) -> tp.Topic:
+        return next(t for t in self.state.topics if t.topic_id == (topic_id or self.state.active_topic_id))
+
+
+def fill(d: Driver, c: Conversation, topic: int, n_user: int) -> list[Event]:
+    out = []
+    for _ in range(n_user):
+        out += d.feed(c("user", topic=topic))
+        out += d.feed(c("assistant"))
+    return out
+
+
+# --------------------------------------------------------------------------- assignment
+
+
+def test_similar_messages_join_a_topic_and_dissimilar_ones_open_a_new_one():
+    d, c = Driver(make_ctx()), Conversation()
+    long = "Tell me about the billing plans " + "x" * 100
+    d.feed(c("user", long, topic=0))
+    first = d.topic()
+    assert first.title == long[:80] and first.access_count == 0 and first.message_count == 1
+    d.feed(c("assistant"))
+    d.feed(c("user", "more billing", topic=0, at=100))
+    t = d.topic()
+    assert t.topic_id == first.topic_id and t.access_count == 1 and t.message_count == 3
+    assert t.last_active_at == T0 + timedelta(seconds=100)
+    d.feed(c("user", "weather?", topic=1))
+    assert len(d.state.topics) == 2 and d.state.active_topic_id != first.topic_id
+    assert d.topic().title == "weather?"
+
+
+def test_similarity_must_exceed_the_threshold():
+    d, c = Driver(make_ctx()), Conversation()
+    d.feed(c("user", "a", topic=0))
+    near = MessageRecord(**{**_fields(c("user", "b")), "embedding": _unit(0.71)})
+    far = MessageRecord(**{**_fields(c("user", "c")), "embedding": _unit(0.69)})
+    d.feed(near)
+    assert len(d.state.topics) == 1
+    d.feed(far)
+    assert len(d.state.topics) == 2
+
+
+def _unit(cos: float) -> tuple[float, ...]:
+    return (cos, math.sqrt(1 - cos * cos)) + (0.0,) * (DIM - 2)
+
+
+def _fields(m: MessageRecord) -> dict:
+    return {f: getattr(m, f) for f in m.__slots__}
+
+
+def test_topic_ids_are_content_hashes_and_replays_match():
+    ids = []
+    for _ in range(2):
+        d, c = Driver(make_ctx()), Conversation()
+        fill(d, c, 0, 2)
+        fill(d, c, 1, 1)
+        ids.append([t.topic_id for t in d.state.topics])
+    assert ids[0] == ids[1] and len(set(ids[0])) == 2 and all(i.startswith("topic-") for i in ids[0])
+
+
+def test_embedding_comes_from_ctx_when_not_recorded():
+    d, c = Driver(make_ctx()), Conversation()
+    d.feed(c("user", "python packaging wheels setuptools"))
+    d.feed(c("user", "python packaging wheels setuptools build"))
+    assert len(d.state.topics) == 1 and d.topic().access_count == 1
+    d.feed(c("user", "best hiking trails near the alps"))
+    assert len(d.state.topics) == 2
+
+
+def test_the_real_local_embedder_when_present():
+    embedders = pytest.importorskip("memfold.projections.embedders")
+    local = embedders.LocalHashEmbedder(dimensions=256)
+    d, c = Driver(make_ctx(embed=lambda text: local.embed([text])[0])), Conversation()
+    d.feed(c("user", "how do I reset my router password"))
+    d.feed(c("user", "how do I reset my router password please"))
+    assert d.topic().access_count == 1
+
+
+def test_no_embedder_is_a_config_error():
+    d, c = Driver(make_ctx(embed=None)), Conversation()
+    with pytest.raises(ConfigError, match="embedder"):
+        d.feed(c("user", "hello"))
+    d.feed(c("user", "recorded", topic=3))  # a recorded embedding needs no embedder
+    assert len(d.state.topics) == 1
+
+
+def test_assistant_system_and_tool_messages_follow_the_topic():
+    d, c = Driver(make_ctx()), Conversation()
+    d.feed(c("assistant", "Hi! How can I help?"))  # before any topic
+    assert d.plan().fallback == "no_topic" and d.plan().verbatim_from == 0
+    d.feed(c("user", topic=0))
+    assert [r.index for r in d.topic().messages] == [0, 1]  # the greeting joins the first topic
+    d.feed(c("assistant", "", calls=("k1",)))
+    d.feed(c("tool", "result", answers="k1"))
+    d.feed(c("assistant", "done"))
+    d.feed(c("user", topic=1))
+    d.feed(c("system", "note"))
+    t0, t1 = d.state.topics
+    assert [r.index for r in t0.messages] == [0, 1, 2, 3, 4]
+    assert [r.index for r in t1.messages] == [5, 6]
+    p = d.plan()
+    assert p.memory == () and p.verbatim_indices == (5, 6) and p.fallback is None
+
+
+# --------------------------------------------------------------------------- compaction
+
+
+def test_compaction_requests_a_summary_then_moves_old_messages_to_the_compressed_store():
+    d, c = Driver(make_ctx()), Conversation()
+    fill(d, c, 0, 6)  # 12 messages: not more than 12
+    assert d.requests() == []
+    out = d.feed(c("user", topic=0))  # 13th
+    [req] = d.requests(out)
+    p = req.payload
+    assert p.input_indices == tuple(range(9)) and (p.covers_from, p.covers_to) == (0, 8)
+    assert p.topic_id == d.topic().topic_id and p.base_summary_id is None and p.kind == "text"
+    # While the summary is being made nothing is hidden.
+    assert d.plan().verbatim_indices == tuple(range(13)) and d.plan().memory == ()
+    d.feed(c("assistant"))
+    assert d.requests() == [req]  # one in flight per topic
+    d.produce(req, "billing talk")
+    t = d.topic()
+    assert [r.index for r in t.messages] == [9, 10, 11, 12, 13]
+    assert t.compressed_count == 9 and t.summary_id == fold.summary_id_for(p.request_id)
+    plan = d.plan()
+    assert [m.content for m in plan.memory] == ["Topic summary: billing talk"]
+    assert plan.memory[0].kind == "topic_summary" and plan.verbatim_indices == (9, 10, 11, 12, 13)
+    assert tp.topic_history(d.state) == list(range(14))
+    assert tp.topic_history(d.state, include_compressed=False) == [9, 10, 11, 12, 13]
+
+
+def test_compressed_store_is_the_seed_format_and_deterministic():
+    refs = [tp.MessageRef(index=i, role="user", timestamp=1234567890.0 + i) for i in range(10)]
+    blob = tp.compress_refs(refs)
+    raw = base64.b64decode(blob)
+    assert raw[:2] == b"\x1f\x8b" and raw[4:8] == b"\x00\x00\x00\x00"  # gzip, mtime 0
+    assert gzip.decompress(raw).startswith(b'[{"answers":null,"calls":[],"index":0,"role":"user","timestamp":1234567890.0}')
+    assert tp.decompress_refs(blob) == refs and tp.compress_refs(refs) == blob
+    assert tp.decompress_refs(None) == []
+
+
+def test_second_compaction_builds_on_the_first_summary():
+    d, c = Driver(make_ctx()), Conversation()
+    fill(d, c, 0, 6)
+    [r1] = d.requests(d.feed(c("user", topic=0)))
+    d.produce(r1, "S1")
+    out = []
+    while not d.requests(out):
+        out = d.feed(c("assistant")) + d.feed(c("user", topic=0))
+    [r2] = d.requests(out)
+    assert r2.payload.base_summary_id == fold.summary_id_for(r1.payload.request_id)
+    assert r2.payload.input_indices == (9, 10, 11, 12, 13, 14, 15, 16, 17)
+    d.produce(r2, "S2")
+    t = d.topic()
+    assert t.compressed_count == 18 and [r.index for r in tp.decompress_refs(t.compressed)] == list(range(18))
+    assert d.plan().memory[0].content == "Topic summary: S2"
+
+
+@pytest.mark.parametrize("outcome", ["failed", "empty"])
+def test_a_failed_or_empty_summary_hides_nothing_and_is_not_requested_again(outcome):
+    d, c = Driver(make_ctx()), Conversation()
+    fill(d, c, 0, 6)
+    [r1] = d.requests(d.feed(c("user", topic=0)))
+    out = d.fail(r1) if outcome == "failed" else d.produce(r1, "  ")
+    assert d.requests(out) == []
+    t = d.topic()
+    assert len(t.messages) == 13 and t.compressed is None and t.summary_text is None
+    assert d.plan().verbatim_indices == tuple(range(13)) and d.plan().memory == ()
+    assert POLICY.decide(d.state, d.ctx, r1) == []
+    d.tick(10)  # other causes do not re-ask either
+    assert d.requests() == [r1]
+    [r2] = d.requests(d.feed(c("assistant")))  # the input set changed: ask again
+    assert r2.payload.input_indices == tuple(range(10))
+
+
+def test_compaction_never_splits_a_tool_group():
+    d, c = Driver(make_ctx()), Conversation()
+    for _ in range(3):
+        d.feed(c("user", topic=0))
+        d.feed(c("assistant"))
+    d.feed(c("user", topic=0))  # 6
+    d.feed(c("assistant", "", calls=("a", "b")))  # 7
+    d.feed(c("tool", "ra", answers="a"))  # 8
+    d.feed(c("tool", "rb", answers="b"))  # 9
+    d.feed(c("assistant"))  # 10
+    d.feed(c("user", topic=0))  # 11
+    [req] = d.requests(d.feed(c("assistant")))  # 12: 13 messages, keep 4 → cut at 9 would split 7..9
+    assert req.payload.input_indices == tuple(range(7))
+
+
+def test_an_open_tool_call_stays_with_the_recent_messages():
+    refs = tuple(tp.MessageRef(index=i, role="user", timestamp=0.0) for i in range(10)) + (
+        tp.MessageRef(index=10, role="assistant", timestamp=0.0, calls=("x",)),
+    ) + tuple(tp.MessageRef(index=i, role="assistant", timestamp=0.0) for i in range(11, 14))
+    assert tp.compaction_cut(refs, 4, {}) == 10
+    assert tp.compaction_cut(refs, 2, {"x": "t"}) == 10
+    assert tp.compaction_cut(refs[:11], 0, {"x": "t"}) == 10
+
+
+def test_restore_on_access_brings_compressed_messages_back():
+    d, c = Driver(make_ctx()), Conversation()
+    fill(d, c, 0, 6)
+    [r1] = d.requests(d.feed(c("user", topic=0)))
+    d.produce(r1, "S1")
+    a = d.state.active_topic_id
+    d.feed(c("assistant"))  # 13
+    d.feed(c("user", topic=0))  # 14: continuing the active topic restores nothing
+    assert d.topic(a).compressed_count == 9
+    d.feed(c("assistant"))  # 15
+    fill(d, c, 1, 1)  # 16, 17 on another topic
+    out = d.feed(c("user", topic=0, at=5000))  # 18: back to topic A
+    t = d.topic(a)
+    assert t.compressed is None and t.compressed_count == 0
+    assert [r.index for r in t.messages] == list(range(16)) + [18]  # merged in order
+    plan = d.plan()
+    assert plan.verbatim_indices == tuple(range(16)) + (18,) and plan.memory[0].content == "Topic summary: S1"
+    [r2] = d.requests(out)  # over the limit again: compact with the previous summary as base
+    assert r2.payload.base_summary_id == fold.summary_id_for(r1.payload.request_id)
+    assert r2.payload.input_indices == tuple(range(13))
+
+
+# --------------------------------------------------------------------------- decay tables
+
+
+@pytest.mark.parametrize("days,expected", [(0, 1.0), (1, 0.5), (2, 0.25), (3, 0.125), (4, 0.0625), (5, 0.03125)])
+def test_short_term_decay_table(days, expected):
+    s = TopicsSettings()
+    topic = tp.Topic(topic_id="t", title="t", created_at=T0, last_active_at=T0, importance=1.0, access_count=0)
+    assert tp.priority(topic, T0 + timedelta(days=days), s) == expected
+    assert (expected < s.eviction_priority) == (days == 5)
+
+
+@pytest.mark.parametrize("days,expected", [(0, 1.0), (16, 0.5), (32, 0.25), (48, 0.125), (64, 0.0625), (80, 0.03125)])
+def test_long_term_decay_table(days, expected):
+    s = TopicsSettings()
+    topic = tp.Topic(topic_id="t", title="t", created_at=T0, last_active_at=T0, importance=1.0, access_count=20)
+    assert tp.priority(topic, T0 + timedelta(days=days), s) == expected
+    assert (expected < s.eviction_priority) == (days == 80)
+
+
+@pytest.mark.parametrize(
+    "accesses,days,kind",
+    [(0, 1, "short-term"), (4, 1, "short-term"), (5, 2, "long-term"), (9, 2, "long-term"), (10, 4, "long-term"),
+     (14, 4, "long-term"), (15, 8, "long-term"), (19, 8, "long-term"), (20, 16, "long-term"), (24, 16, "long-term"),
+     (25, 30, "long-term"), (100, 30, "long-term"), (10**6, 30, "long-term")],
+)
+def test_consolidation_table(accesses, days, kind):
+    s = TopicsSettings()
+    assert tp.half_life_seconds(accesses, s) == days * DAY
+    assert tp.memory_type(accesses, s) == kind
+
+
+@pytest.mark.parametrize(
+    "accesses,survival_days", [(0, 5), (5, 10), (10, 20), (15, 40), (20, 80), (25, 150)]
+)
+def test_consolidation_survival_time(accesses, survival_days):
+    """The table's 'survival time to <5%': importance 1.0 falls below 0.05 between 4.32 and 5 half-lives."""
+    s = TopicsSettings()
+    topic = tp.Topic(topic_id="t", title="t", created_at=T0, last_active_at=T0, importance=1.0, access_count=accesses)
+    assert tp.priority(topic, T0 + timedelta(days=survival_days), s) < 0.05
+    assert tp.priority(topic, T0 + timedelta(days=survival_days * 0.8), s) > 0.05
+
+
+def build_topics(d: Driver, c: Conversation, first_at: float, others_at: float, *, accesses: int = 0) -> str:
+    """Topic 0 (importance 1.0, ``accesses`` matches) at ``first_at``, then 20 more topics at ``others_at``."""
+    d.feed(c("user", topic=0, at=first_at, importance=1.0))
+    for _ in range(accesses):
+        d.feed(c("user", topic=0, at=first_at, importance=1.0))
+    old = d.state.active_topic_id
+    for k in range(1, 21):
+        d.feed(c("user", topic=k, at=others_at))
+    return old
+
+
+@pytest.mark.parametrize("days,evicted", [(4, False), (5, True)])
+def test_short_term_topic_is_evicted_after_five_days(days, evicted):
+    d, c = Driver(make_ctx()), Conversation()
+    old = build_topics(d, c, 0, days * DAY)
+    rows = {r["topic_id"]: r for r in tp.topic_rows(d.state)}
+    assert rows[old]["evicted"] is evicted
+    assert sum(not r["evicted"] for r in rows.values()) == (20 if evicted else 21)
+    events = [e for e in d.derived if isinstance(e, TopicEvicted)]
+    assert [e.payload.topic_id for e in events] == ([old] if evicted else [])
+    if evicted:
+        assert events[0].payload.priority == 0.03125 and rows[old]["priority"] == 0.03125
+        assert d.topic(old).messages == () and d.topic(old).embedding is None
+
+
+@pytest.mark.parametrize("days,evicted", [(64, False), (80, True)])
+def test_long_term_topic_survives_sixteen_times_longer(days, evicted):
+    d, c = Driver(make_ctx()), Conversation()
+    old = build_topics(d, c, 0, days * DAY, accesses=20)
+    assert tp.topic_rows(d.state)[0]["half_life_days"] == 16.0
+    assert tp.topic_rows(d.state)[0]["evicted"] is evicted
+
+
+def test_clock_ticks_decay_topics_but_never_the_active_one():
+    d, c = Driver(make_ctx()), Conversation()
+    for k in range(21):
+        d.feed(c("user", topic=k, at=0))
+    d.tick(10 * DAY)
+    live = [t for t in d.state.topics if not t.evicted]
+    assert [t.topic_id for t in live] == [d.state.active_topic_id]
+    d.tick(DAY)  # time never goes backwards
+    assert d.state.now == T0 + timedelta(days=10)
+
+
+def test_eviction_waits_until_there_are_more_than_max_topics():
+    d, c = Driver(make_ctx()), Conversation()
+    for k in range(20):
+        d.feed(c("user", topic=k, at=0))
+    d.tick(30 * DAY)
+    assert all(not t.evicted for t in d.state.topics)
+
+
+def test_importance_defaults_and_explicit_values():
+    d, c = Driver(make_ctx()), Conversation()
+    d.feed(c("user", topic=0))
+    assert d.topic().importance == 0.5
+    d.feed(c("user", topic=0, importance=0.9))
+    assert d.topic().importance == 0.9
+    d.feed(c("user", topic=0))
+    assert d.topic().importance == 0.9
+
+
+def test_an_answer_for_an_evicted_topic_is_dropped():
+    d, c = Driver(make_ctx()), Conversation()
+    fill(d, c, 0, 6)
+    [req] = d.requests(d.feed(c("user", topic=0)))
+    old = d.state.active_topic_id
+    for k in range(1, 21):
+        d.feed(c("user", topic=k, at=10 * DAY))
+    assert d.topic(old).evicted
+    s = d.state
+    assert d.produce(req, "late") == [] and d.state == s
+
+
+# --------------------------------------------------------------------------- stats and rows
+
+
+def test_get_topic_stats_has_exactly_the_seed_fields_and_the_seed_example():
+    refs = tuple(tp.MessageRef(index=i, role="user", timestamp=0.0) for i in range(8, 12))
+    topic = tp.Topic(
+        topic_id="abc123", title="Discussion about features", created_at=T0,
+        last_active_at=T0 + timedelta(seconds=3480), importance=0.5, access_count=15, message_count=12,
+        messages=refs, compressed=tp.compress_refs([tp.MessageRef(index=i, role="user", timestamp=0.0) for i in range(8)]),
+        compressed_count=8, summary_id="sum-1", summary_text="features",
+    )
+    state = tp.State(tenant_id="t1", conversation_id="user123", topics=(topic,), active_topic_id="abc123",
+                     now=T0 + timedelta(seconds=3600))
+    assert tp.get_topic_stats(state) == {
+        "topic_id": "abc123",
+        "topic_title": "Discussion about features",
+        "active_messages": 4,
+        "compressed_messages": 8,
+        "total_messages": 12,
+        "has_summary": True,
+        "importance_score": 0.5,
+        "access_count": 15,
+        "memory_type": "long-term",
+        "half_life_days": 8.0,
+        "age_seconds": 3600,
+        "inactive_seconds": 120,
+    }
+    later = tp.get_topic_stats(state, T0 + timedelta(seconds=7200))
+    assert (later["age_seconds"], later["inactive_seconds"]) == (7200, 3720)
+    assert tp.get_topic_stats(tp.State(tenant_id="t", conversation_id="c")) == {}
+
+
+def test_stats_and_rows_from_a_folded_conversation():
+    d, c = Driver(make_ctx(max_messages_per_topic=6, recent_message_keep=2)), Conversation()
+    fill(d, c, 0, 3)
+    [req] = d.requests(d.feed(c("user", topic=0, at=600)))
+    d.produce(req)
+    stats = tp.get_topic_stats(d.state)
+    assert list(stats) == SEED_STATS_FIELDS
+    assert (stats["active_messages"], stats["compressed_messages"], stats["total_messages"]) == (2, 5, 7)
+    assert (stats["access_count"], stats["memory_type"], stats["half_life_days"]) == (3, "short-term", 1.0)
+    assert (stats["age_seconds"], stats["inactive_seconds"], stats["has_summary"]) == (600, 0, True)
+    [row] = POLICY.rows(d.state)["topics"]
+    assert {k: row[k] for k in ("message_count", "compressed_count", "access_count", "importance", "half_life_days",
+                                "priority", "evicted", "active")} == {
+        "message_count": 7, "compressed_count": 5, "access_count": 3, "importance": 0.5, "half_life_days": 1.0,
+        "priority": 0.5, "evicted": False, "active": True,
+    }
+    assert row["last_active_at"] == (T0 + timedelta(seconds=600)).isoformat()
+
+
+def test_rows_use_the_settings_the_state_was_folded_with():
+    d, c = Driver(make_ctx(base_half_life_seconds=3600.0)), Conversation()
+    d.feed(c("user", topic=0))
+    assert tp.topic_rows(d.state)[0]["half_life_days"] == 1 / 24
+
+
+# --------------------------------------------------------------------------- audit events, idempotency, deletion
+
+
+def test_topic_events_are_emitted_once_with_deterministic_ids():
+    d, c = Driver(make_ctx()), Conversation()
+    out = d.feed(c("user", topic=0))
+    [assigned] = out
+    assert isinstance(assigned, TopicAssigned)
+    assert assigned.payload.created and assigned.payload.message_index == 0 and assigned.payload.similarity is None
+    assert assigned.causation_id == "m-c1-0" and assigned.payload.settings_hash == d.ctx.settings_hash
+    assert d.feed(c("assistant")) == []
+    [again] = d.feed(c("user", topic=0))
+    assert not again.payload.created and again.payload.similarity == pytest.approx(1.0)
+    fill(d, c, 0, 5)
+    [req] = d.requests()
+    [compacted] = d.produce(req)
+    assert isinstance(compacted, TopicCompacted)
+    assert (compacted.payload.compacted_through, compacted.payload.kept_recent) == (8, 4)
+    s = d.state
+    for e in (assigned, again, compacted):  # back from the log
+        assert d.feed(e) == [] and d.state == s
+    d2, c2 = Driver(make_ctx()), Conversation()
+    assert d2.feed(c2("user", topic=0))[0].event_id == assigned.event_id
+
+
+def test_duplicate_deliveries_are_no_ops():
+    d, c = Driver(make_ctx()), Conversation()
+    fill(d, c, 0, 6)
+    m = c("user", topic=0)
+    [req] = d.requests(d.feed(m))
+    s = d.state
+    assert d.feed(m) == [] and d.state == s
+    assert d.feed(req) == [] and d.state == s
+    d.produce(req)
+    s = d.state
+    assert d.produce(req) == [] and d.state == s
+    assert d.fail(req) == [] and d.state == s
+    assert d.feed(req) == [] and d.state == s  # a request resolved earlier does not reopen
+
+
+def test_events_of_other_policies_and_settings_are_ignored():
+    d, c = Driver(make_ctx()), Conversation()
+    fill(d, c, 0, 6)
+    m = c("user", topic=0)
+    d.feed(m)
+    [req] = d.requests()
+    d.produce(req)
+    s = d.state
+    foreign = fold.make_request(make_ctx(max_topics=3), m, covers=(0, 1), inputs=(0, 1), input_indices=(0, 1),
+                                topic_id=d.state.active_topic_id)
+    d.feed(foreign)
+    assert d.state == s
+
+
+def test_conversation_deleted_empties_everything():
+    d, c = Driver(make_ctx()), Conversation()
+    fill(d, c, 0, 7)
+    d.feed(ConversationDeleted(event_id="del", tenant_id="t1", conversation_id="c1", occurred_at=T0))
+    assert d.state.deleted and d.state.topics == ()
+    assert tp.topic_rows(d.state) == [] and tp.get_topic_stats(d.state) == {}
+    p = d.plan()
+    assert (p.memory, p.verbatim_indices, p.fallback) == ((), (), "deleted")
+    assert d.feed(c("user", topic=0)) == [] and d.state.topics == ()
+
+
+def test_state_json_round_trip():
+    d, c = Driver(make_ctx()), Conversation()
+    fill(d, c, 0, 7)
+    for r in d.requests():
+        d.produce(r)
+    d.feed(c("assistant", "", calls=("q",)))
+    fill(d, c, 1, 2)
+    text = d.state.model_dump_json()
+    back = tp.State.model_validate_json(text)
+    assert back == d.state and back.model_dump_json() == text
+
+
+# --------------------------------------------------------------------------- properties
+
+
+def scripted_answer(request: SummaryRequested, state=None):
+    k = int(request.payload.request_id[-4:], 16) % 5
+    if k == 0:
+        return fold.failed(request, reason="scripted", error_type="SummarizerError")
+    if k == 1:
+        return None
+    text = "" if k == 2 else f"summary of {len(request.payload.input_indices or ())}"
+    return fold.produced(request, text=text, summarizer="scripted", model="scripted", prompt_hash="x", latency_ms=1)
+
+
+@st.composite
+def conversations(draw):
+    """User messages on a few topics, assistant replies with occasional tool groups, gaps in time, ticks."""
+    c = Conversation()
+    items: list = []
+    calls = 0
+    for _ in range(draw(st.integers(0, 40))):
+        c.t += draw(st.sampled_from([1, 600, DAY, 3 * DAY]))
+        kind = draw(st.sampled_from(["turn", "turn", "turn", "tools", "tick"]))
+        if kind == "tick":
+            c.t += DAY
+            now = T0 + timedelta(seconds=c.t)
+            items.append(ClockTicked(event_id=f"tick-{c.t}", tenant_id="t1", conversation_id="c1", occurred_at=now,
+                                     payload=ClockTickedPayload(now=now)))
+            continue
+        items.append(c("user", topic=draw(st.integers(0, 5)), importance=draw(st.sampled_from([None, 0.1, 1.0]))))
+        if kind == "tools":
+            calls += 1
+            items.append(c("assistant", "", calls=(f"k{calls}",)))
+            items.append(c("tool", "r", answers=f"k{calls}"))
+        items.append(c("assistant"))
+    return items
+
+
+@hsettings(max_examples=60, deadline=None)
+@given(conversations(), st.integers(0, 200), st.integers(2, 8), st.integers(0, 3), st.integers(2, 6))
+def test_fold_a_then_b_equals_fold_ab_after_a_json_round_trip(items, cut, max_msgs, keep, max_topics):
+    ctx = make_ctx(max_messages_per_topic=max_msgs, recent_message_keep=keep, max_topics=max_topics)
+    if not items:
+        return
+    whole, derived = fold.run_sync(POLICY, ctx, items, scripted_answer)
+    cut = min(cut, len(items))
+    if 0 < cut < len(items):
+        first, d1 = fold.run_sync(POLICY, ctx, items[:cut], scripted_answer)
+        resumed = tp.State.model_validate_json(first.model_dump_json())
+        rest, d2 = fold.run_sync(POLICY, ctx, items[cut:], scripted_answer, state=resumed)
+        assert rest == whole
+        assert [e.event_id for e in d1 + d2] == [e.event_id for e in derived]
+    # Invariants: no tool group split between compressed and active; live topics' messages partition.
+    seen: set[int] = set()
+    for t in whole.topics:
+        if t.evicted:
+            continue
+        idx = [r.index for r in t.messages] + [r.index for r in tp.decompress_refs(t.compressed)]
+        assert not seen & set(idx)
+        seen |= set(idx)
+        compressed = {r.index for r in tp.decompress_refs(t.compressed)}
+        for r in t.messages:
+            if r.answers:
+                call = next((x for x in t.messages + tuple(tp.decompress_refs(t.compressed)) if r.answers in x.calls), None)
+                assert call is not None and call.index not in compressed, "a tool result is separated from its call"
+    plan = POLICY.plan(whole, ctx)
+    assert plan.verbatim_indices is None or list(plan.verbatim_indices) == sorted(plan.verbatim_indices)
+
+
+@hsettings(max_examples=40, deadline=None)
+@given(conversations())
+def test_replay_of_the_log_equals_live_and_redecides_nothing_new(items):
+    ctx = make_ctx(max_messages_per_topic=4, recent_message_keep=1, max_topics=3)
+    d = Driver(ctx)
+    for item in items:
+        for e in d.feed(item):
+            if isinstance(e, SummaryRequested):
+                reply = scripted_answer(e)
+                if reply is not None:
+                    d.feed(reply)
+    replayed = POLICY.initial("t1", "c1")
+    logged = {e.event_id for e in d.log if isinstance(e, Event)}
+    for item in d.log:
+        replayed, out = fold.step(POLICY, replayed, item, ctx)
+        assert {e.event_id for e in out} <= logged
+    assert replayed == d.state
+    assert replayed.model_dump_json() == d.state.model_dump_json()
