@@ -1,0 +1,302 @@
+"""Prompt rendering shared by summarizers: one template per seed, turn grouping, and prompt hashes.
+
+Every template is a module constant; :func:`prompt_hash` hashes a template's
+text with :data:`PROMPT_VERSION`, so editing a template (or bumping the
+version) changes ``prompt_hash`` on every ``SummaryProduced`` and misses the
+summary cache instead of serving answers to an older prompt.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from memfold.engine.events import Fact
+from memfold.engine.ports import MessageRecord, SummaryInput
+
+PROMPT_VERSION = "1"
+
+# --------------------------------------------------------------------------- seed 000: facts + narrative
+
+FACTS_TEMPLATE = """You are a conversation summarizer. Extract structured facts and a brief
+narrative summary from the conversation below.
+
+Return JSON:
+{{
+  "facts": [
+    {{"key": "...", "value": "...", "category": "ENTITY|DECISION|CONDITION|STATE|NUMERIC|GENERAL"}}
+  ],
+  "narrative": "2-3 sentence summary of conversation flow and tone"
+}}
+{narrative_limit}
+## Existing facts (merge, update, or remove as needed):
+{existing_facts}
+
+## Conversation:
+{conversation}"""
+
+NARRATIVE_LIMIT_LINE = "\nKeep the narrative under {token_cap} tokens.\n"
+
+# --------------------------------------------------------------------------- seed 001: chunked global summary
+
+# The hosted prompt holds the instructions; this is only the ``input`` string, in the seed's exact format.
+CHUNKED_INPUT_TEMPLATE = """=== EXISTING_SUMMARY ===
+{existing_summary}
+=== END_EXISTING_SUMMARY ===
+
+=== NEW_TURNS ===
+{turns}
+=== END_NEW_TURNS ==="""
+
+# Used when the chunked input goes through chat completions instead of the hosted prompt.
+CHUNKED_INSTRUCTIONS = """You maintain the global summary of a conversation.
+Update the conversation summary in EXISTING_SUMMARY to include the NEW_TURNS.
+Preserve important goals, decisions, constraints, recurring issues, and facts that may matter later.
+Keep the updated summary within {token_cap} tokens and avoid redundant restatement.
+Answer with the updated summary text only."""
+
+# --------------------------------------------------------------------------- seed 002: sliding window
+
+SLIDING_WINDOW_TEMPLATE = """You maintain a memory of a conversation over a sliding window of messages.
+Combine the previous summary with the new messages into one updated summary.
+The window now starts at message {window_start}: drop content before window start
+(anything that only came from messages numbered below {window_start}).
+Keep names, ids, amounts, dates, decisions and open questions that are still in the window.{limit}
+
+## Previous summary:
+{previous_summary}
+
+## New messages:
+{conversation}"""
+
+# --------------------------------------------------------------------------- seed 003: rolling
+
+ROLLING_TEMPLATE = """You summarize a conversation so it can continue without its older messages.
+Combine the previous summary with the new messages into one updated summary.
+Keep names, ids, amounts, dates, decisions, preferences and open questions.{limit}
+
+## Previous summary:
+{previous_summary}
+
+## New messages:
+{conversation}"""
+
+TEMPLATES: dict[str, str] = {
+    "facts": FACTS_TEMPLATE,
+    "chunked": CHUNKED_INPUT_TEMPLATE + "\n" + CHUNKED_INSTRUCTIONS,
+    "sliding_window": SLIDING_WINDOW_TEMPLATE,
+    "rolling": ROLLING_TEMPLATE,
+}
+
+NO_SUMMARY = "NONE"
+NO_FACTS = "(none)"
+
+
+def prompt_hash(template: str, version: str = PROMPT_VERSION, *extra: str | None) -> str:
+    """Return the sha256 hex of a template's text and ``version`` (plus ``extra`` parts, e.g. a hosted prompt id).
+
+    ``template`` is a name from :data:`TEMPLATES` or any other text (the
+    offline summarizer hashes its rule-set name). Same inputs, same hash.
+    """
+    text = TEMPLATES.get(template, template)
+    h = hashlib.sha256()
+    for part in (text, version, *extra):
+        h.update(b"\x00" if part is None else part.encode("utf-8"))
+        h.update(b"\x1f")
+    return h.hexdigest()
+
+
+# --------------------------------------------------------------------------- messages and turns
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """One user message and everything that answered it (assistant replies, tool calls and results)."""
+
+    messages: tuple[MessageRecord, ...]
+
+    @property
+    def user(self) -> str | None:
+        """Return the user text of the turn, or None when the turn has no user message."""
+        parts = [m.content for m in self.messages if m.role == "user"]
+        return "\n".join(parts) if parts else None
+
+
+def group_turns(messages: Sequence[MessageRecord]) -> list[Turn]:
+    """Group messages into turns, oldest first: each user message opens a turn.
+
+    Assistant, tool and system messages belong to the turn they appear in;
+    messages before the first user message form a turn without a user line.
+    """
+    turns: list[list[MessageRecord]] = []
+    for m in messages:
+        if m.role == "user" or not turns:
+            turns.append([m])
+        else:
+            turns[-1].append(m)
+    return [Turn(tuple(t)) for t in turns]
+
+
+def tool_names(messages: Sequence[MessageRecord]) -> dict[str, str]:
+    """Return tool call id → tool name for every tool call in ``messages``."""
+    names: dict[str, str] = {}
+    for m in messages:
+        for call in m.tool_calls:
+            names[call.id] = call.name
+    return names
+
+
+def describe_tool_calls(message: MessageRecord) -> str:
+    """Return the tool calls of an assistant message as text: ``[tool call lookup({"id": 1})]``."""
+    return " ".join(f"[tool call {c.name}({c.arguments})]" for c in message.tool_calls)
+
+
+def tool_label(message: MessageRecord, names: dict[str, str]) -> str:
+    """Return the name a tool result answers: the message's name, its call's tool name, or its call id."""
+    return message.name or names.get(message.tool_call_id or "", "") or message.tool_call_id or "tool"
+
+
+def message_text(message: MessageRecord, names: dict[str, str]) -> str:
+    """Return a message's content with its tool calls or tool-result label spelled out."""
+    if message.role == "tool":
+        return f"[tool result {tool_label(message, names)}] {message.content}".rstrip()
+    text = message.content
+    if message.tool_calls:
+        text = f"{text} {describe_tool_calls(message)}".strip()
+    return text
+
+
+def render_message_lines(messages: Sequence[MessageRecord], *, numbered: bool = False) -> str:
+    """Render messages as seed 000's ``[role]: content`` lines (``[12][role]: ...`` when ``numbered``)."""
+    names = tool_names(messages)
+    lines = []
+    for m in messages:
+        prefix = f"[{m.index}]" if numbered else ""
+        lines.append(f"{prefix}[{m.role}]: {message_text(m, names)}")
+    return "\n".join(lines)
+
+
+def render_facts(facts: Sequence[Fact]) -> str:
+    """Render facts as ``- key: value`` lines (seed 000's facts layer)."""
+    return "\n".join(f"- {f.key}: {f.value}" for f in facts)
+
+
+# --------------------------------------------------------------------------- rendered prompts
+
+
+def render_facts_prompt(
+    messages: Sequence[MessageRecord], existing_facts: Sequence[Fact] = (), token_cap: int | None = None
+) -> str:
+    """Return seed 000's single prompt asking for JSON ``{facts, narrative}``."""
+    return FACTS_TEMPLATE.format(
+        narrative_limit=NARRATIVE_LIMIT_LINE.format(token_cap=token_cap) if token_cap else "",
+        existing_facts=render_facts(existing_facts) or NO_FACTS,
+        conversation=render_message_lines(messages),
+    )
+
+
+def render_chunked_input(existing_summary: str | None, messages: Sequence[MessageRecord]) -> str:
+    """Return seed 001's ``input`` string exactly: EXISTING_SUMMARY (or NONE), then numbered NEW_TURNS.
+
+    Each turn renders as ``Turn N:`` then ``User: ...`` and ``Assistant: ...``;
+    several assistant messages, tool calls and tool results of one turn are
+    joined into the one ``Assistant:`` block (newline-separated), system
+    messages get a ``System:`` line, and a side the turn lacks is left out.
+    """
+    names = tool_names(messages)
+    blocks = []
+    for number, turn in enumerate(group_turns(messages), start=1):
+        lines = [f"Turn {number}:"]
+        if turn.user is not None:
+            lines.append(f"User: {turn.user}")
+        system = [m.content for m in turn.messages if m.role == "system"]
+        if system:
+            lines.append("System: " + "\n".join(system))
+        answer = [message_text(m, names) for m in turn.messages if m.role in ("assistant", "tool")]
+        if answer:
+            lines.append("Assistant: " + "\n".join(answer))
+        blocks.append("\n".join(lines))
+    summary = existing_summary if existing_summary and existing_summary.strip() else NO_SUMMARY
+    return CHUNKED_INPUT_TEMPLATE.format(existing_summary=summary, turns="\n\n".join(blocks))
+
+
+def _limit(token_cap: int | None, char_cap: int | None) -> str:
+    parts = []
+    if token_cap:
+        parts.append(f"{token_cap} tokens")
+    if char_cap:
+        parts.append(f"{char_cap} characters")
+    return f"\nKeep the summary under {' and '.join(parts)}." if parts else ""
+
+
+def render_window_prompt(
+    previous_summary: str | None,
+    messages: Sequence[MessageRecord],
+    window_start: int,
+    token_cap: int | None = None,
+    char_cap: int | None = None,
+) -> str:
+    """Return seed 002's incremental prompt: previous summary + new numbered messages + drop before window start."""
+    return SLIDING_WINDOW_TEMPLATE.format(
+        window_start=window_start,
+        limit=_limit(token_cap, char_cap),
+        previous_summary=previous_summary or NO_SUMMARY,
+        conversation=render_message_lines(messages, numbered=True),
+    )
+
+
+def render_rolling_prompt(
+    previous_summary: str | None,
+    messages: Sequence[MessageRecord],
+    token_cap: int | None = None,
+    char_cap: int | None = None,
+) -> str:
+    """Return seed 003's prompt: previous summary + new messages → one updated summary."""
+    return ROLLING_TEMPLATE.format(
+        limit=_limit(token_cap, char_cap),
+        previous_summary=previous_summary or NO_SUMMARY,
+        conversation=render_message_lines(messages),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Prompt:
+    """A rendered prompt: the system instructions (may be empty), the user text, and its template's hash."""
+
+    template: str
+    system: str
+    user: str
+    hash: str
+
+
+def template_for(request: SummaryInput) -> str:
+    """Return the template name a request renders with: facts, chunked, sliding_window or rolling."""
+    if request.kind == "facts":
+        return "facts"
+    if request.prompt_format == "chunked":
+        return "chunked"
+    if request.window_start is not None:
+        return "sliding_window"
+    return "rolling"
+
+
+def render(request: SummaryInput) -> Prompt:
+    """Render ``request`` with the template :func:`template_for` picks, as chat messages would carry it."""
+    template = template_for(request)
+    if template == "facts":
+        user = render_facts_prompt(request.messages, request.existing_facts, request.token_cap)
+        system = ""
+    elif template == "chunked":
+        user = render_chunked_input(request.existing_summary, request.messages)
+        system = CHUNKED_INSTRUCTIONS.format(token_cap=request.token_cap or 500)
+    elif template == "sliding_window":
+        assert request.window_start is not None
+        user = render_window_prompt(
+            request.existing_summary, request.messages, request.window_start, request.token_cap, request.char_cap
+        )
+        system = ""
+    else:
+        user = render_rolling_prompt(request.existing_summary, request.messages, request.token_cap, request.char_cap)
+        system = ""
+    return Prompt(template=template, system=system, user=user, hash=prompt_hash(template))
