@@ -121,6 +121,7 @@ class Topic(_Frozen):
 
     @property
     def evicted(self) -> bool:
+        """True once the topic has been evicted (a tombstone)."""
         return self.evicted_at is not None
 
 

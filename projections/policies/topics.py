@@ -236,7 +236,11 @@ def _other_message(item: MessageRecord, state: State) -> State:
 
 
 def _evict(state: State, cause: Any, ctx: FoldContext) -> State:
-    """Evict every live topic below ``eviction_priority`` (never the active one) while over ``max_topics``."""
+    """Once more than ``max_topics`` are live, evict every topic below ``eviction_priority`` but the active one.
+
+    All of them go, not just enough to get back to ``max_topics``: the seed
+    removes every topic under the threshold, lowest priority first.
+    """
     s: TopicsSettings = ctx.settings  # type: ignore[assignment]
     live = [(i, t) for i, t in enumerate(state.topics) if not t.evicted]
     if len(live) <= s.max_topics or state.now is None:
