@@ -158,10 +158,11 @@ class HierarchicalPolicy:
           coverage (``fallback`` = the failure reason while an older summary
           stands in for a failed newer one, else None).
 
-        ``notes`` carries ``pending_request`` (the id in flight or None),
-        ``stale`` (the summary lags the recent window or is missing) and
-        ``lazy_timeout_ms``: the engine may wait that long for a pending
-        summary; the policy never waits.
+        ``notes`` carries ``mode`` ("takeLast" when no memory is in force,
+        whatever the reason, else "hierarchical"), ``pending_request`` (the
+        id in flight or None), ``stale`` (the summary lags the recent window
+        or is missing) and ``lazy_timeout_ms``: the engine may wait that long
+        for a pending summary; the policy never waits.
         """
         s = _settings(ctx)
         if state.deleted:
@@ -169,7 +170,9 @@ class HierarchicalPolicy:
         summary = state.summary
         window_start = state.count - s.recent_message_count
         layered = state.count > s.trigger_message_count and window_start > 0
+        in_force = summary is not None and layered
         notes = {
+            "mode": "hierarchical" if in_force else "takeLast",
             "pending_request": state.requests.pending_id,
             "stale": layered and (summary is None or summary.covers_to + 1 < window_start),
             "lazy_timeout_ms": s.lazy_timeout_ms,

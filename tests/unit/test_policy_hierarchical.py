@@ -213,6 +213,7 @@ def test_failure_without_previous_summary_falls_back_to_take_last():
     state, derived, _ = run(chat(21), ctx=ctx, worker=Scripted("fail"))
     plan = POLICY.plan(state, ctx)
     assert plan.fallback == "summary_failed" and plan.memory == () and plan.verbatim_from == 0
+    assert plan.notes["mode"] == "takeLast"
     [req] = requests_of(derived)
     assert state.requests.failed_ids == (req.payload.request_id,)
 
@@ -246,7 +247,7 @@ def test_failure_with_previous_summary_keeps_it_and_the_uncovered_messages():
     state, _, _ = run(chat(31), ctx=ctx, worker=Scripted("ok", "fail"))
     assert state.summary.covers_to == 10
     plan = POLICY.plan(state, ctx)
-    assert plan.fallback == "summary_failed"
+    assert plan.fallback == "summary_failed" and plan.notes["mode"] == "hierarchical"
     assert [m.kind for m in plan.memory] == ["facts", "narrative"]
     assert plan.verbatim_from == 11
 
