@@ -79,7 +79,7 @@ _EVENT_COLUMNS = (
     "occurred_at", "causation_id", "payload",
 )
 _SUMMARY_REQUEST_COLUMNS = (
-    "request_id", "policy", "tenant_id", "conversation_id", "version", "base_summary_id", "covers_from",
+    "request_id", "policy", "tenant_id", "conversation_id", "base_summary_id", "covers_from",
     "covers_to", "input_from", "input_to", "window_start", "topic_id", "kind", "status", "settings_hash",
     "requested_seq", "requested_at",
 )
