@@ -1,0 +1,284 @@
+"""The offline summarizer: facts from realistic conversations, merges, narrative, text summaries, caps, determinism."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from datetime import datetime, timezone
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from memfold.engine.events import Fact, ToolCall
+from memfold.engine.ports import MessageRecord, SummaryInput
+from memfold.engine.tokens import counter
+from memfold.projections.offline_summarizer import OfflineSummarizer, extract_facts
+
+T0 = datetime(2024, 3, 1, 12, 0, tzinfo=timezone.utc)
+TOKENS = counter()
+SUMMARIZER = OfflineSummarizer()
+
+
+def conversation(*items: tuple, start: int = 0) -> tuple[MessageRecord, ...]:
+    out = []
+    for i, item in enumerate(items, start=start):
+        role, content, *extra = item
+        out.append(
+            MessageRecord(
+                tenant_id="t", conversation_id="c", index=i, seq=i + 1, event_id=f"e{i}", role=role,
+                content=content, tokens=0, occurred_at=T0, **(extra[0] if extra else {}),
+            )
+        )
+    return tuple(out)
+
+
+def as_dict(facts) -> dict[str, tuple[str, str]]:
+    return {f.key: (f.value, f.category) for f in facts}
+
+
+REFUND_CHAT = conversation(
+    ("user", "Hi, my name is Maria Lopez. I'd like to cancel order #1234, it hasn't shipped yet."),
+    ("assistant", "I can help with that. Your order totals $50.00."),
+    ("user", "Can I get my money back? My email is maria.lopez@example.com."),
+    ("assistant", "Yes. Refunds are possible within 30 days provided that the item is unused. "
+                  "I've approved a refund of $50.00 to your card."),
+    ("user", "Great, that works for me."),
+    ("assistant", "Your order #1234 has been cancelled. You will see the refund by March 8."),
+)
+
+
+def facts_of(messages, existing=()) -> dict[str, tuple[str, str]]:
+    out = SUMMARIZER.summarize(SummaryInput(policy="hierarchical", kind="facts", messages=messages, existing_facts=existing))
+    return as_dict(out.facts)
+
+
+# --------------------------------------------------------------------------- extraction
+
+
+def test_refund_conversation_yields_the_seed_000_kind_of_facts():
+    facts = facts_of(REFUND_CHAT)
+    assert facts["order_id"] == ("#1234", "ENTITY")
+    assert facts["customer_name"] == ("Maria Lopez", "ENTITY")
+    assert facts["email"] == ("maria.lopez@example.com", "ENTITY")
+    assert facts["refund_amount"] == ("$50.00", "NUMERIC")
+    assert facts["order_total"] == ("$50.00", "NUMERIC")
+    assert facts["refund_condition"] == ("within 30 days; provided that the item is unused", "CONDITION")
+    assert facts["refund_approved"][1] == "DECISION" and "approved a refund of $50.00" in facts["refund_approved"][0]
+    assert facts["order_status"] == ("cancelled", "STATE")
+    assert facts["refund_date"] == ("March 8", "ENTITY")
+    assert facts["topic"] == ("order cancellation", "GENERAL")
+
+
+def test_ids_in_their_usual_spellings():
+    facts = facts_of(conversation(
+        ("user", "My order ORD-88231 arrived broken, ticket #4521 is open."),
+        ("assistant", "I also see order number 55123 on your account, case CASE-9912."),
+    ))
+    assert facts["order_id"] == ("55123", "ENTITY")  # the latest mention wins
+    assert facts["ticket_id"] == ("#4521", "ENTITY")
+    assert facts["case_id"] == ("CASE-9912", "ENTITY")
+    one_message = facts_of(conversation(("user", "Orders ORD-1001 and ORD-1002 are both late")))
+    assert one_message["order_id"] == ("ORD-1001, ORD-1002", "ENTITY")
+
+
+def test_amounts_with_currencies_dates_and_phone():
+    facts = facts_of(conversation(
+        ("user", "I was charged 50.00 EUR on 2024-03-02 but the price was €120. Call me at +44 20 7946 0958."),
+        ("assistant", "We can offer a store credit of $15 and the delivery is expected on March 3rd."),
+    ))
+    assert facts["charged_amount"] == ("50.00 EUR", "NUMERIC")
+    assert facts["price"] == ("€120", "NUMERIC")
+    assert facts["credit_amount"] == ("$15", "NUMERIC")
+    assert facts["date"] == ("2024-03-02", "ENTITY")
+    assert facts["delivery_date"] == ("March 3rd", "ENTITY")
+    assert facts["phone"] == ("+44 20 7946 0958", "ENTITY")
+
+
+def test_agreed_condition_and_short_agreement_refers_to_the_offer():
+    facts = facts_of(conversation(
+        ("assistant", "I can offer a replacement as long as you send the broken one back by Friday."),
+        ("user", "Deal, agreed."),
+    ))
+    assert facts["replacement_condition"] == ("as long as you send the broken one back by Friday", "CONDITION")
+    value, category = facts["replacement_agreed"]
+    assert category == "DECISION" and value.startswith("Deal, agreed. (re: I can offer a replacement")
+
+
+def test_questions_and_requests_are_not_decisions_or_states():
+    facts = facts_of(conversation(
+        ("user", "Can you confirm the refund was approved? I want my order cancelled."),
+        ("assistant", "Let me know if you need anything else."),
+    ))
+    assert not [k for k, (_, c) in facts.items() if c in ("DECISION", "STATE", "CONDITION")]
+
+
+def test_tool_calls_and_results_are_read_and_summarized():
+    msgs = conversation(
+        ("user", "Where is order #777?"),
+        ("assistant", "", {"tool_calls": (ToolCall(id="k1", name="track_order", arguments='{"order": "777"}'),)}),
+        ("tool", '{"carrier": "DHL", "eta": "2024-05-01"}', {"tool_call_id": "k1"}),
+        ("assistant", "It is in transit and arrives 2024-05-01."),
+    )
+    out = SUMMARIZER.summarize(SummaryInput(policy="hierarchical", kind="facts", messages=msgs))
+    assert as_dict(out.facts)["order_status"] == ("in transit", "STATE")
+    assert "tools used: track_order" in out.text
+    text = SUMMARIZER.summarize(SummaryInput(policy="rolling", kind="text", messages=msgs)).text
+    assert '- (1) assistant called track_order({"order": "777"})' in text
+    assert '- (2) tool result track_order: {"carrier": "DHL", "eta": "2024-05-01"}' in text
+
+
+# --------------------------------------------------------------------------- merging
+
+
+def test_existing_facts_are_kept_updated_and_removed():
+    existing = (
+        Fact(key="order_id", value="#1234", category="ENTITY"),
+        Fact(key="email", value="old@example.com", category="ENTITY"),
+        Fact(key="phone", value="+1 555 123 4567", category="ENTITY"),
+        Fact(key="refund_amount", value="$50.00", category="NUMERIC"),
+        Fact(key="refund_approved", value="yes", category="DECISION"),
+    )
+    facts = facts_of(conversation(
+        ("user", "My email changed, it is now new@example.com. Please forget my phone number."),
+        ("user", "Actually, cancel the refund, I'd rather keep the item."),
+    ), existing)
+    assert facts["order_id"] == ("#1234", "ENTITY")  # untouched
+    assert facts["email"] == ("new@example.com", "ENTITY")  # latest wins
+    assert "phone" not in facts  # retracted
+    assert not [k for k in facts if k.startswith("refund")]  # "cancel the refund" retracts every refund_* fact
+
+
+def test_updates_overwrite_in_place_and_a_same_value_keeps_its_spelling():
+    first = extract_facts(conversation(("user", "order #1234, refund $20")))
+    later = extract_facts(conversation(("assistant", "For order 1234 the refund is $35."), start=1), first)
+    assert [f.key for f in later] == [f.key for f in first]
+    assert as_dict(later)["refund_amount"] == ("$35", "NUMERIC")
+    assert as_dict(later)["order_id"] == ("#1234", "ENTITY")
+
+
+def test_cancelling_an_order_keeps_its_id():
+    facts = facts_of(conversation(("user", "Please cancel my order #1234.")))
+    assert facts["order_id"] == ("#1234", "ENTITY")
+    assert facts["user_request"] == ("asked to cancel their order #1234", "GENERAL")
+
+
+# --------------------------------------------------------------------------- narrative and text
+
+
+def test_narrative_says_who_wants_what_what_was_agreed_and_the_state():
+    out = SUMMARIZER.summarize(SummaryInput(policy="hierarchical", kind="facts", messages=REFUND_CHAT, token_cap=500))
+    assert out.text.startswith("The user (Maria Lopez) wants to cancel order #1234.")
+    assert "Agreed: refund approved" in out.text
+    assert "Current state: order status cancelled" in out.text
+    assert 2 <= out.text.count(". ") + 1 <= 4
+    assert out.model == "offline-extractive-1" and len(out.prompt_hash) == 64
+    assert out.tokens_in > 0 and out.tokens_out > TOKENS.count(out.text)
+
+
+def test_text_summary_lists_facts_and_messages_and_merges_the_previous_summary():
+    first = SUMMARIZER.summarize(SummaryInput(policy="rolling", kind="text", messages=REFUND_CHAT[:3])).text
+    assert first.startswith("Key facts:\n- customer_name: Maria Lopez (msg 0)\n- order_id: #1234 (msg 0)")
+    assert "\nMessages:\n- (0) user: Hi, my name is Maria Lopez." in first
+    second = SUMMARIZER.summarize(
+        SummaryInput(policy="rolling", kind="text", messages=REFUND_CHAT[3:], existing_summary=first)
+    ).text
+    assert "- email: maria.lopez@example.com (msg 2)" in second  # carried from the previous summary
+    assert "- refund_amount: $50.00 (msg 3)" in second  # added from the new messages
+    assert "- (0) user:" in second and "- (5) assistant: Your order #1234 has been cancelled." in second
+
+
+def test_sliding_window_drops_content_before_window_start():
+    first = SUMMARIZER.summarize(SummaryInput(policy="sliding_window", kind="text", messages=REFUND_CHAT[:4])).text
+    out = SUMMARIZER.summarize(SummaryInput(
+        policy="sliding_window", kind="text", messages=REFUND_CHAT[4:], existing_summary=first, window_start=2,
+    )).text
+    assert "(msg 0)" not in out and "(msg 1)" not in out
+    assert "- (0)" not in out and "- (1)" not in out and "- (2) user:" in out
+    assert "customer_name" not in out  # only mentioned before the window
+    assert "- email: maria.lopez@example.com (msg 2)" in out and "- (5) assistant:" in out
+
+
+def test_an_unstructured_previous_summary_is_kept_and_mined():
+    out = SUMMARIZER.summarize(SummaryInput(
+        policy="chunked", kind="text", prompt_format="chunked", messages=REFUND_CHAT[4:],
+        existing_summary="The customer disputes invoice INV-7781 for $99.",
+    )).text
+    assert "- invoice_id: INV-7781\n" in out
+    assert "Earlier summary: The customer disputes invoice INV-7781 for $99." in out
+
+
+# --------------------------------------------------------------------------- caps and determinism
+
+
+def test_text_summary_respects_token_and_char_caps_dropping_oldest_lines_first():
+    long_chat = conversation(*[
+        ("user" if i % 2 == 0 else "assistant", f"Message {i} about order #{1000 + i} and a refund of ${i}.00 "
+         + "with plenty of filler words to make the line long " * 3)
+        for i in range(40)
+    ])
+    out = SUMMARIZER.summarize(SummaryInput(policy="chunked", kind="text", messages=long_chat, token_cap=300)).text
+    assert TOKENS.count(out) <= 300
+    assert "- (39) assistant:" in out and "- (0) user:" not in out
+    assert "- order_id: #1039 (msg 39)" in out
+    capped = SUMMARIZER.summarize(SummaryInput(policy="rolling", kind="text", messages=long_chat, char_cap=400)).text
+    assert len(capped) <= 400 and capped.startswith("Key facts:")
+
+
+def test_narrative_respects_tiny_caps():
+    for cap in (1, 3, 10, 25):
+        out = SUMMARIZER.summarize(SummaryInput(policy="hierarchical", kind="facts", messages=REFUND_CHAT, token_cap=cap))
+        assert TOKENS.count(out.text) <= cap
+        assert as_dict(out.facts)["order_id"] == ("#1234", "ENTITY")  # the cap is the narrative's, facts stay
+
+
+WORDS = st.sampled_from([
+    "order", "#1234", "ORD-55", "refund", "$50.00", "€120", "30 EUR", "March", "3", "2024-03-05", "agreed",
+    "approved", "if", "within", "30", "days", "provided", "that", "my", "name", "is", "Ann", "a@b.co", "cancel",
+    "has", "been", "shipped", "not", ".", ",", "?", "!", "\n", "the", "item", "ok", "deal", "forget", "email",
+    "超长", "naïve", "🙂", "x" * 40,
+])
+MESSAGE = st.tuples(
+    st.sampled_from(["user", "assistant", "tool", "system"]),
+    st.lists(WORDS, min_size=0, max_size=40).map(" ".join),
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    items=st.lists(MESSAGE, min_size=1, max_size=12),
+    kind=st.sampled_from(["facts", "text"]),
+    token_cap=st.integers(min_value=1, max_value=200),
+    char_cap=st.one_of(st.none(), st.integers(min_value=1, max_value=600)),
+    existing=st.one_of(st.none(), st.text(max_size=300)),
+    window_start=st.one_of(st.none(), st.integers(min_value=0, max_value=12)),
+)
+def test_output_never_exceeds_the_caps(items, kind, token_cap, char_cap, existing, window_start):
+    request = SummaryInput(
+        policy="p", kind=kind, messages=conversation(*items), existing_summary=existing,
+        token_cap=token_cap, char_cap=char_cap, window_start=window_start,
+    )
+    out = SUMMARIZER.summarize(request)
+    assert TOKENS.count(out.text) <= token_cap
+    assert char_cap is None or len(out.text) <= char_cap
+    assert SUMMARIZER.summarize(request) == out
+
+
+def test_same_input_same_output_across_processes_and_hash_seeds():
+    script = (
+        "import json, sys; sys.path[:0] = [sys.argv[1]];"
+        "from test_offline_summarizer import REFUND_CHAT, SUMMARIZER;"
+        "from memfold.engine.ports import SummaryInput;"
+        "out = [SUMMARIZER.summarize(SummaryInput(policy='p', kind=k, messages=REFUND_CHAT, token_cap=200)) for k in ('facts', 'text')];"
+        "print(json.dumps([[o.text, [f.model_dump() for f in o.facts], o.prompt_hash] for o in out]))"
+    )
+    here = os.path.dirname(__file__)
+    runs = []
+    for seed in ("1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        result = subprocess.run([sys.executable, "-c", script, here], env=env, capture_output=True, text=True, check=True)
+        runs.append(json.loads(result.stdout))
+    assert runs[0] == runs[1]
+    local = [SUMMARIZER.summarize(SummaryInput(policy="p", kind=k, messages=REFUND_CHAT, token_cap=200)) for k in ("facts", "text")]
+    assert runs[0] == [[o.text, [f.model_dump() for f in o.facts], o.prompt_hash] for o in local]
