@@ -13,9 +13,10 @@ Output is the ingest format, one message per line::
     {"conversation_id", "tenant_id", "role", "content", "ts", "model_variant"?,
      "metadata"?, "tool_calls"?: [{"id", "name", "arguments"}], "tool_call_id"?}
 
-and a sidecar ``FILE.truth.json`` with, per conversation, every fact's key,
-LATEST value and the turn (0-based message index) where that value first
-appeared, plus its history. A "turn" here is one message of any role.
+and a sidecar ``FILE.truth.json`` keyed by conversation id (plus ``_meta``)
+with, per conversation, every fact's key, kind, LATEST value and the turn
+(0-based message index) where that value first appeared, plus its history.
+A "turn" here is one message of any role.
 
 Deterministic: the same arguments give byte-identical files (``random.Random``
 seeded from strings, no clock, no hashing of ``id()``).
@@ -31,7 +32,6 @@ import datetime as dt
 import json
 import random
 import re
-from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
@@ -46,7 +46,7 @@ except ImportError:  # run as ``python benchmarks/synth.py`` or with benchmarks/
 
 FORMAT = "memfold-synth/1"
 MODEL_VARIANTS = ("arco", "arco-pro", "deep-dive")
-TENANTS = ("northwind", "contoso", "fabrikam", "initech")
+TENANTS = ("acme", "globex", "initech", "umbrella")
 MIN_TURNS = 14
 OPENING_MARGIN = 4  # the smallest middle that still fits one update
 
@@ -215,7 +215,7 @@ class _Writer:
                                 "phone": ("phone", ctx.phone())}
         facts.update(domain.facts(ctx))
         self.facts = {k: FactTruth(k, kind, value, [{"turn": None, "value": value}]) for k, (kind, value) in facts.items()}
-        self.recent: deque[str] = deque(maxlen=12)
+        self.used: dict[tuple[str, int], int] = {}
         self.memo: dict[str, Any] = {}  # tool answers that must stay consistent (carrier, seat, ...)
 
     # -- slots and messages
@@ -230,6 +230,8 @@ class _Writer:
 
     def emit(self, role: str, content: str, **fields: Any) -> dict[str, Any]:
         """Append one message: advance the clock, stamp it, note which pending fact values it shows."""
+        if not content.strip():
+            raise RuntimeError(f"a {role} template rendered empty at message {len(self.messages)}")
         rng = self.rng
         self.clock += dt.timedelta(seconds=rng.randint(2, 8) if role == "tool" else rng.randint(30, 90))
         msg: dict[str, Any] = {"conversation_id": self.conversation_id, "tenant_id": self.tenant_id, "role": role,
@@ -247,10 +249,11 @@ class _Writer:
         return msg
 
     def pick(self, options: Sequence, tag: str) -> Any:
-        """Pick an option not used in the last few picks when possible, so wording doesn't loop."""
-        fresh = [i for i in range(len(options)) if f"{tag}{i}" not in self.recent]
-        i = self.rng.choice(fresh or range(len(options)))
-        self.recent.append(f"{tag}{i}")
+        """Pick one of the least-used options, so a long conversation cycles through all wording before repeating."""
+        counts = [self.used.get((tag, i), 0) for i in range(len(options))]
+        low = min(counts)
+        i = self.rng.choice([i for i, n in enumerate(counts) if n == low])
+        self.used[(tag, i)] = low + 1
         return options[i]
 
     # -- units
@@ -400,17 +403,17 @@ def generate_conversation(seed: str | int, domain: str, turns: int, *, conversat
             else:
                 w.reference(spec.key_facts)
             continue
-        if need_parallel and (free == 5 or (free >= 5 and rng.random() < 0.08)):
+        if need_parallel and (free == 5 or (free >= 5 and rng.random() < 0.04)):
             w.tool_exchange(calls=2, parallel=True)
             need_parallel = False
             continue
         floor = 5 if need_parallel else 0
         roll = rng.random()
-        if roll < 0.03 and free - 6 >= floor:
+        if roll < 0.015 and free - 6 >= floor:
             w.tool_exchange(calls=2)
-        elif roll < 0.13 and free - 4 >= floor:
+        elif roll < 0.075 and free - 4 >= floor:
             w.tool_exchange()
-        elif roll < 0.16:
+        elif roll < 0.095:
             w.reference()
         else:
             w.filler()
@@ -472,13 +475,13 @@ def generate(conversations: int, turns: int | str, seed: str | int, *, tenants: 
 
 # The bundled demo sample: one long support conversation plus shorter ones of every domain, two tenants.
 SAMPLE_PLAN: tuple[tuple[str, str, int, str], ...] = (
-    ("support-4711", "support", 236, "northwind"),
-    ("travel-2208", "travel", 84, "northwind"),
-    ("saas-3390", "saas", 66, "contoso"),
-    ("insurance-5172", "insurance", 112, "contoso"),
-    ("tech-6045", "tech", 47, "contoso"),
-    ("support-1187", "support", 28, "northwind"),
-    ("tech-8821", "tech", 95, "northwind"),
+    ("support-4711", "support", 236, "acme"),
+    ("travel-2208", "travel", 84, "acme"),
+    ("saas-3390", "saas", 66, "globex"),
+    ("insurance-5172", "insurance", 112, "globex"),
+    ("tech-6045", "tech", 47, "globex"),
+    ("support-1187", "support", 28, "acme"),
+    ("tech-8821", "tech", 95, "acme"),
 )
 
 
@@ -510,8 +513,8 @@ def write(conversations: Sequence[Conversation], out: str | Path, meta: Mapping[
             for msg in conv.messages:
                 fh.write(json.dumps(msg, ensure_ascii=False) + "\n")
     truth = truth_path(out)
-    doc = {"format": FORMAT, **meta, "turn": "0-based message index within the conversation",
-           "conversations": [c.truth_json() for c in conversations]}
+    doc: dict[str, Any] = {"_meta": {"format": FORMAT, **meta, "turn": "0-based message index within the conversation"}}
+    doc.update((c.conversation_id, c.truth_json()) for c in conversations)
     truth.write_text(json.dumps(doc, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
     return out, truth
 
@@ -519,7 +522,7 @@ def write(conversations: Sequence[Conversation], out: str | Path, meta: Mapping[
 def read_truth(path: str | Path) -> dict[str, list[dict[str, Any]]]:
     """Return ``{conversation_id: [fact, ...]}`` from a truth sidecar."""
     doc = json.loads(Path(path).read_text(encoding="utf-8"))
-    return {c["conversation_id"]: c["facts"] for c in doc["conversations"]}
+    return {cid: conv["facts"] for cid, conv in doc.items() if cid != "_meta"}
 
 
 # --------------------------------------------------------------------------- scoring

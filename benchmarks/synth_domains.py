@@ -111,7 +111,7 @@ class Ctx:
         return self.unique(lambda: f"+1 {rng.choice((212, 312, 415, 503, 617, 720))}-555-01{rng.randint(0, 99):02d}")
 
     def code(self, pattern: str) -> str:
-        """Return a fresh id from ``pattern``: ``d`` digit, ``l`` capital letter, ``x`` either; the rest is literal."""
+        """Return a fresh id from ``pattern``: ``d`` digit, ``n`` digit 1-9, ``l`` capital letter, ``x`` either; the rest is literal."""
         rng = self.rng
         letters = "ABCDEFGHJKLMNPQRSTUVWXYZ"
 
@@ -120,6 +120,8 @@ class Ctx:
             for ch in pattern:
                 if ch == "d":
                     out.append(str(rng.randint(0, 9)))
+                elif ch == "n":
+                    out.append(str(rng.randint(1, 9)))
                 elif ch == "l":
                     out.append(rng.choice(letters))
                 elif ch == "x":
@@ -217,6 +219,7 @@ MACROS: dict[str, str] = {
     "wait": "[Give me a moment|One moment please|Let me check|Bear with me a second|Let me take a look|Checking now|Let me look that up]",
     "ok": "[ok|okay|sure|sounds good|alright|great, thanks|perfect|cool|fine by me|thanks|got it|makes sense]",
     "hmm": "[Hmm|Huh|Okay|Right|Oh|Ah|Well]",
+    "hmm_end": "[, haha.|!|.| 🙃]",
 }
 
 GENERIC_EXCHANGES: tuple[Exchange, ...] = (
@@ -224,9 +227,9 @@ GENERIC_EXCHANGES: tuple[Exchange, ...] = (
      "[No problem at all|No worries|Take your time|That's completely fine], {first}. [I'm still here.|I'll be here whenever you're ready.|We can pick up right where we left off.]"),
     ("[How long does this usually take?|Is this going to take long?|Roughly how long will all of this take?]",
      "[Usually|In most cases|Typically] [about|around|roughly] {mins} minutes on our side[, though it can vary a bit|, sometimes less|]. [I'll keep you posted as I go.|I'll tell you as soon as anything changes.|]"),
-    ("[The {weather} here is not helping my mood today|It's {weather} here, so I'm stuck inside anyway|Honestly it's {weather} outside, so I have time][, haha|!|.]",
+    ("[It's {weather} here, so I'm stuck inside anyway|Honestly it's {weather} outside, so I have time|It's {weather} today, perfect day for admin]{@hmm_end}",
      "[Ha, sorry to hear that|That sounds rough|Stay dry and warm|At least it's a good day to get this sorted]! [Let's make the rest of this quick for you.|Let's get you sorted so you can enjoy the rest of your {time_of_day}.|]"),
-    ("[Can I ask something unrelated?|Random question|Off topic, but] [do you work weekends|are you a real person or a bot|is your team based in {city}]?",
+    ("[Can I ask something unrelated? Do you work weekends?|Random question: are you a real person or a bot?|Off topic, but is your team based in {city}?]",
      "[Ha, fair question!|Good question.|Sure.] [I'm an AI assistant working with the support team, and a human colleague can step in whenever you like.|Our team covers seven days a week in shifts.|We have people in a few cities, {city} included.] [Now, back to your case.|Happy to keep going with your case.|]"),
     ("{@ok}", "[Great|Perfect|Wonderful|Good]. [I'll carry on then.|Let me continue.|Moving on to the next step.|]"),
     ("[Thanks for being so patient with me|You've been really helpful so far|I appreciate the help, really].",
@@ -239,7 +242,7 @@ GENERIC_EXCHANGES: tuple[Exchange, ...] = (
      "[Chat is open {hours} hours a day|The phone line runs {open_hours}|You can reply to the confirmation email and it comes straight back to this case]. [Your case stays open, so nothing is lost.|Anyone on the team can pick it up from the notes.|]"),
     ("[My {device} battery is at {n} percent, let's be quick|I'm on my {device}, so typing is slow|I'm switching from my {device} to my laptop, one sec].",
      "[Understood|No rush|Got it], [I'll keep my messages short.|take your time.|I'll wait.]"),
-    ("[lol ok|haha fair|ha, ok]", "[😊|Glad I could make you smile.|] [Shall we continue?|On to the next bit.|]"),
+    ("[lol ok|haha fair|ha, ok]", "[😊 Shall we continue?|Glad I could make you smile.|Ha. On to the next bit.]"),
     ("[Can you explain that again, more slowly?|Wait, I didn't follow that last part.|Sorry, can you rephrase that?]",
      "[Of course.|Sure, let me put it differently.|Happy to.] [In short: I'm checking the details on our side first, then I'll confirm the next step with you before anything happens.|Nothing changes without your okay; I'm only verifying what we already discussed.|The short version is that I'm lining up the next step, and you don't need to do anything yet.]"),
     ("[Do you need anything else from me right now?|Is there something I should be doing meanwhile?|Should I stay on the chat?]",
@@ -247,7 +250,7 @@ GENERIC_EXCHANGES: tuple[Exchange, ...] = (
     ("[I tried calling earlier but waited {mins} minutes on hold|Your phone queue was really long this {time_of_day}|I gave up on the hotline after {mins} minutes].",
      "{@sorry}. [Call volumes were unusually high today.|We're adding staff to the phone line this week.|Chat is usually the faster route, so you did the right thing.] [I'll make sure you don't have to call again.|Let's get everything done here.|]"),
     ("[Is my data safe with you?|Who can see the information I share here?|Do you store these chats?]",
-     "[Yes|Good question]. [Only the team handling your case can see it|Chats are stored encrypted and kept only as long as needed for your case|We never share your details with third parties]. [You can ask for deletion at any time.|Our privacy page has all the details.|]"),
+     "[Good question.|Fair question.|] [Only the team handling your case can see it|Chats are stored encrypted and kept only as long as needed for your case|We never share your details with third parties]. [You can ask for deletion at any time.|Our privacy page has all the details.|]"),
     ("[By the way, your website was really slow earlier|The app kept logging me out this {time_of_day}|Your site showed an error page before I found this chat].",
      "[Thanks for flagging that|Sorry about that|Good to know]. [I've passed it to our web team.|There was a short outage around {clock}, it should be fine now.|I'll add it to our incident notes.]"),
     ("[Okay, I'm back|Back now|Right, where were we?]", "[Welcome back!|Hi again, {first}.|Great.] [We were just going through the details of your case.|I was about to confirm the next step.|Let's continue.]"),
@@ -265,6 +268,26 @@ GENERIC_EXCHANGES: tuple[Exchange, ...] = (
      "[No problem|Understood|That's fine]. [If we get disconnected, just reopen the chat and it will resume here.|I'll keep the session open for you.|Everything is saved as we go.]"),
     ("[One sec, let me find my reading glasses|Hold on, I'm looking for the paperwork|Give me a minute to dig out the email].",
      "[Sure, take your time.|No rush at all.|Of course, I'll wait.]"),
+    ("[Sorry, what does that mean exactly?|Is that normal?|Should I be worried about that?]",
+     "[Not at all, it's routine|Nothing to worry about|It's a standard step], [I just wanted to keep you informed.|it happens in most cases like yours.|and I'll flag anything unusual.]"),
+    ("[Quick question, is this chat recorded?|Are you still there?|Hello?]",
+     "[Yes, I'm here|Still here], {first}. [Sorry for the pause, I was checking a detail.|Just finishing a note on your case.|]"),
+    ("[I have a meeting in {mins} minutes, can we speed this up?|I need to leave soon|Can we finish this quickly?]",
+     "[Of course|Absolutely|Sure]. [We're nearly done.|I'll keep it brief.|Only a couple of things left.] [You can also come back later, everything is saved.|]"),
+    ("[My {kid} says hi|I'm doing this while cooking dinner, sorry|Sorry, typing with one hand, holding a coffee].",
+     "[Ha, hi back!|No problem at all.|Multitasking, I respect that.] [Take it at your own pace.|]"),
+    ("[Can I speak to a human?|Is there a person I can talk to?|Could a supervisor look at this?]",
+     "[Of course, I can transfer you at any point|A colleague can join if you prefer], [though I can also finish this for you now.|and they'll see the full history of this chat.] [Would you like that?|Just say the word.]"),
+    ("[What's your name, by the way?|Who am I talking to?|Are you the same agent as yesterday?]",
+     "[I'm the support assistant for your case|I'm an AI assistant on the support team], [and I can see the full history of your case.|and a human colleague reviews the case notes.]"),
+    ("[Is there a way to get notifications by text instead of email?|Can you text me updates?|I prefer WhatsApp, is that possible?]",
+     "[Text updates can be switched on in your account settings|We can send SMS updates for this case], [using the number on file.|and you can turn them off any time.]"),
+    ("[I already explained this to someone else last week|Do I really have to repeat everything?|Didn't your colleague write this down?]",
+     "{@sorry}. [I have the previous notes, so no need to repeat anything.|You don't need to start over, I can see the history.|I'll make sure it's all in one place from now on.]"),
+    ("[Alright, one more thing came to mind|Oh, and another question|Hmm, something else]",
+     "[Sure, go ahead.|Of course, what is it?|Happy to help with that too.]"),
+    ("[Thanks, that clears it up|Ah okay, that makes sense now|Got it, thank you for explaining].",
+     "[Glad that helps|Great|You're welcome], {first}. {@more}"),
 )
 
 GENERIC_RECALLS: tuple[str, ...] = (
@@ -275,19 +298,24 @@ GENERIC_RECALLS: tuple[str, ...] = (
 
 # --------------------------------------------------------------------------- support (order / refund)
 
+SUPPORT_ITEMS = (  # (item, lowest price, highest price) in whole currency units
+    ("Halden standing desk", 380, 720), ("Oriel espresso machine", 240, 690), ("pair of Trailmark hiking boots", 120, 260),
+    ("Nimbus 3-seat sofa cover", 70, 160), ("Corvid noise-cancelling headphones", 150, 380),
+    ("set of Brava cast-iron pans", 90, 220), ("Lumio floor lamp", 60, 180), ("Kestrel road bike helmet", 55, 170),
+    ("Fenwick wool coat", 140, 420), ("Pico robot vacuum", 190, 560),
+)
+
+
 def _support_facts(ctx: Ctx) -> Facts:
     rng = ctx.rng
-    order_id = ctx.code(rng.choice(("#ddddd", "ORD-dddd-d", "#ddddddd")))
-    total_units = rng.randint(60, 900)
-    total = ctx.money(total_units, total_units + 40)
-    refund = ctx.money(max(20, total_units // 3), total_units)
+    order_id = ctx.code(rng.choice(("#ndddd", "ORD-ndddd-d", "#nddddd")))
+    item, lo, hi = rng.choice(SUPPORT_ITEMS)
+    total = ctx.money(lo, hi)
+    refund = ctx.money_near(total, 0.35, 1.0)
     days = rng.choice((14, 30, 21))
     return {
         "order_id": ("id", order_id),
-        "item": ("entity", rng.choice((
-            "Halden standing desk", "Oriel espresso machine", "pair of Trailmark hiking boots", "Nimbus 3-seat sofa cover",
-            "Corvid noise-cancelling headphones", "set of Brava cast-iron pans", "Lumio floor lamp", "Kestrel road bike helmet",
-            "Fenwick wool coat", "Pico robot vacuum"))),
+        "item": ("entity", item),
         "order_date": ("date", ctx.date(-20, -4)),
         "order_total": ("amount", total),
         "refund_amount": ("amount", refund),
@@ -297,8 +325,8 @@ def _support_facts(ctx: Ctx) -> Facts:
             "refund after the courier scans the return parcel",
             f"refund provided the item is returned in its original packaging within {days} days"))),
         "decision": ("decision", rng.choice((
-            "waive the restocking fee", "cover the return shipping", "add a free express upgrade to the replacement",
-            "keep the accessories as a goodwill gesture"))),
+            "waive the restocking fee", "cover the return shipping", "refund the original delivery charge too",
+            "let you keep the accessories as a goodwill gesture"))),
         "pickup_date": ("date", ctx.date(2, 6)),
     }
 
@@ -333,7 +361,7 @@ SUPPORT = Domain(
     name="support",
     facts=_support_facts,
     opening=(
-        ("{@hi}[,|] [I'm|this is|my name is] {customer_name}. [I'm writing about|I need help with|I have a problem with] [my order|order] {order_id}[, the {item}|].",
+        ("{@hi}, [I'm|this is|my name is] {customer_name}. [I'm writing about|I need help with|I have a problem with] [my order|order] {order_id}[, the {item}|].",
          "{@hi} {first}, [thanks for reaching out|thanks for contacting us|good to hear from you]. [I've pulled up|I can see|I found] order {order_id}: [the|one] {item}, [total|charged at|billed at] {order_total}, [placed|ordered] on {order_date}. [What's going on with it?|What can I help you with?|How can I help today?]"),
         ("[It arrived yesterday and|When I opened the box I saw that|Long story short,] [the {part} is cracked|it's the wrong colour|it doesn't work at all|one of the parts is missing|it's clearly been used before]. [I'm really disappointed.|Not great.|I'd been waiting for it for ages.]",
          "{@sorry}. [So I can keep you updated,|Before I set anything up,|To open a return case,] could you [confirm|share] your [email address and a phone number|email and phone number]?"),
@@ -350,7 +378,7 @@ SUPPORT = Domain(
         ("[Will the courier call before coming?|What time will the courier come?|Do I have to be home for the pickup?]",
          "[Usually they send a text {hours} hours before|They give a two-hour window on the morning of the pickup|Someone needs to hand the parcel over, yes], [and you can change the slot from that message.|but a neighbour can do it too.|]"),
         ("[Can I get a replacement instead?|Actually, would an exchange be faster?|Is a replacement an option?]",
-         "[It is, but the item is back-ordered for about {n} weeks|We could, though stock is low right now|Yes, though a refund is quicker at the moment]. [Most customers in your spot go with the refund.|I'll keep the refund unless you prefer to wait.|Happy to do either.]"),
+         "[We can, but the item is back-ordered for about {n} weeks|We could, though stock is low right now|Yes, though a refund is quicker at the moment]. [Most customers in your spot go with the refund.|I'll keep the refund unless you prefer to wait.|Happy to do either.]"),
         ("[How will the money come back?|Will the refund go to my card?|Do I get store credit or cash?]",
          "[It goes back to the original payment method|The refund returns to the card you paid with|You get it back on the same card, not as credit]. [Banks take {n} to {n2} business days to show it.|Depending on your bank it can take a few days to appear.|]"),
         ("[I also ordered a {extra} last month, is that affected?|My other order with the {extra} is fine, right?]",
@@ -365,10 +393,32 @@ SUPPORT = Domain(
          "[No printing needed|You don't have to print anything], [the driver brings the label|the courier scans a code from the email|just have the parcel ready]."),
         ("[The tracking page says 'exception', what does that mean?|Tracking hasn't updated in {n} days|The courier app shows nothing yet].",
          "[That usually just means a delayed scan|Tracking often lags by a day], [nothing to worry about yet.|I'll keep an eye on it.|I'll check with the carrier if it doesn't move by {weekday}.]"),
-        ("[Can I drop it off at a store instead?|Is there a drop-off point near me?|What if I miss the courier?]",
-         "[Yes, any of our partner drop-off points in {city} work|You can drop it at a parcel shop with the same label|If you miss them, they try again the next working day]."),
+        ("[Can I drop it off at a store instead?|Is there a drop-off point near me?]",
+         "[Yes, any of our partner drop-off points in {city} work|You can drop it at a parcel shop with the same label], [just show the code from the email.|no printing needed.]"),
+        ("[What if I miss the courier?|What happens if nobody's home?]",
+         "[They try again the next working day|The driver leaves a card and comes back the next day], [or you can drop it at a parcel shop instead.|and you can rebook from the text message.]"),
         ("[Do you sell an extended warranty for these?|Would a warranty have covered this?]",
          "[We do offer one at checkout|Damage on arrival is always covered, warranty or not], [but it wouldn't change anything here.|so you're fully covered in this case.]"),
+        ("[Is the refund taxed in any way?|Do I get the VAT back as well?|Does the refund include tax?]",
+         "[Yes, tax is refunded together with the item|The refund covers the full line including tax], [so you don't need to claim anything separately.|nothing extra to do on your side.]"),
+        ("[Should I remove the {part} before packing?|Do I need to disassemble it?|It's quite bulky, can I send it in two boxes?]",
+         "[Please send it as it arrived if you can|Two boxes are fine, the courier just needs both labels|No need to take anything apart], [that makes the inspection quicker.|and keep any small parts in a bag.]"),
+        ("[Can my partner hand it over if I'm at work?|My neighbour might give it to the driver, is that okay?|Does it need my signature?]",
+         "[Anyone can hand it over|No signature needed for returns|That's fine, the driver just scans the label], [as long as the parcel is ready.|you'll get the receipt by email.]"),
+        ("[I left a review about the damage, was that okay?|Should I post photos of the damage somewhere?|Do you want photos of the problem?]",
+         "[Photos help, yes|Of course, reviews are always welcome|A couple of photos would be useful for the quality team], [you can reply to the case email with them.|upload them from the order page.|but they won't change your refund.]"),
+        ("[Is the {extra} I ordered last week in stock now?|When will the {extra} be restocked?|Do you still sell the {extra}?]",
+         "[Let me see — yes, it's in stock|It's due back in about {n} weeks|It's available in most colours right now], [if you want to order it separately.|you can set a stock alert on the product page.]"),
+        ("[I'd like to complain about the delivery driver|The driver left the box in the rain|The parcel was thrown over my gate]",
+         "{@sorry}. [I've filed a complaint with the carrier.|That's not acceptable; I've reported it.|I'll pass this to our logistics team.] [It won't affect your return.|Thank you for telling us.|]"),
+        ("[How do I know you received it?|Will I get a confirmation when it arrives back?|How long until the warehouse checks it?]",
+         "[You'll get an email when the warehouse scans it|Inspection usually takes {n} working days after arrival], [and another one when the refund is issued.|and I'll keep an eye on it too.]"),
+        ("[Can I change the payment method for the refund?|My card expired, where does the money go?|I cancelled that card last month.]",
+         "[If the card is closed, the bank forwards the money to your account|Refunds can only go to the original method], [so you don't need to do anything.|but your bank will route it to you.]"),
+        ("[This is my first order with you, to be honest|I usually order from you a lot, this never happened before|I've been a customer for years].",
+         "[Thank you for your loyalty|I appreciate you giving us the chance|That makes it even more important to fix], {first}. [We'll make this right.|I want this to go smoothly for you.|]"),
+        ("[Where's the label? I can't find it in my inbox|Which email did the label go to?|I didn't get any return email]",
+         "[It was sent about {mins} minutes ago, check the spam folder|It's in an email titled 'Your return'|I can resend it right now], [and the driver has a copy anyway.|just in case.]"),
     ),
     references=(
         ("[Just to double-check,|Quick check:|Sorry to ask again, but] the refund for {order_id} is still {refund_amount}, right?",
@@ -378,7 +428,7 @@ SUPPORT = Domain(
         ("[Remind me,|So] what's the condition on the refund again?",
          "It's a {refund_condition}. [That's all.|Nothing else needed.|]"),
         ("[Did the note about the fee get saved?|You did record the thing about the fee, right?]",
-         "[Yes|It did] — [the case notes say we agreed to {decision}|we agreed to {decision}, and it's in the notes]."),
+         "[Yes|It's there] — [the case notes say we agreed to {decision}|we agreed to {decision}, and it's in the notes]."),
     ),
     tools=(
         ToolSpec("lookup_order", ("[Can you check the status of the order?|What does your system show for my order?|Can you see where things stand with the order?]",),
@@ -498,6 +548,26 @@ TRAVEL = Domain(
          "[I'm not a travel guide, but|Happily —] [the old town is a short walk away|evenings are mild, so pack a light jacket|the riverside market is popular on {weekday}s]. [Enjoy!|]"),
         ("[Can I earn miles on this booking?|Will my frequent flyer number work here?]",
          "[Yes, add your frequent flyer number and it will credit|Miles credit after the flight, usually within {n} weeks]."),
+        ("[Can I pay the difference by card?|Do you take PayPal for changes?|How do I pay if there's a fare difference?]",
+         "[Card payments work for any difference|You'd get a payment link by email], [and nothing is charged until you confirm.|and it's valid for {hours} hours.]"),
+        ("[Is the flight direct?|Is there a stopover?|How long is the flight?]",
+         "[It's a direct flight of about {n} hours|The flight is direct, roughly {n} hours gate to gate|No stopover on this routing]."),
+        ("[Can I add my partner to the booking?|My colleague might join me, can we travel together?|Can I book a second ticket on the same reference?]",
+         "[A second passenger needs a new ticket|I can book them on the same flight and link the bookings], [though fares may have changed.|so you sit together where possible.]"),
+        ("[What's the check-in time at the hotel?|Can I leave my bags at the hotel early?|Is there a gym at the hotel?]",
+         "[Check-in is from 15:00|Luggage storage is free at reception|There's a small gym on the ground floor], [and I've added your arrival time to the reservation.|just mention your booking at the desk.|]"),
+        ("[Do I need to print my boarding pass?|Can I use the mobile boarding pass?|When does online check-in open?]",
+         "[Online check-in opens {hours} hours before departure|The mobile boarding pass works at both airports], [so no printing needed.|and you'll get a reminder by email.]"),
+        ("[Is there a train option instead?|Would the train be faster door to door?|Can I do part of the trip by train?]",
+         "[There is a train, but it takes most of a day|Trains are possible but not part of this booking], [so the flight is still the quicker choice.|and I'd keep the flight for now.]"),
+        ("[The app shows a different terminal than the email|Which terminal do I go to?|Is it terminal 1 or 2?]",
+         "[The app is the most current source|Terminals can change, the airline updates the app first], [so go with the app on the day.|and the departure boards will confirm it.]"),
+        ("[Can I get an invoice for my company?|I need a receipt with my company name on it|Do you issue VAT invoices?]",
+         "[Yes, I can issue an invoice with your company details|Invoices are available under 'My trips'], [just send me the billing address.|and I can add a purchase order number.]"),
+        ("[My passport expires in {n} months, is that a problem?|Does my passport need to be valid for six months?]",
+         "[For this destination it must be valid for the whole stay|Some countries require three months beyond your return], [but please double-check on the official government site.|so you should be fine, but check before you fly.]"),
+        ("[What happens if there's a strike?|I read about air traffic control strikes, should I worry?|Will you tell me if the flight is cancelled?]",
+         "[If the airline cancels, you're rebooked or refunded|We send a text and an email as soon as the airline tells us], [and I'll keep an eye on it.|so keep your phone on.]"),
     ),
     references=(
         ("[Just confirming,|So] my booking reference is still {booking_ref}?",
@@ -620,6 +690,26 @@ SAAS = Domain(
          "[Old links redirect for 12 months|Redirects are set up automatically], [so bookmarks keep working.|and you can update docs at your own pace.]"),
         ("[Who on your side owns this?|Will we have a dedicated contact?|Is there a migration engineer assigned?]",
          "[A migration engineer is assigned once the date is confirmed|You'll have a named contact for the whole project|I'll stay on this case, and an engineer joins for the cutover]."),
+        ("[Do API keys change after the migration?|Will our service accounts still work?|Do we need to rotate tokens?]",
+         "[API keys keep working for {n} weeks after cutover|Service accounts migrate, but their tokens are re-issued], [and the console lists every key with its last use.|so plan a rotation in your secrets manager.]"),
+        ("[Can we migrate teams in phases?|Could we move one department first?|Is a staged rollout possible?]",
+         "[Phased migrations are possible per team|We usually recommend one pilot team first], [though shared dashboards need to move together.|and the rest a week later.]"),
+        ("[How are audit logs handled?|Do we keep our audit history?|Can we export the audit log first?]",
+         "[Audit logs migrate in full|You can export the audit log as CSV any time], [and retention follows your new plan.|so compliance has a copy.]"),
+        ("[Our admins are in three time zones, what time is best?|When do you recommend doing the switch?|Weekend or weekday for the cutover?]",
+         "[A weekday evening in your main time zone works well|Most customers pick a {weekday} evening], [because support staff are on shift.|so any issue is caught the next morning.]"),
+        ("[Is there a checklist for the migration?|Do you have documentation we can share internally?|Can you send a runbook?]",
+         "[Yes, I'll send the migration runbook|There's a checklist in the admin guide], [with a section for end-user communication.|and a template email for your staff.]"),
+        ("[Do guest users migrate too?|What about external collaborators?|Our contractors have guest access.]",
+         "[Guests migrate with their permissions|External collaborators keep access to shared spaces], [and they don't count as paid seats.|though they'll get a re-invite email.]"),
+        ("[Can we rename the workspace during the move?|Can we change our subdomain?|Is it possible to merge two workspaces?]",
+         "[Renaming is easy and can happen at any time|Merging workspaces is a separate project], [so let's keep the move itself simple.|and I'd do it after cutover.]"),
+        ("[How do we roll back if something goes wrong?|Is there a rollback plan?|What if the cutover fails?]",
+         "[The old workspace stays intact until you confirm|Rollback means pointing users back to the old workspace], [so you can always return within the window.|which takes a few minutes.]"),
+        ("[Our security team wants a pen test report|Do you have SOC 2?|Security is asking for your ISO certificate].",
+         "[I can share the SOC 2 Type II report under NDA|Our ISO 27001 certificate is on the trust page], [and the latest pen test summary too.|I'll send the link.]"),
+        ("[Will dashboards load faster on the new platform?|Is the new platform faster?|We had performance issues with large reports.]",
+         "[Most customers see faster dashboards|Large reports run on a new query engine], [especially above a million rows.|so it should improve noticeably.]"),
     ),
     references=(
         ("[Just checking,|Confirming:] we're still on for {migration_date}?",
@@ -743,6 +833,26 @@ INSURANCE = Domain(
          "[Our emergency line is open {hours} hours a day|For urgent damage at night, call the emergency line on your policy card]."),
         ("[Can I choose my own repair shop?|Do I have to use your partner garage?|Which contractors do you work with?]",
          "[Partner shops handle billing directly with us|You can use your own shop, we just need an itemised invoice|There are {n} partner shops near {city}]."),
+        ("[Can I get the payout by bank transfer?|Where do I send my bank details?|How is the money paid?]",
+         "[Payouts go by bank transfer|You can enter your bank details in the claim portal], [usually within {n} working days of approval.|securely, so please don't send them by email.]"),
+        ("[My landlord wants to know about the claim|Do I need to inform my mortgage lender?|Should I tell my employer about the accident?]",
+         "[You can share the claim number with them|That's up to you, but they may need a copy of the report], [and I can send a confirmation letter.|and we can talk to them directly if you authorise it.]"),
+        ("[Does the policy cover my phone that was damaged too?|What about the laptop that got wet?|Are personal items in the car covered?]",
+         "[Personal belongings are covered up to the limit in your policy|It depends on your contents cover], [so add them to the claim with receipts.|and I'll check the exact limit.]"),
+        ("[How do I track the claim online?|Is there an app for this?|Can I see the status somewhere?]",
+         "[The claim portal shows every step|The app has a claims tab with live status], [and you'll get a notification when something changes.|using the same login as your policy.]"),
+        ("[Will the adjuster need to see the damaged parts?|Should I keep the broken parts?|Can I throw away the damaged items?]",
+         "[Keep damaged parts until the adjuster has seen them|Please keep everything until after the inspection], [or at least take detailed photos.|unless it's a health hazard.]"),
+        ("[The repair shop is asking for a deposit|The contractor wants money upfront|Do I have to pay the garage first?]",
+         "[Partner shops don't ask for deposits|If you use your own shop, you may have to pay and claim it back], [so let me know which shop you chose.|with the invoice.]"),
+        ("[Is mould covered if it shows up later?|What if more damage appears next month?|Can I add damage later?]",
+         "[You can add damage later on the same claim|Hidden damage found later is usually covered], [as long as it's related to the same incident.|if you report it promptly.]"),
+        ("[I have a second policy with another insurer|Does it matter that my partner is also insured?|We have two home policies, long story].",
+         "[Double insurance is handled between insurers|Tell us the other insurer's name], [so you don't get paid twice, but you are covered.|and we'll coordinate with them.]"),
+        ("[Is there a courtesy car while mine is repaired?|How do I get around in the meantime?|Can I get a temporary replacement?]",
+         "[That depends on your cover and what we agreed for this claim|Partner garages usually offer a courtesy car], [and I'll check availability.|so ask when you drop off the car.]"),
+        ("[I found the original receipt!|My partner found the purchase invoice|I dug out the old bank statement with the purchase].",
+         "[Great, please upload it to the claim|That's very helpful], [it speeds up the assessment.|the adjuster will be happy.]"),
     ),
     references=(
         ("[For my records,|Just to confirm,] the claim number is {claim_id}?",
@@ -864,6 +974,26 @@ TECH = Domain(
          "[There's no known outage around you right now|I don't see a wider outage], [so it's likely local to your setup.|so let's keep troubleshooting the unit.]"),
         ("[I work from home, I really need this working by {weekday}|I have video calls all day tomorrow|My {kid} has an online exam this week].",
          "[Understood, I'll prioritise this|I'll flag the urgency on the ticket|Let's make sure you have a workaround], [and a mobile hotspot could help in the meantime.|and I can enable mobile backup on your account.]"),
+        ("[Could it be the power adapter?|The adapter feels very hot, is that normal?|Can I use a different power supply?]",
+         "[Warm is normal, too hot to touch isn't|Only use the original adapter, rated 12 V], [so let's note that for the technician.|a wrong one can cause random reboots.]"),
+        ("[I moved the router to the hallway|The router is in a cupboard, is that bad?|Should the router be higher up?]",
+         "[Placing it higher and in the open helps a lot|Cupboards and thick walls block the signal], [try it on a shelf for a day.|and keep it away from the TV.]"),
+        ("[Can I use my own router instead?|Is bridge mode an option?|Can I put it in modem-only mode?]",
+         "[Bridge mode is available under Advanced settings|You can use your own router behind it in bridge mode], [though we can only support our own unit.|but let's first fix the line itself.]"),
+        ("[The smart TV app buffers constantly|Streaming works but gaming lags|Video calls freeze every few minutes].",
+         "[That fits the packet loss we're seeing|Latency spikes would explain that], [so let's keep troubleshooting the line.|and quality of service settings might help a bit.]"),
+        ("[How do I see which devices are connected?|Can I block a device on the network?|Someone might be using my Wi-Fi.]",
+         "[The connected devices list is under Network in the app|You can pause or block any device in the app], [and change the Wi-Fi password if in doubt.|which also frees up bandwidth.]"),
+        ("[Is the mesh node needed?|Should I add a repeater?|Would a second access point help upstairs?]",
+         "[A mesh node helps for a second floor|Repeaters halve the speed, mesh is better], [but let's fix the main line first.|so I'd wait until the line is stable.]"),
+        ("[What's the 5 GHz network for?|Why do I have two Wi-Fi names?|Should I join the 2.4 or 5 network?]",
+         "[5 GHz is faster at short range, 2.4 GHz reaches further|Use 5 GHz near the router and 2.4 GHz far away], [or enable band steering to combine them.|both work with the same password.]"),
+        ("[Can the technician also mount the router on the wall?|Will the technician need access to the basement?|How much time should I block for the visit?]",
+         "[Wall mounting is possible if you have the bracket|They'll need access to where the line enters the building|Plan for about {mins} minutes, sometimes up to an hour], [and they'll call before arriving.|]"),
+        ("[I'm getting a DNS error in the browser|Some websites don't load but others do|The browser says server not found].",
+         "[Try switching DNS to automatic in the app|That points to a DNS issue, not the line], [and restart the browser after.|let's flush the DNS cache on your laptop.]"),
+        ("[Does this affect my landline too?|Our phone line is also crackling|The TV box also lost its connection].",
+         "[The phone runs over the same line, so yes|Line noise would affect both], [which the technician will measure.|so it's good you mentioned it.]"),
     ),
     references=(
         ("[For reference,|Just confirming] the ticket is {ticket_id}?",
@@ -915,10 +1045,10 @@ DOMAINS: dict[str, Domain] = {d.name: d for d in (SUPPORT, TRAVEL, SAAS, INSURAN
 FILLER_CHOICES: dict[str, tuple[str, ...]] = {
     "weekday": WEEKDAYS,
     "time_of_day": ("morning", "afternoon", "evening"),
-    "weather": ("rain", "heat", "wind", "snow", "grey drizzle", "fog"),
+    "weather": ("pouring", "freezing", "boiling hot", "really windy", "snowing", "grey and drizzly"),
     "city": ("Leeds", "Porto", "Denver", "Utrecht", "Lyon", "Krakow", "Austin", "Gothenburg", "Valencia", "Cork"),
     "device": ("phone", "tablet", "old laptop", "work phone"),
-    "kid": ("son", "daughter", "toddler", "kids"),
+    "kid": ("son", "daughter", "toddler", "partner"),
     "pet": ("cat", "dog", "parrot", "puppy"),
     "part": ("handle", "panel", "corner", "lid", "base", "strap", "display"),
     "extra": ("phone case", "desk mat", "travel mug", "pair of socks", "charging cable"),

@@ -137,7 +137,8 @@ def test_jsonl_lines_are_valid_ingest_messages(tmp_path, corpus):
         last[msg["conversation_id"]] = ts
         MessagePayload(**{k: v for k, v in msg.items() if k not in ("conversation_id", "tenant_id", "ts")})
     doc = json.loads(truth.read_text(encoding="utf-8"))
-    assert [c["conversation_id"] for c in doc["conversations"]] == [c.conversation_id for c in corpus[:2]]
+    assert list(doc) == ["_meta", *(c.conversation_id for c in corpus[:2])]
+    assert doc["_meta"]["seed"] == 11
     facts = synth.read_truth(truth)[corpus[0].conversation_id]
     assert {f["key"]: f["value"] for f in facts} == {k: f.value for k, f in corpus[0].facts.items()}
 
