@@ -222,6 +222,7 @@ class _Writer:
 
     def slots(self, **extra: str) -> _Slots:
         base = {k: f.value for k, f in self.facts.items()}
+        base.update(self.ctx.extra)
         base.update(first=self.ctx.first, **extra)
         return _Slots(self.rng, base)
 
@@ -361,8 +362,11 @@ def _plan_middle(rng: random.Random, domain: domains.Domain, turns: int, opening
 
 
 def generate_conversation(seed: str | int, domain: str, turns: int, *, conversation_id: str, tenant_id: str = "default",
-                          start: dt.datetime | None = None) -> Conversation:
+                          start: dt.datetime | None = None, final_question: str | None = None) -> Conversation:
     """Generate one conversation of exactly ``turns`` messages in ``domain``, deterministically from ``seed``.
+
+    ``final_question`` picks the fact the closing user question asks about
+    (default: a seeded choice, sometimes a general recap question).
 
     Raises ``ValueError`` for unknown domains or fewer than :data:`MIN_TURNS` messages.
     """
@@ -419,15 +423,16 @@ def generate_conversation(seed: str | int, domain: str, turns: int, *, conversat
             w.filler()
 
     # 3. Closing: a question about one fact that does not state it, or a goodbye.
-    final_question = None
     if closing == 1:
         keys = [k for k in spec.recalls if k in w.facts]
-        if rng.random() < 0.85:
+        if final_question is None and rng.random() < 0.85:
             final_question = rng.choice(keys)
+        if final_question is not None:
             w.say("user", rng.choice(spec.recalls[final_question]))
         else:
             w.say("user", rng.choice(domains.GENERIC_RECALLS))
     else:
+        final_question = None
         w.say("user", "[Thanks, that's everything for now.|Okay, that's all I needed, thanks!|Great, thanks for the help.]")
         w.say("assistant", "[You're welcome|Glad I could help|My pleasure], {first}. [Have a good {time_of_day}!|Take care.|Talk soon.]")
     assert len(w.messages) == turns, (len(w.messages), turns)
@@ -474,14 +479,14 @@ def generate(conversations: int, turns: int | str, seed: str | int, *, tenants: 
 
 
 # The bundled demo sample: one long support conversation plus shorter ones of every domain, two tenants.
-SAMPLE_PLAN: tuple[tuple[str, str, int, str], ...] = (
-    ("support-4711", "support", 236, "acme"),
-    ("travel-2208", "travel", 84, "acme"),
-    ("saas-3390", "saas", 66, "globex"),
-    ("insurance-5172", "insurance", 112, "globex"),
-    ("tech-6045", "tech", 47, "globex"),
-    ("support-1187", "support", 28, "acme"),
-    ("tech-8821", "tech", 95, "acme"),
+SAMPLE_PLAN: tuple[tuple[str, str, int, str, str | None], ...] = (
+    ("support-4711", "support", 236, "acme", "refund_amount"),
+    ("travel-2208", "travel", 84, "acme", None),
+    ("saas-3390", "saas", 66, "globex", None),
+    ("insurance-5172", "insurance", 112, "globex", None),
+    ("tech-6045", "tech", 47, "globex", None),
+    ("support-1187", "support", 28, "acme", None),
+    ("tech-8821", "tech", 95, "acme", None),
 )
 
 
@@ -490,9 +495,10 @@ def generate_sample(seed: str | int) -> list[Conversation]:
     start = _base_start(seed)
     rng = random.Random(f"memfold-synth-sample:{seed}")
     out = []
-    for cid, domain, turns, tenant in SAMPLE_PLAN:
+    for cid, domain, turns, tenant, question in SAMPLE_PLAN:
         start = start + dt.timedelta(hours=rng.randint(1, 20), minutes=rng.randint(0, 59))
-        out.append(generate_conversation(seed, domain, turns, conversation_id=cid, tenant_id=tenant, start=start))
+        out.append(generate_conversation(seed, domain, turns, conversation_id=cid, tenant_id=tenant, start=start,
+                                         final_question=question))
     return out
 
 

@@ -69,6 +69,7 @@ class Ctx:
     first: str
     last: str
     taken: set[str] = field(default_factory=set)  # every value handed out, so none repeats
+    extra: dict[str, str] = field(default_factory=dict)  # non-fact slots a domain fixes per conversation
 
     def unique(self, make: Callable[[], str]) -> str:
         for _ in range(1000):
@@ -229,8 +230,12 @@ GENERIC_EXCHANGES: tuple[Exchange, ...] = (
      "[Usually|In most cases|Typically] [about|around|roughly] {mins} minutes on our side[, though it can vary a bit|, sometimes less|]. [I'll keep you posted as I go.|I'll tell you as soon as anything changes.|]"),
     ("[It's {weather} here, so I'm stuck inside anyway|Honestly it's {weather} outside, so I have time|It's {weather} today, perfect day for admin]{@hmm_end}",
      "[Ha, sorry to hear that|That sounds rough|Stay dry and warm|At least it's a good day to get this sorted]! [Let's make the rest of this quick for you.|Let's get you sorted so you can enjoy the rest of your {time_of_day}.|]"),
-    ("[Can I ask something unrelated? Do you work weekends?|Random question: are you a real person or a bot?|Off topic, but is your team based in {city}?]",
-     "[Ha, fair question!|Good question.|Sure.] [I'm an AI assistant working with the support team, and a human colleague can step in whenever you like.|Our team covers seven days a week in shifts.|We have people in a few cities, {city} included.] [Now, back to your case.|Happy to keep going with your case.|]"),
+    ("[Can I ask something unrelated? Do you work weekends?|Off topic, but do you guys work weekends?]",
+     "[Ha, fair question!|Good question.|Sure.] [Our team covers seven days a week in shifts.|We're here every day, with a smaller crew on Sundays.] [Now, back to your case.|]"),
+    ("[Random question: are you a real person or a bot?|Am I chatting with a bot?]",
+     "[Fair question!|Good question.] [I'm an AI assistant working with the support team, and a human colleague can step in whenever you like.|I'm an AI assistant; a person reviews the case notes.] [Happy to keep going with your case.|]"),
+    ("[Off topic, but is your team based in {city}?|Where are you based, by the way? {city}?]",
+     "[Ha, sure.|Good guess.] [We have people in a few cities, {city} included.|Part of the team is in {city}, yes.] [Now, back to your case.|]"),
     ("{@ok}", "[Great|Perfect|Wonderful|Good]. [I'll carry on then.|Let me continue.|Moving on to the next step.|]"),
     ("[Thanks for being so patient with me|You've been really helpful so far|I appreciate the help, really].",
      "[It's my pleasure|Happy to help|Thank you for saying so], {first}. [That means a lot.|Let's finish this properly.|]"),
@@ -239,7 +244,7 @@ GENERIC_EXCHANGES: tuple[Exchange, ...] = (
     ("[I'm not very technical, so please bear with me|Sorry if I'm asking silly questions|I'm a bit lost with all of this, honestly].",
      "[Not at all|No such thing as a silly question here|You're doing great], {first}. [I'll explain each step in plain terms.|We'll go one step at a time.|That's what I'm here for.]"),
     ("[What are your opening hours, in case I need to call back?|If this chat drops, how do I get back to you?|Is there a phone line too?]",
-     "[Chat is open {hours} hours a day|The phone line runs {open_hours}|You can reply to the confirmation email and it comes straight back to this case]. [Your case stays open, so nothing is lost.|Anyone on the team can pick it up from the notes.|]"),
+     "[Chat is open around the clock|The phone line runs {open_hours}|You can reply to the confirmation email and it comes straight back to this case]. [Your case stays open, so nothing is lost.|Anyone on the team can pick it up from the notes.|]"),
     ("[My {device} battery is at {n} percent, let's be quick|I'm on my {device}, so typing is slow|I'm switching from my {device} to my laptop, one sec].",
      "[Understood|No rush|Got it], [I'll keep my messages short.|take your time.|I'll wait.]"),
     ("[lol ok|haha fair|ha, ok]", "[😊 Shall we continue?|Glad I could make you smile.|Ha. On to the next bit.]"),
@@ -760,14 +765,24 @@ SAAS = Domain(
 
 # --------------------------------------------------------------------------- insurance claim
 
+INSURED_CARS = ("2019 Mazda CX-5", "2021 Skoda Octavia", "2017 Volvo V60", "2020 Toyota Corolla")
+INSURED_HOMES = ("kitchen ceiling and cabinets", "ground-floor living room", "bathroom and hallway floor")
+CAR_CAUSES = ("hailstorm dented the roof and bonnet", "driver reversed into me in a car park",
+              "tree branch fell on it in the storm", "delivery van scraped the whole side")
+HOME_CAUSES = ("burst pipe flooded the kitchen", "leak from the flat upstairs", "storm blew in the window",
+               "washing machine hose split overnight")
+
+
 def _insurance_facts(ctx: Ctx) -> Facts:
     rng = ctx.rng
     year = ctx.start.year
+    car = rng.random() < 0.5
+    item = rng.choice(INSURED_CARS if car else INSURED_HOMES)
+    ctx.extra.update(cause=rng.choice(CAR_CAUSES if car else HOME_CAUSES), repairer="garage" if car else "contractor")
     return {
         "claim_id": ("id", ctx.code(f"CLM-{year}-ddddd")),
         "policy_number": ("id", ctx.code("POL-ddddddd")),
-        "insured_item": ("entity", rng.choice(("2019 Mazda CX-5", "2021 Skoda Octavia", "kitchen ceiling and cabinets",
-                                                 "2017 Volvo V60", "ground-floor living room", "2020 Toyota Corolla"))),
+        "insured_item": ("entity", item),
         "incident_date": ("date", ctx.date(-12, -2)),
         "claim_amount": ("amount", ctx.money(900, 9000)),
         "deductible": ("amount", ctx.money(100, 800)),
@@ -783,7 +798,7 @@ def _insurance_facts(ctx: Ctx) -> Facts:
 
 def _insurance_claim(rng: random.Random, f: Mapping[str, str], memo: dict[str, Any]) -> dict[str, Any]:
     return {"claim_id": f["claim_id"], "policy": f["policy_number"], "status": rng.choice(("open", "under_review", "awaiting_documents")),
-            "estimated": f["claim_amount"], "documents_received": rng.randint(1, 5)}
+            "estimated": f["claim_amount"], "documents_received": _once(memo, "docs_received", lambda: rng.randint(1, 3))}
 
 
 def _insurance_policy(rng: random.Random, f: Mapping[str, str], memo: dict[str, Any]) -> dict[str, Any]:
@@ -793,7 +808,7 @@ def _insurance_policy(rng: random.Random, f: Mapping[str, str], memo: dict[str, 
 
 def _insurance_docs(rng: random.Random, f: Mapping[str, str], memo: dict[str, Any]) -> dict[str, Any]:
     docs = ["photos", "repair_estimate", "police_report", "receipts"]
-    got = memo["docs_received"] = min(3, memo.get("docs_received", 0) + rng.randint(0, 1)) or 1
+    got = memo["docs_received"] = min(4, memo.get("docs_received", 0) + rng.randint(0, 1)) or 1
     return {"claim_id": f["claim_id"], "received": docs[:got], "missing": docs[got:]}
 
 
@@ -805,7 +820,7 @@ INSURANCE = Domain(
          "{@hi} {first}, {@sorry}. [I've opened|I've created|Your claim is registered as] claim {claim_id} under policy {policy_number}. [When did it happen?|Can you tell me when the incident happened?]"),
         ("[It happened on|The date was|That was] {incident_date}[, in the evening| around noon|]. [A {cause}.|It was a {cause}.]",
          "[Thank you|{@ack_a}]. [I've recorded|Noted] {incident_date} as the incident date. [What's the estimated damage?|Do you have a repair estimate yet?]"),
-        ("[The garage|The contractor|The estimate] says [around|about|roughly] {claim_amount}.",
+        ("[The {repairer}|The {repairer}'s estimate|The estimate] says [around|about|roughly] {claim_amount}.",
          "[Understood|Okay], I've [entered|logged] {claim_amount} as the claimed amount. [Your deductible is|The deductible on your policy is] {deductible}. [An adjuster will visit on|The adjuster is booked for] {adjuster_date}."),
         ("[How do I get paid?|When would I get the money?|What happens next?]",
          "[The rule here is a|It's a|You get a] {payout_condition}. [Meanwhile,|Also,|Good news:] we agreed to {decision}[ given the circumstances|]."),
@@ -830,7 +845,7 @@ INSURANCE = Domain(
         ("[My {kid} was really shaken by the whole thing|It was quite a scare, honestly|I still can't believe it happened].",
          "{@sorry}, {first}. [I'm glad everyone is okay.|The important thing is nobody was hurt.|We'll handle the rest.]"),
         ("[Is there a hotline for emergencies?|What if it gets worse overnight?|Who do I call at night?]",
-         "[Our emergency line is open {hours} hours a day|For urgent damage at night, call the emergency line on your policy card]."),
+         "[Our emergency line is open around the clock|For urgent damage at night, call the emergency line on your policy card]."),
         ("[Can I choose my own repair shop?|Do I have to use your partner garage?|Which contractors do you work with?]",
          "[Partner shops handle billing directly with us|You can use your own shop, we just need an itemised invoice|There are {n} partner shops near {city}]."),
         ("[Can I get the payout by bank transfer?|Where do I send my bank details?|How is the money paid?]",
@@ -866,7 +881,7 @@ INSURANCE = Domain(
         ToolSpec("get_claim", ("[Can you check the status of my claim?|Has anything moved on the claim?|Where is my claim at?]",),
                  ("{@wait}.", "[Pulling up the claim.|Checking the claim file.]"),
                  lambda f: {"claim_id": f["claim_id"]}, _insurance_claim,
-                 ("[The claim is {r_status} with {r_documents_received} documents received|Status: {r_status}; we have {r_documents_received} documents].",)),
+                 ("[The claim is {r_status}; documents received so far: {r_documents_received}|Status: {r_status}, {r_documents_received} document(s) on file].",)),
         ToolSpec("lookup_policy", ("[What exactly does my policy cover?|Can you check my coverage?]",),
                  ("[Looking up the policy.|Let me check the policy terms.]",),
                  lambda f: {"policy_number": f["policy_number"]}, _insurance_policy,
@@ -1052,8 +1067,6 @@ FILLER_CHOICES: dict[str, tuple[str, ...]] = {
     "pet": ("cat", "dog", "parrot", "puppy"),
     "part": ("handle", "panel", "corner", "lid", "base", "strap", "display"),
     "extra": ("phone case", "desk mat", "travel mug", "pair of socks", "charging cable"),
-    "cause": ("burst pipe flooded the kitchen", "hailstorm dented the roof and bonnet", "tree branch fell in the storm",
-              "driver reversed into me in a car park", "leak from the flat upstairs"),
     "light": ("orange", "red", "white", "blue", "green"),
     "open_hours": ("8am to 8pm on weekdays", "9 to 6, Monday to Saturday", "around the clock"),
     "sso": ("Okta", "Azure AD", "Google Workspace", "OneLogin"),
