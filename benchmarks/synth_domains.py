@@ -778,7 +778,8 @@ def _insurance_facts(ctx: Ctx) -> Facts:
     year = ctx.start.year
     car = rng.random() < 0.5
     item = rng.choice(INSURED_CARS if car else INSURED_HOMES)
-    ctx.extra.update(cause=rng.choice(CAR_CAUSES if car else HOME_CAUSES), repairer="garage" if car else "contractor")
+    ctx.extra.update(cause=rng.choice(CAR_CAUSES if car else HOME_CAUSES), repairer="garage" if car else "contractor",
+                     stopgap="courtesy car" if car else "temporary place to stay")
     return {
         "claim_id": ("id", ctx.code(f"CLM-{year}-ddddd")),
         "policy_number": ("id", ctx.code("POL-ddddddd")),
@@ -817,8 +818,8 @@ INSURANCE = Domain(
     facts=_insurance_facts,
     opening=(
         ("{@hi}, [I'm|my name is] {customer_name}. [I need to file a claim|I want to report damage|I'm following up on a claim] [for my|on the] {insured_item}[, policy {policy_number}|].",
-         "{@hi} {first}, {@sorry}. [I've opened|I've created|Your claim is registered as] claim {claim_id} under policy {policy_number}. [When did it happen?|Can you tell me when the incident happened?]"),
-        ("[It happened on|The date was|That was] {incident_date}[, in the evening| around noon|]. [A {cause}.|It was a {cause}.]",
+         "{@hi} {first}. {@sorry}. [I've opened|I've created|Your claim is registered as] claim {claim_id} under policy {policy_number}. [When did it happen?|Can you tell me when the incident happened?]"),
+        ("[It happened on|The date was|That was] {incident_date}[, in the evening| around noon|]. [A {cause}.|Basically, a {cause}.|What happened: a {cause}.]",
          "[Thank you|{@ack_a}]. [I've recorded|Noted] {incident_date} as the incident date. [What's the estimated damage?|Do you have a repair estimate yet?]"),
         ("[The {repairer}|The {repairer}'s estimate|The estimate] says [around|about|roughly] {claim_amount}.",
          "[Understood|Okay], I've [entered|logged] {claim_amount} as the claimed amount. [Your deductible is|The deductible on your policy is] {deductible}. [An adjuster will visit on|The adjuster is booked for] {adjuster_date}."),
@@ -846,26 +847,26 @@ INSURANCE = Domain(
          "{@sorry}, {first}. [I'm glad everyone is okay.|The important thing is nobody was hurt.|We'll handle the rest.]"),
         ("[Is there a hotline for emergencies?|What if it gets worse overnight?|Who do I call at night?]",
          "[Our emergency line is open around the clock|For urgent damage at night, call the emergency line on your policy card]."),
-        ("[Can I choose my own repair shop?|Do I have to use your partner garage?|Which contractors do you work with?]",
-         "[Partner shops handle billing directly with us|You can use your own shop, we just need an itemised invoice|There are {n} partner shops near {city}]."),
+        ("[Can I choose my own {repairer}?|Do I have to use your partner {repairer}?|Which {repairer}s do you work with?]",
+         "[Partners handle billing directly with us|You can use your own {repairer}, we just need an itemised invoice|There are {n} partner {repairer}s near {city}]."),
         ("[Can I get the payout by bank transfer?|Where do I send my bank details?|How is the money paid?]",
          "[Payouts go by bank transfer|You can enter your bank details in the claim portal], [usually within {n} working days of approval.|securely, so please don't send them by email.]"),
         ("[My landlord wants to know about the claim|Do I need to inform my mortgage lender?|Should I tell my employer about the accident?]",
          "[You can share the claim number with them|That's up to you, but they may need a copy of the report], [and I can send a confirmation letter.|and we can talk to them directly if you authorise it.]"),
-        ("[Does the policy cover my phone that was damaged too?|What about the laptop that got wet?|Are personal items in the car covered?]",
+        ("[Does the policy cover my phone that was damaged too?|What about the laptop that got wet?|Are my personal belongings covered too?]",
          "[Personal belongings are covered up to the limit in your policy|It depends on your contents cover], [so add them to the claim with receipts.|and I'll check the exact limit.]"),
         ("[How do I track the claim online?|Is there an app for this?|Can I see the status somewhere?]",
          "[The claim portal shows every step|The app has a claims tab with live status], [and you'll get a notification when something changes.|using the same login as your policy.]"),
         ("[Will the adjuster need to see the damaged parts?|Should I keep the broken parts?|Can I throw away the damaged items?]",
          "[Keep damaged parts until the adjuster has seen them|Please keep everything until after the inspection], [or at least take detailed photos.|unless it's a health hazard.]"),
-        ("[The repair shop is asking for a deposit|The contractor wants money upfront|Do I have to pay the garage first?]",
+        ("[The {repairer} is asking for a deposit|The {repairer} wants money upfront|Do I have to pay the {repairer} first?]",
          "[Partner shops don't ask for deposits|If you use your own shop, you may have to pay and claim it back], [so let me know which shop you chose.|with the invoice.]"),
         ("[Is mould covered if it shows up later?|What if more damage appears next month?|Can I add damage later?]",
          "[You can add damage later on the same claim|Hidden damage found later is usually covered], [as long as it's related to the same incident.|if you report it promptly.]"),
         ("[I have a second policy with another insurer|Does it matter that my partner is also insured?|We have two home policies, long story].",
          "[Double insurance is handled between insurers|Tell us the other insurer's name], [so you don't get paid twice, but you are covered.|and we'll coordinate with them.]"),
-        ("[Is there a courtesy car while mine is repaired?|How do I get around in the meantime?|Can I get a temporary replacement?]",
-         "[That depends on your cover and what we agreed for this claim|Partner garages usually offer a courtesy car], [and I'll check availability.|so ask when you drop off the car.]"),
+        ("[Is there a {stopgap} while it's repaired?|How do I manage in the meantime?|Can I get a {stopgap}?]",
+         "[That depends on your cover and what we agreed for this claim|A {stopgap} is often included on your cover], [and I'll check availability.|so I'll confirm by {weekday}.]"),
         ("[I found the original receipt!|My partner found the purchase invoice|I dug out the old bank statement with the purchase].",
          "[Great, please upload it to the claim|That's very helpful], [it speeds up the assessment.|the adjuster will be happy.]"),
     ),
@@ -956,7 +957,7 @@ TECH = Domain(
     facts=_tech_facts,
     opening=(
         ("{@hi}[,|.] [{customer_name} here|This is {customer_name}]. [My|The] {device} [keeps dropping the connection|shows a red light|won't connect to the internet] [since yesterday|since this morning|all week].",
-         "{@hi} {first}, {@sorry}. [I've opened|Your case is] ticket {ticket_id}. [Could you read me the serial number on the bottom of the device?|What's the serial number on the label?]"),
+         "{@hi} {first}. {@sorry}. [I've opened|Your case is] ticket {ticket_id}. [Could you read me the serial number on the bottom of the device?|What's the serial number on the label?]"),
         ("[It says|The label reads|Serial is] {serial_number}[, I think|]. [The screen|The app|The admin page] [shows|says] error {error_code}.",
          "{@ack_a}. {error_code} [usually points to a WAN sync problem|means the unit failed a self-test|often comes from a corrupted config]. [It's running firmware|The unit reports firmware] {firmware}."),
         ("[If you need to reach me,|For the ticket,] [my email is|use] {email} [and my number is|, phone] {phone}.",

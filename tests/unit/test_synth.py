@@ -221,3 +221,12 @@ def test_score_maps_keys():
     facts = [{"key": "a", "kind": "id", "value": "X-1"}, {"key": "b", "kind": "amount", "value": "$5.00"}]
     assert synth.score(facts, "x-1 costs 5 dollars") == {"a": True, "b": True}
     assert synth.score(facts, "nothing") == {"a": False, "b": False}
+
+
+def test_bundled_sample_matches_its_generator(tmp_path):
+    """engine/data/sample.jsonl is exactly what the command in engine/data/README.md writes."""
+    data = BENCH.parent / "engine" / "data"
+    assert synth.main(["--preset", "sample", "--seed", "4711", "--out", str(tmp_path / "sample.jsonl")]) == 0
+    assert (tmp_path / "sample.jsonl").read_bytes() == (data / "sample.jsonl").read_bytes()
+    assert (tmp_path / "sample.truth.json").read_bytes() == (data / "sample.truth.json").read_bytes()
+    assert (data / "sample.jsonl").stat().st_size < 600_000
