@@ -1,0 +1,6 @@
+"""Session-wide test plugins: real backends started once per run."""
+
+pytest_plugins = [
+    "fixtures.kafka_broker",
+    "fixtures.openai_server",
+]
