@@ -19,6 +19,8 @@
      ├── SummarizerError                        a summarizer could not produce a usable summary
      │    ├── SummarizerTimeoutError
      │    └── SummarizerOutputError             the model answered, but not with what was asked (broken JSON)
+     ├── EmbedderError                          an embedder could not produce vectors (remote model, optional package)
+     │    └── EmbedderTimeoutError
      └── TokenizerUnavailableError              the tiktoken encoding cannot be loaded offline
 
 Driver exceptions (sqlite3, duckdb, kafka, openai) never cross a module boundary:
@@ -137,6 +139,16 @@ class SummarizerTimeoutError(SummarizerError):
 
 class SummarizerOutputError(SummarizerError):
     """The summarizer answered with something unusable (broken JSON, wrong shape, empty)."""
+
+
+class EmbedderError(MemfoldError):
+    """An embedder could not produce vectors; ``retry_after`` is the delay a server asked for, if any."""
+
+    retry_after: float | None = None
+
+
+class EmbedderTimeoutError(EmbedderError):
+    """The embedder did not answer in time."""
 
 
 class TokenizerUnavailableError(MemfoldError):
