@@ -1,0 +1,194 @@
+"""A content-addressed summary cache in the projection store's DuckDB: unchanged inputs cost no model call.
+
+The key is a sha256 over the summarizer's name, model, prompt hash, hosted
+prompt id/version and the whole :class:`SummaryInput` (messages with their
+ids, tenant and conversation, existing summary and facts, window, caps), so
+any change to what the model would see, or to who asked, is a miss.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import threading
+from datetime import datetime, timezone
+from typing import Any
+
+import duckdb
+from pydantic import BaseModel
+
+from memfold.engine.errors import ProjectionError
+from memfold.engine.events import Fact
+from memfold.engine.ids import canonical_json
+from memfold.engine.ports import Summarizer, SummaryInput, SummaryOutput
+
+log = logging.getLogger(__name__)
+
+CACHE_TABLE_DDL = """
+CREATE TABLE IF NOT EXISTS llm_cache (
+    key         VARCHAR PRIMARY KEY,
+    summarizer  VARCHAR NOT NULL,
+    model       VARCHAR NOT NULL,
+    prompt_hash VARCHAR NOT NULL,
+    created_at  TIMESTAMPTZ NOT NULL,
+    output      JSON NOT NULL
+)
+"""
+
+
+def _plain(value: Any) -> Any:
+    """Return ``value`` as JSON-able data: dataclasses and pydantic models become dicts, tuples lists."""
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict) or hasattr(value, "items"):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return value
+
+
+def summary_input_content(request: SummaryInput) -> Any:
+    """Return every field of ``request`` as canonical, JSON-able data (the content part of the key)."""
+    return _plain(request)
+
+
+def cache_key(summarizer: str, model: str, prompt_hash: str, request: SummaryInput) -> str:
+    """Return the cache key of ``request`` for a summarizer identity (hex sha256)."""
+    material = canonical_json(
+        {
+            "summarizer": summarizer,
+            "model": model,
+            "prompt_hash": prompt_hash,
+            "prompt_id": request.prompt_id,
+            "prompt_version": request.prompt_version,
+            "input": summary_input_content(request),
+        }
+    )
+    return hashlib.sha256(material.encode("utf-8")).hexdigest()
+
+
+def output_to_json(output: SummaryOutput) -> str:
+    """Return the stored JSON of an output (``cached`` is not stored: it describes a read)."""
+    return canonical_json(
+        {
+            "text": output.text,
+            "facts": [f.model_dump() for f in output.facts],
+            "model": output.model,
+            "prompt_hash": output.prompt_hash,
+            "tokens_in": output.tokens_in,
+            "tokens_out": output.tokens_out,
+        }
+    )
+
+
+def output_from_json(text: str, *, cached: bool) -> SummaryOutput:
+    """Return the :class:`SummaryOutput` stored as ``text``."""
+    data = json.loads(text)
+    return SummaryOutput(
+        text=data["text"],
+        facts=tuple(Fact(**f) for f in data.get("facts", [])),
+        model=data.get("model", ""),
+        prompt_hash=data.get("prompt_hash", ""),
+        tokens_in=int(data.get("tokens_in", 0)),
+        tokens_out=int(data.get("tokens_out", 0)),
+        cached=cached,
+    )
+
+
+class CachingSummarizer:
+    """Wrap a summarizer with the ``llm_cache`` table of a DuckDB connection.
+
+    A hit returns the stored output with ``cached=True`` and does not call the
+    inner summarizer; a miss calls it and stores the result; an error from the
+    inner summarizer propagates and nothing is stored. A DuckDB failure while
+    reading or writing the cache is logged and counted in ``errors``, never
+    raised: the cache can only save calls, not cause failures. Thread-safe:
+    each call uses its own cursor.
+    """
+
+    def __init__(self, inner: Summarizer, conn: duckdb.DuckDBPyConnection):
+        self.inner = inner
+        self.name = inner.name
+        self._conn = conn
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+        self.errors = 0
+        try:
+            with self._cursor() as cur:
+                cur.execute(CACHE_TABLE_DDL)
+        except duckdb.Error as exc:
+            raise ProjectionError(f"cannot create the llm_cache table: {exc}") from exc
+
+    def _cursor(self) -> duckdb.DuckDBPyConnection:
+        return self._conn.cursor()
+
+    def identity(self, request: SummaryInput) -> tuple[str, str]:
+        """Return (model, prompt_hash) of the inner summarizer for ``request`` ("" when it cannot tell)."""
+        describe = getattr(self.inner, "identity", None)
+        if callable(describe):
+            model, phash = describe(request)
+            return str(model), str(phash)
+        return request.model or "", ""
+
+    def key(self, request: SummaryInput) -> str:
+        """Return the cache key of ``request``."""
+        model, phash = self.identity(request)
+        return cache_key(self.inner.name, model, phash, request)
+
+    def stats(self) -> dict[str, int]:
+        """Return the hit/miss/error counters since this wrapper was built."""
+        with self._lock:
+            return {"hits": self.hits, "misses": self.misses, "errors": self.errors}
+
+    def summarize(self, request: SummaryInput) -> SummaryOutput:
+        """Return the cached output for ``request``, or call the inner summarizer and cache its output."""
+        key = self.key(request)
+        found = self._read(key)
+        if found is not None:
+            with self._lock:
+                self.hits += 1
+            return found
+        with self._lock:
+            self.misses += 1
+        output = self.inner.summarize(request)  # errors propagate uncached
+        self._write(key, output)
+        return output
+
+    def _read(self, key: str) -> SummaryOutput | None:
+        try:
+            with self._cursor() as cur:
+                row = cur.execute("SELECT output FROM llm_cache WHERE key = ?", [key]).fetchone()
+        except duckdb.Error as exc:
+            self._count_error("read", exc)
+            return None
+        if row is None:
+            return None
+        try:
+            return output_from_json(row[0], cached=True)
+        except (ValueError, KeyError, TypeError) as exc:
+            self._count_error("decode", exc)
+            return None
+
+    def _write(self, key: str, output: SummaryOutput) -> None:
+        model, phash = output.model, output.prompt_hash
+        try:
+            with self._cursor() as cur:
+                cur.execute(
+                    "INSERT INTO llm_cache (key, summarizer, model, prompt_hash, created_at, output) "
+                    "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (key) DO NOTHING",
+                    [key, self.inner.name, model, phash, datetime.now(timezone.utc), output_to_json(output)],
+                )
+        except duckdb.Error as exc:
+            self._count_error("write", exc)
+
+    def _count_error(self, what: str, exc: Exception) -> None:
+        with self._lock:
+            self.errors += 1
+        log.warning("summary cache %s failed (%s: %s); continuing without the cache", what, type(exc).__name__, exc)
