@@ -330,9 +330,7 @@ class KafkaEventLog:
         return planned
 
     def _send(self, items: list[tuple[Event, int, bytes]]) -> dict[str, Position]:
-        producer = self._producer
-        if producer is None:
-            raise LogUnavailableError(f"{self!r} is closed")
+        producer = self._open_producer()
         futures: list[tuple[Event, Any]] = []
         failed: dict[str, BaseException] = {}
         for index, (event, partition, value) in enumerate(items):
@@ -368,6 +366,14 @@ class KafkaEventLog:
                 continue
             positions[event.event_id] = Position(metadata.partition, metadata.offset)
         if failed:
+            # kafka-python puts an idempotent producer in a fatal state after some
+            # batch errors (a record the broker refuses as too large is one): drop
+            # it, aborting whatever it still holds, and connect a new one next time.
+            self._producer = None
+            try:
+                producer.close(timeout=0)
+            except Exception:
+                pass
             first_id, first_exc = next(iter(failed.items()))
             raise AppendFailedError(
                 f"Kafka did not acknowledge {len(failed)} of {len(items)} event(s) sent to topic "
@@ -500,6 +506,12 @@ class KafkaEventLog:
                 f"cannot reach Kafka at {self._bootstrap} ({what}) within {self._timeout}s: {exc}; "
                 "check the address and that the broker is up (deploy/kafka/local-broker.sh status)"
             ) from exc
+
+    def _open_producer(self) -> KafkaProducer:
+        self._check_open()
+        if self._producer is None:
+            self._producer = self._connect("producer", KafkaProducer, **self._producer_config())
+        return self._producer
 
     def _open_consumer(self) -> KafkaConsumer:
         consumer = self._consumer
