@@ -113,6 +113,7 @@ def run_demo(data_dir: Path, *, budget: int = 600, config: str | None = None) ->
         console.print(Rule("4. analytics: plain SQL over the projections"))
         cols, rows = engine.sql(
             "SELECT policy, count(*) AS requests, count(*) FILTER (WHERE status = 'completed') AS produced, "
+            "count(*) FILTER (WHERE status = 'superseded') AS superseded, "
             "count(*) FILTER (WHERE status = 'failed') AS failed, sum(tokens_in) AS tokens_in, "
             "sum(tokens_out) AS tokens_out, round(avg(covers_to - covers_from + 1), 1) AS avg_covered "
             "FROM summaries GROUP BY policy ORDER BY policy"

@@ -260,7 +260,8 @@ class Projector:
         else:
             ch.summary_results.append(
                 {
-                    "request_id": p.request_id, "status": "failed", "reason": p.reason,
+                    "request_id": p.request_id, "status": "superseded" if p.error_type == "Superseded" else "failed",
+                    "reason": p.reason,
                     "error_type": p.error_type, "summarizer": p.summarizer or None, "model": p.model or None,
                     "latency_ms": p.latency_ms, "resolved_seq": event.seq,
                 }

@@ -60,7 +60,8 @@ def test_long_conversation_keeps_early_facts_in_memory(tmp_path):
         assert "#48213" in text and "184.50" in text
         assert sum(m.tokens for m in context) <= 500 or len(context) == len(memory) + 1
         chain = engine.summaries("c1", policy="hierarchical")
-        assert chain and all(r["status"] in ("completed", "failed") for r in chain)
+        assert chain and all(r["status"] in ("completed", "superseded") for r in chain)
+        assert chain[-1]["status"] == "completed"
 
 
 @pytest.mark.parametrize(
