@@ -106,6 +106,15 @@ _SUBJECTS = {
     "warranty": "warranty",
     "price": "price",
     "address": "address",
+    "payout": "payout",
+    "swap": "replacement",
+    "booking": "booking",
+    "reservation": "booking",
+    "flight": "flight",
+    "trial": "trial",
+    "migration": "migration",
+    "cutover": "migration",
+    "repair": "repair",
 }
 _SUBJECT_RE = re.compile(r"\b(" + "|".join(sorted(_SUBJECTS, key=len, reverse=True)) + r")\b", re.I)
 
@@ -119,6 +128,7 @@ _AMOUNT_RE = re.compile(
 # Nearest keyword before an amount (else after it) names the amount.
 _AMOUNT_KEYS = [
     (re.compile(r"\brefund(?:ed|s)?\b", re.I), "refund_amount"),
+    (re.compile(r"\b(?:total fare|fare)\b", re.I), "fare_total"),
     (re.compile(r"\b(?:order total|total(?:s|ing)?|comes? to|came to|sum)\b", re.I), "order_total"),
     (re.compile(r"\b(?:store credit|credit|voucher|gift card)\b", re.I), "credit_amount"),
     (re.compile(r"\b(?:discount|off)\b", re.I), "discount_amount"),
@@ -140,6 +150,11 @@ _DATE_RE = re.compile(
     rf"|\b(?P<md>(?:{_MONTHS})\.?\s+\d{{1,2}}(?:st|nd|rd|th)?(?:,?\s+\d{{4}})?)\b"
     rf"|\b(?P<dm>\d{{1,2}}(?:st|nd|rd|th)?\s+(?:of\s+)?(?:{_MONTHS})(?:,?\s+\d{{4}})?)\b"
 )
+_SUPERSEDED_RE = re.compile(
+    r"\b(?:instead of|previously|formerly|originally|down from|up from|compared (?:to|with)|versus|vs\.?)\s+$", re.I
+)
+_WAS_RE = re.compile(r"\b(?:was|were|used to be)\s+$", re.I)
+_BEFORE_RE = re.compile(r"^\s*(?:before|previously|earlier|originally)\b", re.I)
 _DATE_KEYS = [
     (re.compile(r"\b(?:deliver(?:y|ed)?|arriv(?:e|al|es|ing)|ship(?:s|ped|ping)?|dispatch(?:ed)?)\b", re.I), "delivery_date"),
     (re.compile(r"\b(?:return(?:ed)?|send (?:it )?back)\b", re.I), "return_date"),
@@ -154,17 +169,32 @@ _EMAIL_RE = re.compile(r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.
 _PHONE_RE = re.compile(
     r"(?<![\w#-])(?:\+\d[\d\s().-]{6,16}\d|\(\d{3}\)\s?\d{3}[\s.-]\d{4}|\d{3}[\s.-]\d{3}[\s.-]\d{4})(?![\w-])"
 )
+_NAME_WORD = r"[A-Z][a-z'’-]+"
 _NAME_RE = re.compile(
-    r"(?i:\bmy name is|\bi'?m called|\bi am called|\bcall me|\bthe name is)\s+"
-    r"(?P<name>[A-Z][A-Za-z'’-]+(?:\s+[A-Z][A-Za-z'’-]+){0,2}|[a-z][a-z'’-]+)"
+    # "my name is Ann", "call me Ann": one capitalised word is enough after an explicit phrase.
+    rf"(?i:\bmy name is|\bi'?m called|\bi am called|\bcall me|\bthe name is)\s+(?P<name>{_NAME_WORD}(?:\s+{_NAME_WORD}){{0,2}})"
+    # "I'm Ann Lee", "this is Ann Lee", "it's Ann Lee": only a full name, "I'm Happy" is not one.
+    rf"|(?i:\bi'?m|\bi am|\bthis is|\bit'?s)\s+(?P<full>{_NAME_WORD}\s+{_NAME_WORD})\b(?!\s+(?:{_NAME_WORD}))"
+    # "Ann Lee here" at the start of a sentence.
+    rf"|(?:^|[.!?,]\s+|\b(?i:hi|hello|hey|hello there)\W+)(?P<here>{_NAME_WORD}\s+{_NAME_WORD})\s+here\b"
 )
-_NOT_NAMES = {"not", "no", "just", "still", "also", "here", "sorry", "a", "the", "so"}
+_NOT_NAMES = {"not", "no", "just", "still", "also", "here", "sorry", "good", "happy", "glad", "fine", "the", "so"}
 
-_PREFIXED_ID_RE = re.compile(r"\b(?P<prefix>ORD|ORDER|TKT|TICKET|CASE|INV|RMA|REF|CLM)[-_](?P<rest>[A-Z0-9-]*\d[A-Z0-9-]*)\b", re.I)
+# Codes like ORD-88231, SN-49VH-1453, POL-1277149, E-1960: an upper-case prefix, a dash, 3+ digits in all.
+_PREFIXED_ID_RE = re.compile(r"(?<![\w-])(?P<prefix>[A-Z]{1,6})[-_](?P<rest>[A-Z0-9]+(?:-[A-Z0-9]+)*)(?![\w-])")
 _PREFIX_KEYS = {
+    "sn": "serial_number",
+    "pol": "policy_number",
+    "acc": "account_id",
+    "acct": "account_id",
+    "e": "error_code",
+    "err": "error_code",
+    "cust": "customer_id",
+    "sub": "subscription_id",
     "ord": "order_id",
     "order": "order_id",
     "tkt": "ticket_id",
+    "tck": "ticket_id",
     "ticket": "ticket_id",
     "case": "case_id",
     "inv": "invoice_id",
@@ -173,11 +203,22 @@ _PREFIX_KEYS = {
     "clm": "claim_id",
 }
 _WORD_ID_RE = re.compile(
-    r"\b(?P<word>order|ticket|case|incident|claim|invoice|booking|reservation|confirmation|reference|account)"
-    r"(?:\s+(?:number|no\.?|num|nr\.?|id|code))?\s*(?:is\s+)?:?\s*"
-    r"(?P<id>#?\d{3,}(?:-\d+)*|[A-Z]{1,5}-?\d{3,}(?:-\d+)*)\b",
+    r"\b(?P<word>order|ticket|case|incident|claim|invoice|booking|reservation|confirmation|reference|account"
+    r"|serial|policy|flight)"
+    r"(?:\s+(?:number|no\.?|num|nr\.?|id|code|reference|ref))?\s*(?:is\s+)?:?\s*"
+    r"(?P<id>#?\d{3,}(?:-\d+)*|[A-Z]{1,5}-?\d{3,}(?:-\d+)*|(?-i:(?=[A-Z0-9]*\d)(?=[A-Z0-9]*[A-Z])[A-Z0-9]{5,12}))\b",
     re.I,
 )
+_CODE_KEYS = [
+    (re.compile(r"\bserial\b", re.I), "serial_number"),
+    (re.compile(r"\berror\b", re.I), "error_code"),
+    (re.compile(r"\bpolicy\b", re.I), "policy_number"),
+    (re.compile(r"\bclaim\b", re.I), "claim_id"),
+    (re.compile(r"\baccount\b", re.I), "account_id"),
+    (re.compile(r"\b(?:booking|reservation)\b", re.I), "booking_ref"),
+]
+_VERSION_RE = re.compile(r"(?<![\w.])v\d+(?:\.\d+){1,3}\b")
+_VERSION_KEYS = [(re.compile(r"\bfirmware\b", re.I), "firmware_version"), (re.compile(r"\b(?:app|software)\b", re.I), "app_version")]
 _WORD_KEYS = {
     "order": "order_id",
     "ticket": "ticket_id",
@@ -185,11 +226,14 @@ _WORD_KEYS = {
     "incident": "incident_id",
     "claim": "claim_id",
     "invoice": "invoice_id",
-    "booking": "booking_id",
-    "reservation": "booking_id",
+    "booking": "booking_ref",
+    "reservation": "booking_ref",
     "confirmation": "confirmation_number",
     "reference": "reference_id",
     "account": "account_number",
+    "serial": "serial_number",
+    "policy": "policy_number",
+    "flight": "flight_number",
 }
 _TRACKING_RE = re.compile(r"\btracking(?:\s+(?:number|no\.?|code|id))?\s*(?:is\s+)?[:#]?\s*(?P<id>[A-Z0-9]{8,})\b", re.I)
 _HASH_ID_RE = re.compile(r"(?<![\w&])#(?P<id>\d{3,})\b")
@@ -244,9 +288,12 @@ _TOPIC_OBJECT_RE = re.compile(r"\b(order|subscription|booking|reservation|accoun
 
 _REQUEST_RE = re.compile(
     r"\b(?P<lead>i'd like to|i would like to|i want to|i wanna|i need to|i'm trying to|i am trying to|i need|i want"
-    r"|can you|could you|would you|please|help me(?: to)?)\s+(?P<rest>.+)",
+    r"|can you|could you|would you|please|help me(?: to)?"
+    r"|i have (?:a|an) (?:problem|issue|question|complaint) (?:with|about)|i'm writing about|i am writing about)"
+    r"\s+(?P<rest>.+)",
     re.I,
 )
+_ASKING_AUX_RE = re.compile(r"\b(?:do|does|did|should|would|could|can|will|must|if|when|why|what|how|whether)\s+$", re.I)
 
 _RETRACT_RE = re.compile(
     r"\b(?P<verb>forget|ignore|disregard|scratch|never ?mind|withdraw|cancel|remove|delete)\b"
@@ -287,9 +334,9 @@ def category_for(key: str) -> str:
         return "GENERAL"
     if key.endswith("_status") or key == "status":
         return "STATE"
-    if key.endswith("_condition") or key == "condition":
+    if key.endswith("_condition") or re.fullmatch(r"condition(?:_\d+)?", key):
         return "CONDITION"
-    if key == "decision" or re.search(r"_(?:agreed|approved|confirmed|decided|accepted|rejected|chosen)$", key):
+    if re.fullmatch(r"decision(?:_\d+)?", key) or re.search(r"_(?:agreed|approved|confirmed|decided|accepted|rejected|chosen)$", key):
         return "DECISION"
     if key.endswith(("_amount", "_total", "_cost")) or key in ("price", "balance", "budget"):
         return "NUMERIC"
@@ -332,6 +379,19 @@ class FactBook:
         """Set ``key`` only if it is not set yet (topic, the user's first request)."""
         if key not in self._entries:
             self.put(key, value, source)
+
+    def put_numbered(self, stem: str, value: str, source: int | None, category: str) -> None:
+        """Add ``value`` under ``stem``, ``stem_2``, ... (the first free one) unless an equal value is there."""
+        value = _clip(value, MAX_VALUE_CHARS)
+        keys = [k for k in self._entries if k == stem or re.fullmatch(rf"{stem}_\d+", k)]
+        for k in keys:
+            if _norm(self._entries[k].value) == _norm(value):
+                self._entries[k].source = source if source is not None else self._entries[k].source
+                return
+        n = 1
+        while (stem if n == 1 else f"{stem}_{n}") in self._entries:
+            n += 1
+        self.put(stem if n == 1 else f"{stem}_{n}", value, source, category)
 
     def get(self, key: str) -> str | None:
         entry = self._entries.get(key)
@@ -410,15 +470,26 @@ def _is_question(sentence: str) -> bool:
 def _extract_ids(text: str, book: FactBook, source: int | None, spans: _Spans) -> None:
     found: list[tuple[int, str, str]] = []
     for m in _PREFIXED_ID_RE.finditer(text):
-        found.append((m.start(), _PREFIX_KEYS[m.group("prefix").lower()], m.group(0)))
+        if sum(c.isdigit() for c in m.group("rest")) < 3:
+            continue
+        key = _PREFIX_KEYS.get(m.group("prefix").lower()) or _keyword_key(_CODE_KEYS, text, m.start(), "reference_id")
+        found.append((m.start(), key, m.group(0)))
         spans.take(m.start(), m.end())
+    for m in _VERSION_RE.finditer(text):
+        if spans.free(m.start(), m.end()):
+            found.append((m.start(), _keyword_key(_VERSION_KEYS, text, m.start(), "version"), m.group(0)))
+            spans.take(m.start(), m.end())
     for m in _WORD_ID_RE.finditer(text):
         if not spans.free(m.start("id"), m.end("id")):
             continue
         value = m.group("id")
-        if m.group("word").lower() == "account" and len(re.sub(r"\D", "", value)) < 4:
+        word = m.group("word").lower()
+        if word == "account" and len(re.sub(r"\D", "", value)) < 4:
             continue
-        found.append((m.start(), _WORD_KEYS[m.group("word").lower()], value))
+        key = _WORD_KEYS[word]
+        if word == "reference" and re.search(r"\b(?:booking|reservation|trip)\b", text[max(0, m.start() - 40) : m.start()], re.I):
+            key = "booking_ref"
+        found.append((m.start(), key, value))
         spans.take(m.start("id"), m.end("id"))
     for m in _TRACKING_RE.finditer(text):
         if spans.free(m.start("id"), m.end("id")) and re.search(r"\d", m.group("id")):
@@ -443,6 +514,9 @@ def _extract_amounts(text: str, sentences: list[tuple[int, int]], book: FactBook
         if not spans.free(m.start(), m.end()):
             continue
         spans.take(m.start(), m.end())
+        before, after = text[max(0, m.start() - 24) : m.start()], text[m.end() : m.end() + 16]
+        if _SUPERSEDED_RE.search(before) or (_WAS_RE.search(before) and _BEFORE_RE.search(after)):
+            continue  # "(it was 310.40 EUR before)", "instead of $20": an old value, not the current one
         if m.group("sym"):
             value = f"{m.group('sym')}{m.group('n1')}"
         elif m.group("code1"):
@@ -465,9 +539,12 @@ def _extract_dates(text: str, sentences: list[tuple[int, int]], book: FactBook, 
         book.put(key, value, source)
 
 
-def _owner_key(text: str, pos: int, role: str, own: str, other: str) -> str:
-    """Return ``own`` for the user's own contact, ``other`` for one the assistant gives (not "your ...")."""
+def _owner_key(text: str, pos: int, role: str, own: str, other: str, value: str, book: FactBook) -> str:
+    """Return ``own`` for the user's own contact, ``other`` for one the assistant gives (not "your ...", not theirs)."""
     if role != "assistant":
+        return own
+    known = book.get(own)
+    if known is not None and _norm(known) == _norm(value):
         return own
     return own if re.search(r"\byour\b", text[max(0, pos - 40) : pos], re.I) else other
 
@@ -475,19 +552,20 @@ def _owner_key(text: str, pos: int, role: str, own: str, other: str) -> str:
 def _extract_contacts(text: str, role: str, book: FactBook, source: int | None, spans: _Spans) -> None:
     for m in _EMAIL_RE.finditer(text):
         spans.take(m.start(), m.end())
-        book.put(_owner_key(text, m.start(), role, "email", "contact_email"), m.group(0), source)
+        book.put(_owner_key(text, m.start(), role, "email", "contact_email", m.group(0), book), m.group(0), source)
     for m in _PHONE_RE.finditer(text):
         digits = re.sub(r"\D", "", m.group(0))
         if not 7 <= len(digits) <= 15 or not spans.free(m.start(), m.end()):
             continue
         spans.take(m.start(), m.end())
-        book.put(_owner_key(text, m.start(), role, "phone", "contact_phone"), " ".join(m.group(0).split()), source)
+        phone = " ".join(m.group(0).split())
+        book.put(_owner_key(text, m.start(), role, "phone", "contact_phone", phone, book), phone, source)
     for m in _NAME_RE.finditer(text):
-        name = m.group("name")
-        if name.lower() in _NOT_NAMES:
+        name = m.group("name") or m.group("full") or m.group("here")
+        if name.split()[0].lower() in _NOT_NAMES:
             continue
         key = "agent_name" if role == "assistant" else "customer_name"
-        book.put(key, name if name[0].isupper() else name.capitalize(), source)
+        book.put(key, name, source)
 
 
 def _extract_sentence_facts(
@@ -502,39 +580,90 @@ def _extract_sentence_facts(
         _states(sentence, book, source)
 
 
+_FILLER_RE = re.compile(
+    r"^(?:(?:just so you know|note that|please note(?: that)?|also|meanwhile|so|ok(?:ay)?|great|good news|"
+    r"understood|in that case|for the record)\b[,:]?\s*)+",
+    re.I,
+)
+
+
+def _statement(sentence: str) -> str:
+    """Return a sentence as a fact value: leading fillers and the final full stop removed."""
+    return _FILLER_RE.sub("", sentence.strip()).rstrip(" .")
+
+
+def _clause_before(sentence: str, pos: int) -> str:
+    """Return the text of the clause that ends at ``pos`` (after the last comma, semicolon or colon)."""
+    head = sentence[:pos]
+    cut = max(head.rfind(","), head.rfind(";"), head.rfind(":"))
+    return head[cut + 1 :]
+
+
 def _decision(sentence: str, book: FactBook, source: int | None, previous: str | None) -> None:
     m = _DECISION_VERB_RE.search(sentence) or _DECISION_PHRASE_RE.search(sentence)
     if m is None:
         return
-    if _HYPOTHETICAL_RE.search(sentence[: m.start()]):
-        return  # "if approved, ..." is a condition, not a decision
+    if _HYPOTHETICAL_RE.search(_clause_before(sentence, m.start())):
+        return  # "if approved, ..." is a condition; "If it comes to that, we agreed ..." is still a decision
     verb = m.group("verb").lower() if m.re is _DECISION_VERB_RE else "chosen"
     verb = _DECISION_VERBS.get(verb, verb)
     subject = _nearest_subject(sentence, m.start())
-    value = sentence
+    value = _statement(sentence)
     if len(sentence.split()) < 5 and previous:
         # "Deal, agreed." names nothing: it agrees to what the other side just said.
         subject = subject or _nearest_subject(previous, len(previous))
-        value = f"{sentence} (re: {_clip(previous, 100)})"
-    key = f"{subject}_{verb}" if subject else "decision"
-    book.put(key, value, source, "DECISION")
+        value = f"{value} (re: {_clip(previous, 120)})"
+    if subject:
+        book.put(f"{subject}_{verb}", value, source, "DECISION")
+    else:
+        book.put_numbered("decision", value, source, "DECISION")
+
+
+_CONDITION_MARKER_RE = re.compile(
+    r"\b(?:(?:one|the|a|only|your|main|our)\s+)?conditions?\s*(?::|\bis\b|\bare\b)\s*:?\s*(?P<rest>\S.*)$", re.I
+)
+_CONDITION_RE = re.compile(
+    r"\bwithin\s+\d+\s+(?:business\s+|working\s+|calendar\s+)?(?:days?|hours?|weeks?|months?|years?)\b"
+    r"|\b(?P<provided>provided|providing)(?:\s+that)?\b"
+    r"|\bas long as\b(?!\s+(?:needed|necessary|possible|required|you (?:like|want|need)))"
+    r"|\bon (?:the )?condition that\b|\bonly if\b|\bunless\b|\bsubject to\b"
+    r"|\bonce (?:the|you|your|we|it|they|our)\b"
+    r"|\bif\b(?P<if_rest>[^.;!?,]*)",
+    re.I,
+)
+_IDLE_IF_RE = re.compile(
+    r"^\s*(?:you (?:need|have|want|would like|'d like)|there(?:'s| is) anything|possible|so|not|any|that's|this is"
+    r"|you can|(?:i|we) (?:can|may|could))\b",
+    re.I,
+)
 
 
 def _conditions(sentence: str, book: FactBook, source: int | None) -> None:
-    clauses: list[str] = []
-    first: int | None = None
-    for m in _CONDITION_RE.finditer(sentence):
-        clause = m.group(0).strip(" ,")
-        if clause.lower().startswith("if"):
-            if _IDLE_IF_RE.search(clause) or (_SUBJECT_RE.search(sentence) is None and not _DECISION_VERB_RE.search(sentence)):
+    marker = _CONDITION_MARKER_RE.search(sentence)
+    if marker is not None:
+        value = _statement(marker.group("rest"))
+        subject = _nearest_subject(value, 0) or _nearest_subject(sentence, marker.start())
+    else:
+        found = None
+        for m in _CONDITION_RE.finditer(sentence):
+            if m.group("provided") and re.search(r"\b(?:we|i|they|you|he|she|has|have|had|was|were)\s+$", sentence[: m.start()], re.I):
+                continue  # "we provided a label" is not a condition
+            if m.group(0).lower().startswith("if") and (
+                _IDLE_IF_RE.search(m.group("if_rest") or "")
+                or (_SUBJECT_RE.search(sentence) is None and not _DECISION_VERB_RE.search(sentence))
+            ):
                 continue
-        clauses.append(clause)
-        first = m.start() if first is None else first
-    if not clauses:
-        return
-    subject = _nearest_subject(sentence, first or 0)
-    key = f"{subject}_condition" if subject else "condition"
-    book.put(key, "; ".join(clauses), source, "CONDITION")
+            found = m
+            break
+        if found is None:
+            return
+        value = _statement(sentence)
+        subject = _nearest_subject(sentence, found.start())
+    if value:
+        book.put(f"{subject}_condition" if subject else "condition", value, source, "CONDITION")
+
+
+_NOBODY_RE = re.compile(r"\b(?:nothing|none|no one|nobody)\s+\S+\s*$", re.I)
 
 
 def _states(sentence: str, book: FactBook, source: int | None) -> None:
@@ -542,12 +671,13 @@ def _states(sentence: str, book: FactBook, source: int | None) -> None:
         before = sentence[max(0, m.start() - 40) : m.start()]
         if not _AUX_RE.search(before):
             continue  # "I want it cancelled" asks for a state; "it has been cancelled" reports one
-        if _HYPOTHETICAL_RE.search(before):
-            continue
+        clause = _clause_before(sentence, m.start())
+        if _HYPOTHETICAL_RE.search(clause) or _NOBODY_RE.search(clause):
+            continue  # "if it is delivered", "so nothing is lost"
         status = m.group("status").lower().replace("canceled", "cancelled")
         if _NEGATION_RE.search(before[-25:]):
             status = f"not {status}"
-        subject = _nearest_subject(sentence, m.start(), before_only=True)
+        subject = _nearest_subject(clause, len(clause), before_only=True)
         if subject is None:
             subject = "order" if book.get("order_id") else None
         book.put(f"{subject}_status" if subject else "status", status, source, "STATE")
@@ -585,8 +715,8 @@ def _extract_request(text: str, book: FactBook, source: int | None) -> None:
         return
     for s, e in _sentences(text):
         m = _REQUEST_RE.search(text[s:e])
-        if m is None:
-            continue
+        if m is None or _ASKING_AUX_RE.search(text[s:e][: m.start()]):
+            continue  # "Do I need the box?" asks, it does not request
         lead = m.group("lead").lower()
         rest = re.split(r"[,;]|\s+(?:but|because|since|as|so that)\s+", m.group("rest"))[0]
         rest = _third_person(rest.strip().rstrip(".!?"))
@@ -596,6 +726,10 @@ def _extract_request(text: str, book: FactBook, source: int | None) -> None:
             phrase = f"wants {rest}"
         elif lead == "i need to":
             phrase = f"needs to {rest}"
+        elif lead.startswith("i have"):
+            phrase = "has " + lead.split(" ", 2)[2] + f" {rest}"
+        elif "writing about" in lead:
+            phrase = f"is writing about {rest}"
         else:
             phrase = f"wants to {rest}"
         book.put("user_request", _clip(phrase, 120), source)
@@ -656,8 +790,7 @@ def _read_all(messages: Sequence[MessageRecord], existing: Iterable[Fact] = ()) 
     for m in messages:
         read_message(m, book, names, previous)
         if m.role in ("user", "assistant") and m.content.strip():
-            spans = _sentences(m.content)
-            previous = m.content[spans[-1][0] : spans[-1][1]].strip() if spans else None
+            previous = m.content.strip()
     return book
 
 
@@ -869,8 +1002,7 @@ class OfflineSummarizer:
         for m in messages:
             read_message(m, book, names, previous)
             if m.role in ("user", "assistant") and m.content.strip():
-                spans = _sentences(m.content)
-                previous = m.content[spans[-1][0] : spans[-1][1]].strip() if spans else None
+                previous = m.content.strip()
         kept.update((m.index, message_line(m, names)) for m in messages)
         lines = sorted(kept.items())
         story = narrative(book, messages)
