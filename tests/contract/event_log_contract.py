@@ -357,7 +357,7 @@ class EventLogContract:
 
     # ---------------------------------------------------------------- property
 
-    @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.differing_executors])
     @given(
         partitions=st.integers(min_value=1, max_value=5),
         batches=st.lists(
