@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from fixtures.openai_server import hang, model_says, ok, rate_limited, reset, server_error
+from fixtures.openai_server import hang, model_says, rate_limited, reset, server_error
 from memfold.engine.errors import (
     EmbedderError,
     MemfoldError,

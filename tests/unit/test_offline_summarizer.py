@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 from memfold.engine.events import Fact, ToolCall
 from memfold.engine.ports import MessageRecord, SummaryInput
 from memfold.engine.tokens import counter
-from memfold.projections.offline_summarizer import OfflineSummarizer, extract_facts
+from memfold.projections.fact_extraction import extract_facts
+from memfold.projections.offline_summarizer import OfflineSummarizer
 
 T0 = datetime(2024, 3, 1, 12, 0, tzinfo=timezone.utc)
 TOKENS = counter()
@@ -223,7 +224,7 @@ def test_narrative_says_who_wants_what_what_was_agreed_and_the_state():
     assert "Agreed: refund approved" in out.text
     assert "Current state: order status cancelled" in out.text
     assert 2 <= out.text.count(". ") + 1 <= 4
-    assert out.model == "offline-extractive-1" and len(out.prompt_hash) == 64
+    assert out.model == "offline-extractive-2" and len(out.prompt_hash) == 64
     assert out.tokens_in > 0 and out.tokens_out > TOKENS.count(out.text)
 
 

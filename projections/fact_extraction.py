@@ -1,0 +1,543 @@
+"""Extract keyed facts from messages: ids, amounts, dates, contacts, names, decisions, conditions, states.
+
+Pure functions over text. A :class:`FactBook` holds the facts in first-seen
+order; reading a message retracts what it clearly withdraws, then adds or
+updates (the latest mention of a key wins). The patterns live in
+:mod:`memfold.projections.fact_patterns`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from memfold.engine.events import Fact
+from memfold.engine.ports import MessageRecord
+
+from .fact_patterns import (
+    ABBREVIATIONS,
+    AMOUNT_KEYS,
+    AMOUNT_RE,
+    ASKING_AUX_RE,
+    AUX_RE,
+    BEFORE_RE,
+    BOUNDARY,
+    CODE_KEYS,
+    CONDITION_MARKER_RE,
+    CONDITION_RE,
+    DATE_KEYS,
+    DATE_RE,
+    DECISION_PHRASE_RE,
+    DECISION_VERBS,
+    DECISION_VERB_RE,
+    EMAIL_RE,
+    FILLER_RE,
+    HASH_ID_RE,
+    HYPOTHETICAL_RE,
+    IDLE_IF_RE,
+    NAME_RE,
+    NEGATION_RE,
+    NOBODY_RE,
+    NOT_NAMES,
+    PHONE_RE,
+    PREFIXED_ID_RE,
+    PREFIX_KEYS,
+    PRONOUNS,
+    REQUEST_RE,
+    RETRACTABLE,
+    RETRACT_ORDER_VERBS,
+    RETRACT_RE,
+    STATUS_RE,
+    SUBJECTS,
+    SUBJECT_RE,
+    SUPERSEDED_RE,
+    TOPICS,
+    TOPIC_OBJECT_RE,
+    TRACKING_RE,
+    VERSION_KEYS,
+    VERSION_RE,
+    WAS_RE,
+    WORD_ID_RE,
+    WORD_KEYS,
+)
+
+MAX_FACTS = 40
+MAX_VALUE_CHARS = 160
+
+# --------------------------------------------------------------------------- sentences
+
+
+def sentence_spans(text: str) -> list[tuple[int, int]]:
+    """Return (start, end) spans of the sentences of ``text``; abbreviations like "no." do not end one."""
+    spans: list[tuple[int, int]] = []
+    start = 0
+    for m in BOUNDARY.finditer(text):
+        if m.group(0)[0] == ".":
+            word = re.search(r"([A-Za-z.]+)$", text[start : m.start()])
+            if word and word.group(1).lower().rstrip(".") in ABBREVIATIONS:
+                continue
+        if text[start : m.start()].strip():
+            spans.append((start, m.end()))
+        start = m.end()
+    if text[start:].strip():
+        spans.append((start, len(text)))
+    return spans
+
+
+def sentence_at(text: str, spans: list[tuple[int, int]], pos: int) -> tuple[int, int]:
+    for s, e in spans:
+        if s <= pos < e:
+            return s, e
+    return 0, len(text)
+
+
+def clip(text: str, limit: int) -> str:
+    """Return ``text`` on one line, cut at a word boundary to at most ``limit`` characters (with "…")."""
+    text = " ".join(text.split())
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 1]
+    if " " in cut[limit // 2 :]:
+        cut = cut[: cut.rfind(" ")]
+    return cut.rstrip(" ,;:") + "…"
+
+
+# --------------------------------------------------------------------------- the fact book
+
+
+def category_for(key: str) -> str:
+    """Return the category a fact key belongs to (keys are built systematically, so this is total)."""
+    if key in ("topic", "user_request"):
+        return "GENERAL"
+    if key.endswith("_status") or key == "status":
+        return "STATE"
+    if key.endswith("_condition") or re.fullmatch(r"condition(?:_\d+)?", key):
+        return "CONDITION"
+    if re.fullmatch(r"decision(?:_\d+)?", key) or re.search(r"_(?:agreed|approved|confirmed|decided|accepted|rejected|chosen)$", key):
+        return "DECISION"
+    if key.endswith(("_amount", "_total", "_cost")) or key in ("price", "balance", "budget"):
+        return "NUMERIC"
+    return "ENTITY"
+
+
+def _norm(value: str) -> str:
+    return re.sub(r"[\s#]", "", value).lower()
+
+
+@dataclass(slots=True)
+class FactEntry:
+    key: str
+    value: str
+    category: str
+    source: int | None  # index of the message that last mentioned it (None: from an earlier summary)
+
+
+class FactBook:
+    """Keyed facts in first-seen order: the latest mention of a key wins; retractions remove by stem."""
+
+    def __init__(self) -> None:
+        self._entries: dict[str, FactEntry] = {}
+
+    def put(self, key: str, value: str, source: int | None, category: str | None = None) -> None:
+        """Set ``key`` (latest wins). An equal value (ignoring ``#`` and spaces) keeps its spelling."""
+        value = clip(value, MAX_VALUE_CHARS)
+        if not value:
+            return
+        old = self._entries.get(key)
+        if old is not None and _norm(old.value) == _norm(value):
+            old.source = source if source is not None else old.source
+            return
+        if old is not None:
+            old.value, old.source = value, source
+            return
+        self._entries[key] = FactEntry(key, value, category or category_for(key), source)
+
+    def put_once(self, key: str, value: str, source: int | None) -> None:
+        """Set ``key`` only if it is not set yet (topic, the user's first request)."""
+        if key not in self._entries:
+            self.put(key, value, source)
+
+    def put_numbered(self, stem: str, value: str, source: int | None, category: str) -> None:
+        """Add ``value`` under ``stem``, ``stem_2``, ... (the first free one) unless an equal value is there."""
+        value = clip(value, MAX_VALUE_CHARS)
+        keys = [k for k in self._entries if k == stem or re.fullmatch(rf"{stem}_\d+", k)]
+        for k in keys:
+            if _norm(self._entries[k].value) == _norm(value):
+                self._entries[k].source = source if source is not None else self._entries[k].source
+                return
+        n = 1
+        while (stem if n == 1 else f"{stem}_{n}") in self._entries:
+            n += 1
+        self.put(stem if n == 1 else f"{stem}_{n}", value, source, category)
+
+    def get(self, key: str) -> str | None:
+        entry = self._entries.get(key)
+        return entry.value if entry else None
+
+    def retract(self, stem: str) -> list[str]:
+        """Remove every key equal to ``stem`` or starting with ``stem_``; return the removed keys."""
+        gone = [k for k in self._entries if k == stem or k.startswith(stem + "_")]
+        for k in gone:
+            del self._entries[k]
+        return gone
+
+    def drop_before(self, window_start: int) -> None:
+        """Remove facts last mentioned by a message before ``window_start`` (sliding window)."""
+        for k in [k for k, e in self._entries.items() if e.source is not None and e.source < window_start]:
+            del self._entries[k]
+
+    def entries(self) -> list[FactEntry]:
+        return list(self._entries.values())
+
+    def facts(self) -> tuple[Fact, ...]:
+        """Return the facts, first-seen order, at most :data:`MAX_FACTS` (the most recently added win)."""
+        entries = self.entries()[-MAX_FACTS:]
+        return tuple(Fact(key=e.key, value=e.value, category=e.category) for e in entries)
+
+    def by_category(self, category: str) -> list[FactEntry]:
+        return [e for e in self._entries.values() if e.category == category]
+
+
+# --------------------------------------------------------------------------- extraction
+
+
+def _nearest_subject(text: str, pos: int, *, before_only: bool = False) -> str | None:
+    best: tuple[int, str] | None = None
+    for m in SUBJECT_RE.finditer(text):
+        if before_only and m.start() > pos:
+            break
+        distance = abs(m.start() - pos)
+        if best is None or distance < best[0]:
+            best = (distance, SUBJECTS[m.group(1).lower()])
+    return best[1] if best else None
+
+
+def _keyword_key(rules: list[tuple[re.Pattern[str], str]], sentence: str, pos: int, default: str) -> str:
+    """Return the key of the keyword nearest before ``pos`` in ``sentence`` (else the nearest after)."""
+    before: tuple[int, str] | None = None
+    after: tuple[int, str] | None = None
+    for pattern, key in rules:
+        for m in pattern.finditer(sentence):
+            if m.end() <= pos:
+                if before is None or m.end() > before[0]:
+                    before = (m.end(), key)
+            elif m.start() >= pos:
+                if after is None or m.start() < after[0]:
+                    after = (m.start(), key)
+    if before is not None:
+        return before[1]
+    return after[1] if after is not None else default
+
+
+class _Spans:
+    def __init__(self) -> None:
+        self._taken: list[tuple[int, int]] = []
+
+    def free(self, start: int, end: int) -> bool:
+        return all(end <= s or start >= e for s, e in self._taken)
+
+    def take(self, start: int, end: int) -> None:
+        self._taken.append((start, end))
+
+
+def _is_question(sentence: str) -> bool:
+    return sentence.rstrip().rstrip("\"')]").endswith("?")
+
+
+def _extract_ids(text: str, book: FactBook, source: int | None, spans: _Spans) -> None:
+    found: list[tuple[int, str, str]] = []
+    for m in PREFIXED_ID_RE.finditer(text):
+        if sum(c.isdigit() for c in m.group("rest")) < 3:
+            continue
+        key = PREFIX_KEYS.get(m.group("prefix").lower()) or _keyword_key(CODE_KEYS, text, m.start(), "reference_id")
+        found.append((m.start(), key, m.group(0)))
+        spans.take(m.start(), m.end())
+    for m in VERSION_RE.finditer(text):
+        if spans.free(m.start(), m.end()):
+            found.append((m.start(), _keyword_key(VERSION_KEYS, text, m.start(), "version"), m.group(0)))
+            spans.take(m.start(), m.end())
+    for m in WORD_ID_RE.finditer(text):
+        if not spans.free(m.start("id"), m.end("id")):
+            continue
+        value = m.group("id")
+        word = m.group("word").lower()
+        if word == "account" and len(re.sub(r"\D", "", value)) < 4:
+            continue
+        key = WORD_KEYS[word]
+        if word == "reference" and re.search(r"\b(?:booking|reservation|trip)\b", text[max(0, m.start() - 40) : m.start()], re.I):
+            key = "booking_ref"
+        found.append((m.start(), key, value))
+        spans.take(m.start("id"), m.end("id"))
+    for m in TRACKING_RE.finditer(text):
+        if spans.free(m.start("id"), m.end("id")) and re.search(r"\d", m.group("id")):
+            found.append((m.start(), "tracking_number", m.group("id")))
+            spans.take(m.start("id"), m.end("id"))
+    for m in HASH_ID_RE.finditer(text):
+        if spans.free(m.start(), m.end()):
+            found.append((m.start(), "order_id", m.group(0)))
+            spans.take(m.start(), m.end())
+    # Several ids of one kind in one message are all kept, in order of appearance.
+    grouped: dict[str, list[str]] = {}
+    for _, key, value in sorted(found):
+        values = grouped.setdefault(key, [])
+        if all(_norm(v) != _norm(value) for v in values):
+            values.append(value)
+    for key, values in grouped.items():
+        book.put(key, ", ".join(values), source)
+
+
+def _extract_amounts(text: str, sentences: list[tuple[int, int]], book: FactBook, source: int | None, spans: _Spans) -> None:
+    for m in AMOUNT_RE.finditer(text):
+        if not spans.free(m.start(), m.end()):
+            continue
+        spans.take(m.start(), m.end())
+        before, after = text[max(0, m.start() - 24) : m.start()], text[m.end() : m.end() + 16]
+        if SUPERSEDED_RE.search(before) or (WAS_RE.search(before) and BEFORE_RE.search(after)):
+            continue  # "(it was 310.40 EUR before)", "instead of $20": an old value, not the current one
+        if m.group("sym"):
+            value = f"{m.group('sym')}{m.group('n1')}"
+        elif m.group("code1"):
+            value = f"{m.group('code1')} {m.group('n2')}"
+        else:
+            value = f"{m.group('n3')} {m.group('code2')}"
+        s, e = sentence_at(text, sentences, m.start())
+        key = _keyword_key(AMOUNT_KEYS, text[s:e], m.start() - s, "amount")
+        book.put(key, value, source)
+
+
+def _extract_dates(text: str, sentences: list[tuple[int, int]], book: FactBook, source: int | None, spans: _Spans) -> None:
+    for m in DATE_RE.finditer(text):
+        if not spans.free(m.start(), m.end()):
+            continue
+        spans.take(m.start(), m.end())
+        value = " ".join((m.group("iso") or m.group("md") or m.group("dm")).split())
+        s, e = sentence_at(text, sentences, m.start())
+        key = _keyword_key(DATE_KEYS, text[s:e], m.start() - s, "date")
+        book.put(key, value, source)
+
+
+def _owner_key(text: str, pos: int, role: str, own: str, other: str, value: str, book: FactBook) -> str:
+    """Return ``own`` for the user's own contact, ``other`` for one the assistant gives (not "your ...", not theirs)."""
+    if role != "assistant":
+        return own
+    known = book.get(own)
+    if known is not None and _norm(known) == _norm(value):
+        return own
+    return own if re.search(r"\byour\b", text[max(0, pos - 40) : pos], re.I) else other
+
+
+def _extract_contacts(text: str, role: str, book: FactBook, source: int | None, spans: _Spans) -> None:
+    for m in EMAIL_RE.finditer(text):
+        spans.take(m.start(), m.end())
+        book.put(_owner_key(text, m.start(), role, "email", "contact_email", m.group(0), book), m.group(0), source)
+    for m in PHONE_RE.finditer(text):
+        digits = re.sub(r"\D", "", m.group(0))
+        if not 7 <= len(digits) <= 15 or not spans.free(m.start(), m.end()):
+            continue
+        spans.take(m.start(), m.end())
+        phone = " ".join(m.group(0).split())
+        book.put(_owner_key(text, m.start(), role, "phone", "contact_phone", phone, book), phone, source)
+    for m in NAME_RE.finditer(text):
+        name = m.group("name") or m.group("full") or m.group("here")
+        if name.split()[0].lower() in NOT_NAMES:
+            continue
+        key = "agent_name" if role == "assistant" else "customer_name"
+        book.put(key, name, source)
+
+
+def _extract_sentence_facts(
+    text: str, sentences: list[tuple[int, int]], role: str, book: FactBook, source: int | None, previous: str | None
+) -> None:
+    for s, e in sentences:
+        sentence = text[s:e].strip()
+        if not sentence or _is_question(sentence):
+            continue
+        _decision(sentence, book, source, previous)
+        _conditions(sentence, book, source)
+        _states(sentence, book, source)
+
+
+
+
+def _statement(sentence: str) -> str:
+    """Return a sentence as a fact value: leading fillers and the final full stop removed."""
+    return FILLER_RE.sub("", sentence.strip()).rstrip(" .")
+
+
+def _clause_before(sentence: str, pos: int) -> str:
+    """Return the text of the clause that ends at ``pos`` (after the last comma, semicolon or colon)."""
+    head = sentence[:pos]
+    cut = max(head.rfind(","), head.rfind(";"), head.rfind(":"))
+    return head[cut + 1 :]
+
+
+def _decision(sentence: str, book: FactBook, source: int | None, previous: str | None) -> None:
+    m = DECISION_VERB_RE.search(sentence) or DECISION_PHRASE_RE.search(sentence)
+    if m is None:
+        return
+    if HYPOTHETICAL_RE.search(_clause_before(sentence, m.start())):
+        return  # "if approved, ..." is a condition; "If it comes to that, we agreed ..." is still a decision
+    verb = m.group("verb").lower() if m.re is DECISION_VERB_RE else "chosen"
+    verb = DECISION_VERBS.get(verb, verb)
+    subject = _nearest_subject(sentence, m.start())
+    value = _statement(sentence)
+    if len(sentence.split()) < 5 and previous:
+        # "Deal, agreed." names nothing: it agrees to what the other side just said.
+        subject = subject or _nearest_subject(previous, len(previous))
+        value = f"{value} (re: {clip(previous, 120)})"
+    if subject:
+        book.put(f"{subject}_{verb}", value, source, "DECISION")
+    else:
+        book.put_numbered("decision", value, source, "DECISION")
+
+
+
+
+def _conditions(sentence: str, book: FactBook, source: int | None) -> None:
+    marker = CONDITION_MARKER_RE.search(sentence)
+    if marker is not None:
+        value = _statement(marker.group("rest"))
+        subject = _nearest_subject(value, 0) or _nearest_subject(sentence, marker.start())
+    else:
+        found = None
+        for m in CONDITION_RE.finditer(sentence):
+            if m.group("provided") and re.search(r"\b(?:we|i|they|you|he|she|has|have|had|was|were)\s+$", sentence[: m.start()], re.I):
+                continue  # "we provided a label" is not a condition
+            if m.group(0).lower().startswith("if") and (
+                IDLE_IF_RE.search(m.group("if_rest") or "")
+                or (SUBJECT_RE.search(sentence) is None and not DECISION_VERB_RE.search(sentence))
+            ):
+                continue
+            found = m
+            break
+        if found is None:
+            return
+        value = _statement(sentence)
+        subject = _nearest_subject(sentence, found.start())
+    if value:
+        book.put(f"{subject}_condition" if subject else "condition", value, source, "CONDITION")
+
+
+
+
+def _states(sentence: str, book: FactBook, source: int | None) -> None:
+    for m in STATUS_RE.finditer(sentence):
+        before = sentence[max(0, m.start() - 40) : m.start()]
+        if not AUX_RE.search(before):
+            continue  # "I want it cancelled" asks for a state; "it has been cancelled" reports one
+        clause = _clause_before(sentence, m.start())
+        if HYPOTHETICAL_RE.search(clause) or NOBODY_RE.search(clause):
+            continue  # "if it is delivered", "so nothing is lost"
+        status = m.group("status").lower().replace("canceled", "cancelled")
+        if NEGATION_RE.search(before[-25:]):
+            status = f"not {status}"
+        subject = _nearest_subject(clause, len(clause), before_only=True)
+        if subject is None:
+            subject = "order" if book.get("order_id") else None
+        book.put(f"{subject}_status" if subject else "status", status, source, "STATE")
+
+
+def _extract_topic(text: str, book: FactBook, source: int | None) -> None:
+    for pattern, topic in TOPICS:
+        if pattern.search(text):
+            if topic == "cancellation":
+                obj = TOPIC_OBJECT_RE.search(text)
+                topic = f"{obj.group(1).lower()} cancellation" if obj else topic
+            book.put_once("topic", topic, source)
+            return
+
+
+
+
+def _third_person(text: str) -> str:
+    for pattern, repl in PRONOUNS:
+        text = pattern.sub(repl, text)
+    return text
+
+
+def _extract_request(text: str, book: FactBook, source: int | None) -> None:
+    if book.get("user_request") is not None:
+        return
+    for s, e in sentence_spans(text):
+        m = REQUEST_RE.search(text[s:e])
+        if m is None or ASKING_AUX_RE.search(text[s:e][: m.start()]):
+            continue  # "Do I need the box?" asks, it does not request
+        lead = m.group("lead").lower()
+        rest = re.split(r"[,;]|\s+(?:but|because|since|as|so that)\s+", m.group("rest"))[0]
+        rest = _third_person(rest.strip().rstrip(".!?"))
+        if lead in ("can you", "could you", "would you", "please") or lead.startswith("help me"):
+            phrase = f"asked for help to {rest}" if lead.startswith("help me") else f"asked to {rest}"
+        elif lead in ("i need", "i want"):
+            phrase = f"wants {rest}"
+        elif lead == "i need to":
+            phrase = f"needs to {rest}"
+        elif lead.startswith("i have"):
+            phrase = "has " + lead.split(" ", 2)[2] + f" {rest}"
+        elif "writing about" in lead:
+            phrase = f"is writing about {rest}"
+        else:
+            phrase = f"wants to {rest}"
+        book.put("user_request", clip(phrase, 120), source)
+        return
+
+
+def _retract(text: str, role: str, book: FactBook) -> None:
+    if role != "user":
+        return
+    for s, e in sentence_spans(text):
+        sentence = text[s:e]
+        if _is_question(sentence):
+            continue
+        for m in RETRACT_RE.finditer(sentence):
+            verb = (m.group("verb") or "").lower()
+            if verb and re.search(r"(?:\bnot|\bnever|n't|n’t)\s*$", sentence[: m.start()], re.I):
+                continue  # "please don't cancel the refund" keeps it
+            obj = (m.group("object") or m.group("object2") or "").lower()
+            for word, stem in RETRACTABLE.items():
+                if not re.search(rf"\b{re.escape(word)}\b", obj):
+                    continue
+                if stem == "order" and verb.replace(" ", "") not in RETRACT_ORDER_VERBS:
+                    continue
+                book.retract("order_id" if stem == "order" else stem)
+
+
+def read_message(message: MessageRecord, book: FactBook, previous: str | None = None) -> None:
+    """Fold one message's facts into ``book``: retractions first, then every extractor, latest wins.
+
+    ``previous`` is the other side's last message: a bare "Deal, agreed." refers to it.
+    """
+    text = message.content
+    if message.tool_calls:
+        text = f"{text}\n" + "\n".join(c.arguments for c in message.tool_calls)
+    source = message.index if message.index >= 0 else None
+    _retract(text, message.role, book)
+    sentences = sentence_spans(text)
+    spans = _Spans()
+    _extract_contacts(text, message.role, book, source, spans)
+    _extract_ids(text, book, source, spans)
+    _extract_dates(text, sentences, book, source, spans)
+    _extract_amounts(text, sentences, book, source, spans)
+    if message.role in ("user", "assistant", "summary"):
+        _extract_sentence_facts(text, sentences, message.role, book, source, previous)
+    if message.role == "user":
+        _extract_topic(text, book, source)
+        _extract_request(text, book, source)
+
+
+def extract_facts(messages: Sequence[MessageRecord], existing: Iterable[Fact] = ()) -> tuple[Fact, ...]:
+    """Return ``existing`` merged with the facts of ``messages``: added, updated (latest wins), retracted."""
+    return read_all(messages, existing).facts()
+
+
+def read_all(messages: Sequence[MessageRecord], existing: Iterable[Fact] = ()) -> FactBook:
+    """Return a :class:`FactBook` of ``existing`` facts updated by ``messages`` in order."""
+    book = FactBook()
+    for f in existing:
+        book.put(f.key, f.value, None, f.category)
+    previous: str | None = None
+    for m in messages:
+        read_message(m, book, previous)
+        if m.role in ("user", "assistant") and m.content.strip():
+            previous = m.content.strip()
+    return book

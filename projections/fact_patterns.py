@@ -1,0 +1,296 @@
+"""The offline summarizer's vocabulary: the regular expressions and keyword tables facts are extracted with.
+
+Data only, no logic: :mod:`memfold.projections.fact_extraction` applies these.
+Changing anything here changes what the offline summarizer outputs, so bump
+``RULES_VERSION`` in :mod:`memfold.projections.offline_summarizer` with it.
+"""
+
+from __future__ import annotations
+
+import re
+
+# --------------------------------------------------------------------------- sentences
+
+ABBREVIATIONS = ("no", "nr", "e.g", "i.e", "mr", "mrs", "ms", "dr", "st", "vs", "approx", "etc")
+BOUNDARY = re.compile(r"[.!?]+[\"')\]]*\s+|\n+")
+
+
+# Words that name what a decision, condition or state is about → the stem of its key.
+SUBJECTS = {
+    "refund": "refund",
+    "refunds": "refund",
+    "replacement": "replacement",
+    "exchange": "exchange",
+    "return": "return",
+    "returns": "return",
+    "cancellation": "cancellation",
+    "cancel": "cancellation",
+    "discount": "discount",
+    "credit": "credit",
+    "voucher": "credit",
+    "compensation": "compensation",
+    "upgrade": "upgrade",
+    "downgrade": "downgrade",
+    "plan": "plan",
+    "subscription": "subscription",
+    "order": "order",
+    "package": "order",
+    "parcel": "order",
+    "shipment": "order",
+    "item": "order",
+    "payment": "payment",
+    "invoice": "invoice",
+    "ticket": "ticket",
+    "case": "case",
+    "claim": "claim",
+    "account": "account",
+    "delivery": "delivery",
+    "shipping": "delivery",
+    "appointment": "appointment",
+    "callback": "callback",
+    "warranty": "warranty",
+    "price": "price",
+    "address": "address",
+    "payout": "payout",
+    "swap": "replacement",
+    "booking": "booking",
+    "reservation": "booking",
+    "flight": "flight",
+    "trial": "trial",
+    "migration": "migration",
+    "cutover": "migration",
+    "repair": "repair",
+}
+SUBJECT_RE = re.compile(r"\b(" + "|".join(sorted(SUBJECTS, key=len, reverse=True)) + r")\b", re.I)
+
+CURRENCY_CODES = "USD|EUR|GBP|JPY|CAD|AUD|CHF|INR|CNY|SEK|NOK|DKK|PLN"
+NUM = r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?"
+AMOUNT_RE = re.compile(
+    rf"(?P<sym>[$€£¥₹])\s?(?P<n1>{NUM})"
+    rf"|\b(?P<code1>{CURRENCY_CODES})\s?(?P<n2>{NUM})\b"
+    rf"|(?<![\w.#-])(?P<n3>{NUM})\s?(?P<code2>{CURRENCY_CODES}|dollars?|euros?|pounds?)\b"
+)
+# Nearest keyword before an amount (else after it) names the amount.
+AMOUNT_KEYS = [
+    (re.compile(r"\brefund(?:ed|s)?\b", re.I), "refund_amount"),
+    (re.compile(r"\b(?:total fare|fare)\b", re.I), "fare_total"),
+    (re.compile(r"\b(?:order total|total(?:s|ing)?|comes? to|came to|sum)\b", re.I), "order_total"),
+    (re.compile(r"\b(?:store credit|credit|voucher|gift card)\b", re.I), "credit_amount"),
+    (re.compile(r"\b(?:discount|off)\b", re.I), "discount_amount"),
+    (re.compile(r"\bcompensation\b", re.I), "compensation_amount"),
+    (re.compile(r"\bshipping\b", re.I), "shipping_cost"),
+    (re.compile(r"\b(?:fee|fees|surcharge)\b", re.I), "fee_amount"),
+    (re.compile(r"\b(?:charged|charge|billed|bill|paid|pay|payment)\b", re.I), "charged_amount"),
+    (re.compile(r"\b(?:balance|owe|owed|outstanding)\b", re.I), "balance"),
+    (re.compile(r"\bbudget\b", re.I), "budget"),
+    (re.compile(r"\b(?:price|cost|costs|priced)\b", re.I), "price"),
+]
+
+MONTHS = (
+    r"Jan(?:uary)?|Feb(?:ruary)?|Mar(?:ch)?|Apr(?:il)?|May|June?|July?|Aug(?:ust)?"
+    r"|Sep(?:t(?:ember)?)?|Oct(?:ober)?|Nov(?:ember)?|Dec(?:ember)?"
+)
+DATE_RE = re.compile(
+    r"\b(?P<iso>\d{4}-\d{2}-\d{2})(?:[T ]\d{2}:\d{2}(?::\d{2})?Z?)?\b"
+    rf"|\b(?P<md>(?:{MONTHS})\.?\s+\d{{1,2}}(?:st|nd|rd|th)?(?:,?\s+\d{{4}})?)\b"
+    rf"|\b(?P<dm>\d{{1,2}}(?:st|nd|rd|th)?\s+(?:of\s+)?(?:{MONTHS})(?:,?\s+\d{{4}})?)\b"
+)
+SUPERSEDED_RE = re.compile(
+    r"\b(?:instead of|previously|formerly|originally|down from|up from|compared (?:to|with)|versus|vs\.?)\s+$", re.I
+)
+WAS_RE = re.compile(r"\b(?:was|were|used to be)\s+$", re.I)
+BEFORE_RE = re.compile(r"^\s*(?:before|previously|earlier|originally)\b", re.I)
+DATE_KEYS = [
+    (re.compile(r"\b(?:deliver(?:y|ed)?|arriv(?:e|al|es|ing)|ship(?:s|ped|ping)?|dispatch(?:ed)?)\b", re.I), "delivery_date"),
+    (re.compile(r"\b(?:return(?:ed)?|send (?:it )?back)\b", re.I), "return_date"),
+    (re.compile(r"\brefund(?:ed)?\b", re.I), "refund_date"),
+    (re.compile(r"\b(?:appointment|meeting|call|visit|schedul(?:e|ed))\b", re.I), "appointment_date"),
+    (re.compile(r"\b(?:ordered|purchased|bought|placed)\b", re.I), "order_date"),
+    (re.compile(r"\b(?:renew(?:s|al)?|expir(?:e|es|y|ation))\b", re.I), "renewal_date"),
+    (re.compile(r"\b(?:deadline|due|until)\b", re.I), "deadline"),
+]
+
+EMAIL_RE = re.compile(r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b")
+PHONE_RE = re.compile(
+    r"(?<![\w#-])(?:\+\d[\d\s().-]{6,16}\d|\(\d{3}\)\s?\d{3}[\s.-]\d{4}|\d{3}[\s.-]\d{3}[\s.-]\d{4})(?![\w-])"
+)
+NAME_WORD = r"[A-Z][a-z'’-]+"
+NAME_RE = re.compile(
+    # "my name is Ann", "call me Ann": one capitalised word is enough after an explicit phrase.
+    rf"(?i:\bmy name is|\bi'?m called|\bi am called|\bcall me|\bthe name is)\s+(?P<name>{NAME_WORD}(?:\s+{NAME_WORD}){{0,2}})"
+    # "I'm Ann Lee", "this is Ann Lee", "it's Ann Lee": only a full name, "I'm Happy" is not one.
+    rf"|(?i:\bi'?m|\bi am|\bthis is|\bit'?s)\s+(?P<full>{NAME_WORD}\s+{NAME_WORD})\b(?!\s+(?:{NAME_WORD}))"
+    # "Ann Lee here" at the start of a sentence.
+    rf"|(?:^|[.!?,]\s+|\b(?i:hi|hello|hey|hello there)\W+)(?P<here>{NAME_WORD}\s+{NAME_WORD})\s+here\b"
+)
+NOT_NAMES = {"not", "no", "just", "still", "also", "here", "sorry", "good", "happy", "glad", "fine", "the", "so"}
+
+# Codes like ORD-88231, SN-49VH-1453, POL-1277149, E-1960: an upper-case prefix, a dash, 3+ digits in all.
+PREFIXED_ID_RE = re.compile(r"(?<![\w-])(?P<prefix>[A-Z]{1,6})[-_](?P<rest>[A-Z0-9]+(?:-[A-Z0-9]+)*)(?![\w-])")
+PREFIX_KEYS = {
+    "sn": "serial_number",
+    "pol": "policy_number",
+    "acc": "account_id",
+    "acct": "account_id",
+    "e": "error_code",
+    "err": "error_code",
+    "cust": "customer_id",
+    "sub": "subscription_id",
+    "ord": "order_id",
+    "order": "order_id",
+    "tkt": "ticket_id",
+    "tck": "ticket_id",
+    "ticket": "ticket_id",
+    "case": "case_id",
+    "inv": "invoice_id",
+    "rma": "rma_id",
+    "ref": "reference_id",
+    "clm": "claim_id",
+}
+WORD_ID_RE = re.compile(
+    r"\b(?P<word>order|ticket|case|incident|claim|invoice|booking|reservation|confirmation|reference|account"
+    r"|serial|policy|flight)"
+    r"(?:\s+(?:number|no\.?|num|nr\.?|id|code|reference|ref))?\s*(?:is\s+)?:?\s*"
+    r"(?P<id>#?\d{3,}(?:-\d+)*|[A-Z]{1,5}-?\d{3,}(?:-\d+)*|(?-i:(?=[A-Z0-9]*\d)(?=[A-Z0-9]*[A-Z])[A-Z0-9]{5,12}))\b",
+    re.I,
+)
+CODE_KEYS = [
+    (re.compile(r"\bserial\b", re.I), "serial_number"),
+    (re.compile(r"\berror\b", re.I), "error_code"),
+    (re.compile(r"\bpolicy\b", re.I), "policy_number"),
+    (re.compile(r"\bclaim\b", re.I), "claim_id"),
+    (re.compile(r"\baccount\b", re.I), "account_id"),
+    (re.compile(r"\b(?:booking|reservation)\b", re.I), "booking_ref"),
+]
+VERSION_RE = re.compile(r"(?<![\w.])v\d+(?:\.\d+){1,3}\b")
+VERSION_KEYS = [(re.compile(r"\bfirmware\b", re.I), "firmware_version"), (re.compile(r"\b(?:app|software)\b", re.I), "app_version")]
+WORD_KEYS = {
+    "order": "order_id",
+    "ticket": "ticket_id",
+    "case": "case_id",
+    "incident": "incident_id",
+    "claim": "claim_id",
+    "invoice": "invoice_id",
+    "booking": "booking_ref",
+    "reservation": "booking_ref",
+    "confirmation": "confirmation_number",
+    "reference": "reference_id",
+    "account": "account_number",
+    "serial": "serial_number",
+    "policy": "policy_number",
+    "flight": "flight_number",
+}
+TRACKING_RE = re.compile(r"\btracking(?:\s+(?:number|no\.?|code|id))?\s*(?:is\s+)?[:#]?\s*(?P<id>[A-Z0-9]{8,})\b", re.I)
+HASH_ID_RE = re.compile(r"(?<![\w&])#(?P<id>\d{3,})\b")
+
+DECISION_VERB_RE = re.compile(
+    r"\b(?P<verb>agreed|approved|confirmed|decided|accepted|authori[sz]ed|declined|denied|rejected)\b", re.I
+)
+DECISION_PHRASE_RE = re.compile(
+    r"\b(?:go ahead with|i'll go with|let's go with|i'll take (?:it|that|the)|^\W*(?:ok(?:ay)?,?\s+)?deal)\b", re.I
+)
+DECISION_VERBS = {"authorised": "approved", "authorized": "approved", "declined": "rejected", "denied": "rejected"}
+HYPOTHETICAL_RE = re.compile(r"\b(?:if|once|when|until|whether|unless)\b", re.I)
+
+
+STATUS_WORDS = (
+    "out for delivery|in transit|on hold|shipped|delivered|cancell?ed|canceled|refunded|returned|processed"
+    "|pending|escalated|resolved|closed|reopened|suspended|expired|failed|overdue|lost|damaged|delayed|active"
+)
+STATUS_RE = re.compile(rf"\b(?P<status>{STATUS_WORDS})\b", re.I)
+AUX_RE = re.compile(
+    r"(?:\b(?:is|was|has|have|had|been|are|were|got|gets|now|currently|already|still|status(?:\s+is)?)|'s|’s|n't|n’t|:)\s*"
+    r"(?:(?:not|never|yet|been|now|already|currently|still|being|just|officially)\s+)*$",
+    re.I,
+)
+NEGATION_RE = re.compile(r"\b(?:not|never)\b|n't|n’t", re.I)
+
+TOPICS = [
+    (re.compile(r"\bcancel(?:l?ing|l?ation|led|ed)?\b", re.I), "cancellation"),
+    (re.compile(r"\brefund", re.I), "refund request"),
+    (re.compile(r"\b(?:exchange|swap)\b", re.I), "exchange"),
+    (re.compile(r"\b(?:return(?:ing)?|send (?:it |them )?back)\b", re.I), "return"),
+    (re.compile(r"\b(?:damaged|broken|defective|faulty|wrong item|missing item)\b", re.I), "damaged or wrong item"),
+    (re.compile(r"\b(?:where is|track(?:ing)?|has(?:n't| not) arrived|not arrived|late|delayed)\b", re.I), "delivery status"),
+    (re.compile(r"\b(?:charged|billing|invoice|payment|overcharged)\b", re.I), "billing"),
+    (re.compile(r"\b(?:password|log ?in|sign in|locked out|2fa)\b", re.I), "account access"),
+    (re.compile(r"\b(?:upgrade|downgrade|plan|subscription)\b", re.I), "subscription change"),
+    (re.compile(r"\baddress\b", re.I), "address change"),
+]
+TOPIC_OBJECT_RE = re.compile(r"\b(order|subscription|booking|reservation|account|plan|membership|flight)\b", re.I)
+
+REQUEST_RE = re.compile(
+    r"\b(?P<lead>i'd like to|i would like to|i want to|i wanna|i need to|i'm trying to|i am trying to|i need|i want"
+    r"|can you|could you|would you|please|help me(?: to)?"
+    r"|i have (?:a|an) (?:problem|issue|question|complaint) (?:with|about)|i'm writing about|i am writing about)"
+    r"\s+(?P<rest>.+)",
+    re.I,
+)
+ASKING_AUX_RE = re.compile(r"\b(?:do|does|did|should|would|could|can|will|must|if|when|why|what|how|whether)\s+$", re.I)
+
+RETRACT_RE = re.compile(
+    r"\b(?P<verb>forget|ignore|disregard|scratch|never ?mind|withdraw|cancel|remove|delete)\b"
+    r"(?P<object>[^.;!?,]{0,40})"
+    r"|\b(?:no longer|don't|do not) (?:need|want)\b(?P<object2>[^.;!?,]{0,40})",
+    re.I,
+)
+# What a retraction can name → the key stem it removes. "order" only with a clear retraction verb:
+# "cancel my order" is a request about the order, not a retraction of its id.
+RETRACTABLE = {
+    "email": "email",
+    "e-mail": "email",
+    "phone": "phone",
+    "refund": "refund",
+    "replacement": "replacement",
+    "exchange": "exchange",
+    "discount": "discount",
+    "credit": "credit",
+    "voucher": "credit",
+    "callback": "callback",
+    "call back": "callback",
+    "appointment": "appointment",
+    "upgrade": "upgrade",
+    "downgrade": "downgrade",
+    "compensation": "compensation",
+    "return": "return",
+    "order": "order",
+}
+RETRACT_ORDER_VERBS = {"forget", "ignore", "disregard", "scratch", "nevermind"}
+
+FILLER_RE = re.compile(
+    r"^(?:(?:just so you know|note that|please note(?: that)?|also|meanwhile|so|ok(?:ay)?|great|good news|"
+    r"understood|in that case|for the record)\b[,:]?\s*)+",
+    re.I,
+)
+
+CONDITION_MARKER_RE = re.compile(
+    r"\b(?:(?:one|the|a|only|your|main|our)\s+)?conditions?\s*(?::|\bis\b|\bare\b)\s*:?\s*(?P<rest>\S.*)$", re.I
+)
+
+CONDITION_RE = re.compile(
+    r"\bwithin\s+\d+\s+(?:business\s+|working\s+|calendar\s+)?(?:days?|hours?|weeks?|months?|years?)\b"
+    r"|\b(?P<provided>provided|providing)(?:\s+that)?\b"
+    r"|\bas long as\b(?!\s+(?:needed|necessary|possible|required|you (?:like|want|need)))"
+    r"|\bon (?:the )?condition that\b|\bonly if\b|\bunless\b|\bsubject to\b"
+    r"|\bonce (?:the|you|your|we|it|they|our)\b"
+    r"|\bif\b(?P<if_rest>[^.;!?,]*)",
+    re.I,
+)
+
+IDLE_IF_RE = re.compile(
+    r"^\s*(?:you (?:need|have|want|would like|'d like)|there(?:'s| is) anything|possible|so|not|any|that's|this is"
+    r"|you can|(?:i|we) (?:can|may|could))\b",
+    re.I,
+)
+
+NOBODY_RE = re.compile(r"\b(?:nothing|none|no one|nobody)\s+\S+\s*$", re.I)
+
+PRONOUNS = [
+    (re.compile(r"\bmy\b", re.I), "their"),
+    (re.compile(r"\bmine\b", re.I), "theirs"),
+    (re.compile(r"\bI'm\b|\bI am\b", re.I), "they are"),
+    (re.compile(r"\bI've\b", re.I), "they have"),
+    (re.compile(r"\bI\b"), "they"),
+    (re.compile(r"\bme\b", re.I), "them"),
+    (re.compile(r"\bmyself\b", re.I), "themselves"),
+]
