@@ -123,7 +123,8 @@ class SQLiteEventLog:
     Thread safety: each thread gets its own connection (``threading.local``),
     so a projector thread reads while caller threads append, without a Python
     lock; SQLite's file locks order the writers. ``close()`` closes every
-    connection and must not race with calls still in flight.
+    connection and must not race with calls still in flight. A process forked
+    with an open log opens its own connections on first use.
     """
 
     def __init__(self, path: str | Path, *, partitions: int = 8, busy_timeout: float = 30.0):
@@ -144,6 +145,7 @@ class SQLiteEventLog:
         self._connections: dict[int, tuple[threading.Thread, sqlite3.Connection]] = {}
         self._connections_lock = threading.Lock()
         self._pid = os.getpid()
+        self._inherited: list[sqlite3.Connection] = []
         self._closed = False
         self._create_or_check()
 
@@ -343,7 +345,9 @@ class SQLiteEventLog:
         conn = self._connect()
         with self._connections_lock:
             if self._pid != pid:
-                # A forked child must not touch (not even close) its parent's connections.
+                # A forked child never uses its parent's connections (SQLite forbids
+                # it); they stay referenced so garbage collection does not close them.
+                self._inherited.extend(old for _thread, old in self._connections.values())
                 self._connections, self._pid = {}, pid
             # Connections of ended threads are closed here, so a thread pool that
             # churns threads does not pile up file handles.
