@@ -82,6 +82,8 @@ def _parser() -> argparse.ArgumentParser:
 
     sub.add_parser("schema", help="print the JSON Schema of every event type")
 
+    sub.add_parser("rebuild", help="throw the projection away and fold it again from the log")
+
     d = sub.add_parser("demo", help="ingest the bundled sample and show what memfold keeps")
     d.add_argument("--budget", type=int, default=600)
     return p
@@ -262,6 +264,17 @@ def cmd_schema(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_rebuild(args: argparse.Namespace) -> int:
+    with _engine(args) as engine:
+        started = time.perf_counter()
+        engine.rebuild()
+        events = engine.sql("SELECT count(*) FROM events")[1][0][0]
+        calls = engine.worker.calls
+    print(f"rebuilt the projection from {events} events in {time.perf_counter() - started:.2f}s; "
+          f"{calls} summarizer call(s)")
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
@@ -276,6 +289,7 @@ _COMMANDS = {
     "summaries": cmd_summaries,
     "sql": cmd_sql,
     "schema": cmd_schema,
+    "rebuild": cmd_rebuild,
     "demo": cmd_demo,
 }
 

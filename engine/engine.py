@@ -330,6 +330,17 @@ class MemoryEngine:
         """Run SQL over the projection tables; return (columns, rows)."""
         return self.store.query(query, params)
 
+    def rebuild(self, timeout: float = 600.0) -> None:
+        """Throw the projection away and fold it again from the log; return when idle.
+
+        ``llm_cache`` survives, and outcomes already in the log are folded, not
+        recomputed, so replaying unchanged history calls no model.
+        """
+        with self.runner.paused():
+            self.store.reset()
+            self.projector.forget()
+        self.wait_idle(timeout)
+
     # ----------------------------------------------------------------- lifecycle
 
     def close(self) -> None:

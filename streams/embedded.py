@@ -11,10 +11,11 @@ summarizer worker once caught up.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from memfold.engine.errors import MemfoldError, ProjectionLagTimeout
 from memfold.engine.events import SummaryRequested
@@ -38,6 +39,7 @@ class EmbeddedRunner:
         on_requests: Callable[[list[SummaryRequested]], None] = lambda reqs: None,
         batch_size: int = 5000,
         poll_interval: float = 0.05,
+        emit_requests: bool = True,
     ):
         self.log = event_log
         self.store = store
@@ -45,6 +47,9 @@ class EmbeddedRunner:
         self.on_requests = on_requests
         self.batch_size = batch_size
         self.poll_interval = poll_interval
+        # Projector nodes in distributed mode fold requests but never append them:
+        # the faust policy agent is the one writer of decided events there.
+        self.emit_requests = emit_requests
         self._wake = threading.Event()
         self._progress = threading.Condition()
         self._stop = False
@@ -74,7 +79,7 @@ class EmbeddedRunner:
                         # re-projects the batch, re-decides the same ids, and the
                         # log de-duplicates them. The reverse order could lose a
                         # request that the committed state already counts as pending.
-                        if decided:
+                        if decided and self.emit_requests:
                             self.log.append(decided)
                         self.store.apply(changes, positions)
                     except BaseException:
@@ -99,6 +104,13 @@ class EmbeddedRunner:
         self._seen.clear()
         if open_:
             self.on_requests(open_)
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Hold the projection loop still (no batch in flight) for the duration of the block."""
+        with self._step_lock:
+            self._seen.clear()
+            yield
 
     def caught_up(self) -> bool:
         """True when the store has applied everything the log holds right now."""
