@@ -31,6 +31,11 @@ MAX_LINE_CHARS = 200
 # --------------------------------------------------------------------------- narrative
 
 
+def _end(sentence: str) -> str:
+    """Return ``sentence`` with a full stop, unless it already ends in one or in a clipped "…"."""
+    return sentence if sentence.endswith((".", "…", "!", "?")) else sentence + "."
+
+
 def _humanize(key: str) -> str:
     return key.replace("_", " ")
 
@@ -54,9 +59,9 @@ def narrative(book: FactBook, messages: Sequence[MessageRecord]) -> str:
         second = "Agreed: " + "; ".join(f"{_humanize(d.key)} ({clip(d.value, 90)})" for d in decisions)
         if conditions:
             second += "; conditions: " + "; ".join(clip(c.value, 60) for c in conditions)
-        second += "."
+        second = _end(second)
     elif conditions:
-        second = "Conditions stated: " + "; ".join(clip(c.value, 60) for c in conditions) + "."
+        second = _end("Conditions stated: " + "; ".join(clip(c.value, 60) for c in conditions))
     else:
         second = "Nothing has been agreed yet."
     states = book.by_category("STATE")[-3:]
@@ -73,7 +78,7 @@ def narrative(book: FactBook, messages: Sequence[MessageRecord]) -> str:
         last = next((m for m in reversed(messages) if m.role in ("user", "assistant") and m.content.strip()), None)
         if last is not None:
             parts.append(f"Last {last.role} message: \u201c{clip(last.content, 100)}\u201d")
-    third = ("; ".join(parts) + ".") if parts else ""
+    third = _end("; ".join(parts)) if parts else ""
     return " ".join(p for p in (first, second, third) if p)
 
 
