@@ -1,0 +1,64 @@
+"""The engine with the OpenAI summarizer, end to end over HTTP to a loopback OpenAI-compatible server."""
+
+from __future__ import annotations
+
+from fixtures.openai_server import model_says, server_error
+
+from memfold.engine.engine import MemoryEngine
+from memfold.engine.settings import Settings
+
+
+def _settings(tmp_path, url: str, **summarizer) -> Settings:
+    return Settings.load(
+        None, data_dir=tmp_path / "d", policies=("hierarchical", "rolling"),
+        hierarchical={"trigger_message_count": 8, "recent_message_count": 4, "resummarize_every": 4},
+        rolling={"message_threshold": 8, "recent_messages_to_keep": 4, "regeneration_threshold": 4},
+        summarizer={"kind": "openai", "base_url": url, "api_key": "test-key", "max_retries": 1,
+                    "backoff_base_s": 0.01, "timeout_s": 5, **summarizer},
+    )
+
+
+def _conversation(engine: MemoryEngine, n: int, start: int = 0) -> None:
+    for i in range(start, start + n):
+        role = "user" if i % 2 == 0 else "assistant"
+        text = f"turn {i}: checking the delivery window"
+        if i == 0:
+            text = "My order is #48213 and I paid $184.50 for it."
+        engine.append_message("c1", role, text)
+        engine.wait_idle(timeout=60)
+
+
+def test_summaries_come_from_the_openai_client_over_http(tmp_path, openai_server):
+    with MemoryEngine(_settings(tmp_path, openai_server.url)) as engine:
+        _conversation(engine, 14)
+        rows = engine.sql(
+            "SELECT policy, summarizer, status, tokens_in > 0, tokens_out > 0 FROM summaries "
+            "WHERE status = 'completed' ORDER BY policy"
+        )[1]
+        assert {r[0] for r in rows} == {"hierarchical", "rolling"}
+        assert all(r[1] == "openai" and r[3] and r[4] for r in rows)
+        paths = openai_server.paths()
+        assert paths and all(p == "/v1/chat/completions" for p in paths)
+        ctx = engine.context("c1", policy="hierarchical")
+        facts = next(m for m in ctx if m.kind == "memory:facts").content
+        assert "#48213" in facts and "184.50" in facts
+
+
+def test_broken_json_and_server_errors_become_summary_failed_and_nothing_is_lost(tmp_path, openai_server):
+    with MemoryEngine(_settings(tmp_path, openai_server.url)) as engine:
+        _conversation(engine, 9)  # first hierarchical + rolling summaries succeed
+        good = engine.context("c1", policy="hierarchical")
+        openai_server.script(*[model_says("{not json")] * 2, *[server_error(500)] * 6)
+        _conversation(engine, 6, start=9)
+        failed = engine.sql("SELECT policy, error_type, reason FROM summaries WHERE status = 'failed'")[1]
+        assert failed, "broken output must be recorded as SummaryFailed"
+        assert {r[1] for r in failed} <= {"SummarizerOutputError", "SummarizerError"}
+        assert all(r[2] for r in failed)
+        # The previous summary stays in force and every message it does not cover is verbatim.
+        after = engine.context("c1", policy="hierarchical")
+        assert next(m for m in after if m.kind == "memory:facts").content == next(
+            m for m in good if m.kind == "memory:facts"
+        ).content
+        verbatim = [m.index for m in after if m.kind in ("verbatim", "current")]
+        assert verbatim[-1] == 14 and verbatim == list(range(verbatim[0], 15))
+        assert len(engine.history("c1")) == 15

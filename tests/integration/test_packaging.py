@@ -1,0 +1,43 @@
+"""Packaging: a built wheel installs the three import packages under memfold.* and nothing generic."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_wheel_contains_only_memfold_packages_and_runs(tmp_path):
+    subprocess.run(
+        [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(tmp_path), str(ROOT)],
+        check=True, capture_output=True, text=True, cwd=tmp_path,
+    )
+    wheel = next(tmp_path.glob("memfold-*.whl"))
+    names = zipfile.ZipFile(wheel).namelist()
+    top = {n.split("/")[0] for n in names}
+    assert top == {"memfold", f"{wheel.name.split('-')[0]}-{wheel.name.split('-')[1]}.dist-info"}
+    for package in ("engine", "projections", "projections/policies", "streams"):
+        assert f"memfold/{package}/__init__.py" in names
+    assert "memfold/engine/data/sample.jsonl" in names
+    assert not any(n.startswith("memfold/__init__") for n in names)  # memfold is a namespace, nothing generic
+    assert "console_scripts" in zipfile.ZipFile(wheel).read(
+        next(n for n in names if n.endswith("entry_points.txt"))
+    ).decode()
+    # Install the wheel alone into a target dir; dependencies come from this environment.
+    target = tmp_path / "site"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(target), str(wheel)],
+        check=True, capture_output=True, text=True,
+    )
+    env = {**os.environ, "PYTHONPATH": str(target)}
+    out = subprocess.run(
+        [sys.executable, "-c",
+         "import memfold.engine.cli as c, memfold.streams.sqlite_log, memfold.projections.policies.topics;"
+         "print(c.__file__)"],
+        check=True, capture_output=True, text=True, env=env, cwd=tmp_path,
+    ).stdout
+    assert out.strip().startswith(str(target))
