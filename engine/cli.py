@@ -84,6 +84,10 @@ def _parser() -> argparse.ArgumentParser:
 
     sub.add_parser("rebuild", help="throw the projection away and fold it again from the log")
 
+    pj = sub.add_parser("project", help="run a projector node: fold the log into this data dir's DuckDB replica")
+    pj.add_argument("--until-caught-up", action="store_true", help="exit once the replica has caught up")
+    pj.add_argument("--status-every", type=float, default=10.0, help="seconds between status lines")
+
     d = sub.add_parser("demo", help="ingest the bundled sample and show what memfold keeps")
     d.add_argument("--budget", type=int, default=600)
     return p
@@ -124,10 +128,20 @@ def _settings(args: argparse.Namespace, **extra: Any):
     return Settings.load(args.config, **overrides)
 
 
-def _engine(args: argparse.Namespace):
-    from .engine import MemoryEngine
+def _engine(args: argparse.Namespace, *, writing: bool = False):
+    """Open the engine in the role the log calls for.
 
-    return MemoryEngine(_settings(args))
+    SQLite log: embedded (everything in this process). Kafka log: commands
+    that write are clients (append and return once the broker acknowledged);
+    commands that read are projector nodes (catch the local replica up, then read).
+    """
+    from .engine import MemoryEngine, _bind_log
+
+    settings = _bind_log(_settings(args))
+    role = "embedded"
+    if settings.log_url().startswith("kafka://"):
+        role = "client" if writing else "projector"
+    return MemoryEngine(settings, role=role)
 
 
 def _catch_up(engine) -> None:
@@ -153,12 +167,12 @@ def _print_json(value: Any) -> None:
 
 
 def cmd_append(args: argparse.Namespace) -> int:
-    with _engine(args) as engine:
+    with _engine(args, writing=True) as engine:
         position = engine.append_message(
             args.conversation, args.role, args.content, tenant_id=args.tenant, model_variant=args.model_variant,
             importance=args.importance, tool_call_id=args.tool_call_id,
         )
-        if not args.no_wait:
+        if not args.no_wait and engine.role == "embedded":
             engine.wait_for(position)
             engine.wait_idle()
         if args.json:
@@ -171,9 +185,9 @@ def cmd_append(args: argparse.Namespace) -> int:
 def cmd_ingest(args: argparse.Namespace) -> int:
     from .ingest import ingest_file
 
-    with _engine(args) as engine:
+    with _engine(args, writing=True) as engine:
         report = ingest_file(engine, Path(args.file), batch_size=args.batch_size, progress=not args.quiet)
-        if not args.no_wait:
+        if not args.no_wait and engine.role == "embedded":
             engine.wait_idle(timeout=600)
     for line_no, reason in report.rejected:
         print(f"memfold: line {line_no} rejected: {reason}", file=sys.stderr)
@@ -275,6 +289,38 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_project(args: argparse.Namespace) -> int:
+    import signal
+    import threading
+
+    from .engine import MemoryEngine, _bind_log
+
+    settings = _bind_log(_settings(args))
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    with MemoryEngine(settings, role="projector", start=not args.until_caught_up) as engine:
+        started = time.perf_counter()
+        if args.until_caught_up:
+            while engine.runner.run_once() or not engine.runner.caught_up():
+                pass
+        else:
+            while not stop.wait(args.status_every):
+                lag = _lag(engine)
+                print(f"projector: {settings.log_url()} -> {settings.projection_path()}, lag {lag} events", flush=True)
+        events = engine.sql("SELECT count(*) FROM events")[1][0][0]
+        lag = _lag(engine)
+    print(f"projected {events} events from {settings.log_url()} into {settings.projection_path()} "
+          f"in {time.perf_counter() - started:.2f}s; lag {lag}")
+    return 0
+
+
+def _lag(engine) -> int:
+    ends = engine.log.end_positions()
+    pos = engine.store.position()
+    return sum(max(0, end - pos.get(p, 0)) for p, end in ends.items())
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
@@ -290,6 +336,7 @@ _COMMANDS = {
     "sql": cmd_sql,
     "schema": cmd_schema,
     "rebuild": cmd_rebuild,
+    "project": cmd_project,
     "demo": cmd_demo,
 }
 

@@ -80,7 +80,16 @@ def fold_contexts(settings: Settings) -> dict[str, tuple[Policy, FoldContext]]:
 class MemoryEngine:
     """Append messages, read assembled context, query projections. Use :meth:`open`; close when done."""
 
-    def __init__(self, settings: Settings, *, start: bool = True):
+    ROLES = ("embedded", "projector", "client")
+
+    def __init__(self, settings: Settings, *, start: bool = True, role: str = "embedded"):
+        """Wire log, projection, policies and summarizer for ``role``.
+
+        ``embedded`` (default): one process does everything. ``projector``: a
+        projector node; folds the log into this data dir's DuckDB replica but
+        appends nothing and runs no summarizer (the faust worker does).
+        ``client``: validates and appends only; no projection is opened.
+        """
         from memfold.projections.projector import Projector
         from memfold.projections.store import DuckDBProjectionStore
         from memfold.projections.summarizers import build_summarizer
@@ -88,15 +97,25 @@ class MemoryEngine:
         from memfold.streams.logs import open_log
         from memfold.streams.worker import SummarizerWorker
 
+        if role not in self.ROLES:
+            raise ConfigError(f"unknown engine role {role!r}; choose from {', '.join(self.ROLES)}")
+        self.role = role
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        settings = _bind_log(settings)
         self.settings = settings
         self.counter = token_counter(settings.encoding)
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        self._closed = True
         self.log = open_log(settings.log_url(), partitions=settings.partitions, topic=settings.topic)
+        if role == "client":
+            self.store = None
+            self._closed = False
+            return
         try:
             self.store = DuckDBProjectionStore(settings.projection_path())
         except BaseException:
             self.log.close()
             raise
+        self._closed = False
         self.settings = settings = self._reconcile(settings)
         self.policies = fold_contexts(settings)
         self.projector = Projector(self.store, self.policies, self.counter)
@@ -104,13 +123,17 @@ class MemoryEngine:
         self.worker = SummarizerWorker(
             self.log, self.store, self.store, self.summarizer, settings, on_appended=self._wake
         )
-        self.runner = EmbeddedRunner(self.log, self.store, self.projector, on_requests=self.worker.submit)
-        self._closed = False
+        embedded = role == "embedded"
+        self.runner = EmbeddedRunner(
+            self.log, self.store, self.projector, on_requests=self.worker.submit if embedded else (lambda r: None),
+            emit_requests=embedded,
+        )
         if start:
-            self.worker.start()
+            if embedded:
+                self.worker.start()
             self.runner.start()
-            # Requests left open by an earlier process (crash, --no-wait) are answered now.
-            self.worker.submit(self._open_requests())
+            if embedded:  # requests left open by an earlier process (crash, --no-wait) are answered now
+                self.worker.submit(self._open_requests())
 
     @classmethod
     def open(cls, data_dir: str | Path | None = None, settings: Settings | None = None, **overrides: Any) -> "MemoryEngine":
@@ -248,7 +271,8 @@ class MemoryEngine:
         if not events:
             return []
         positions = self.log.append(events)
-        self.runner.notify()
+        if self.store is not None:
+            self.runner.notify()
         return positions
 
     # ----------------------------------------------------------------- waiting
@@ -260,12 +284,15 @@ class MemoryEngine:
     def wait_idle(self, timeout: float = 120.0) -> None:
         """Block until the projection is caught up and every summary due has been produced or failed."""
         deadline = time.monotonic() + timeout
+        if self.store is None:
+            return  # a client has nothing to wait for locally
+        idle = self.worker.idle if self.role == "embedded" else (lambda: True)
         while True:
             self.runner.notify()
-            if self.runner.caught_up() and self.worker.idle():
+            if self.runner.caught_up() and idle():
                 # The worker may have appended an outcome that folds into new requests.
                 self.runner.run_once()
-                if self.runner.caught_up() and self.worker.idle():
+                if self.runner.caught_up() and idle():
                     return
             if time.monotonic() > deadline:
                 raise ProjectionLagTimeout(f"memfold was still busy after {timeout}s (projection or summaries)")
@@ -348,9 +375,10 @@ class MemoryEngine:
         if self._closed:
             return
         self._closed = True
-        self.runner.stop()
-        self.worker.stop()
-        self.store.close()
+        if self.store is not None:
+            self.runner.stop()
+            self.worker.stop()
+            self.store.close()
         self.log.close()
 
     def __enter__(self) -> "MemoryEngine":
@@ -371,3 +399,28 @@ def _event_json(row: Mapping[str, Any]) -> str:
         "payload": json.loads(row["payload"]),
     }
     return json.dumps(body)
+
+
+LOG_BINDING = "log_url"
+
+
+def _bind_log(settings: Settings) -> Settings:
+    """Return settings whose log is the one this data dir was built from (recorded on first open).
+
+    A projection holds positions of one log; opening it against another would
+    fold nonsense, so that is refused with a clear error.
+    """
+    marker = settings.data_dir / LOG_BINDING
+    bound = marker.read_text().strip() if marker.is_file() else None
+    if settings.log is None and bound is not None:
+        return settings.model_copy(update={"log": bound})
+    if settings.log is None:
+        return settings  # the data dir's own SQLite log, wherever the dir is reached from
+    url = settings.log_url()
+    if bound is None:
+        marker.write_text(url + "\n")
+    elif bound != url:
+        raise ConfigError(
+            f"{settings.data_dir} holds a projection of {bound}, not {url}; use another --data-dir for that log"
+        )
+    return settings
