@@ -57,6 +57,9 @@ HEADER_EVENT_TYPE = "event_type"
 HEADER_SCHEMA_VERSION = "schema_version"
 _INDEX_CHUNK = 5000  # records per poll while indexing
 _POLL_MS = 200
+# kafka-python backs off up to 30 s between reconnects by default; the Java
+# client's 1 s lets a log recover soon after a broker restart.
+_RECONNECT_BACKOFF_MAX_MS = 1000
 
 
 @dataclass
@@ -484,6 +487,7 @@ class KafkaEventLog:
             "delivery_timeout_ms": self._timeout_ms + 1000,
             "max_block_ms": self._timeout_ms,
             "bootstrap_timeout_ms": self._timeout_ms,
+            "reconnect_backoff_max_ms": _RECONNECT_BACKOFF_MAX_MS,
         }
 
     def _consumer_config(self) -> dict[str, Any]:
@@ -496,6 +500,7 @@ class KafkaEventLog:
             "fetch_max_wait_ms": 100,
             "request_timeout_ms": max(self._timeout_ms, 1000),
             "bootstrap_timeout_ms": self._timeout_ms,
+            "reconnect_backoff_max_ms": _RECONNECT_BACKOFF_MAX_MS,
         }
 
     def _connect(self, what: str, cls: type, **config: Any) -> Any:

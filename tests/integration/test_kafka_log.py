@@ -15,7 +15,7 @@ import pytest
 from kafka import KafkaAdminClient, KafkaProducer
 from kafka.admin import ConfigResource, ConfigResourceType
 
-from fixtures.kafka_broker import LOCAL_BROKER, free_port
+from fixtures.kafka_broker import LOCAL_BROKER, LocalBroker, free_port
 from memfold.engine.errors import AppendFailedError, ConfigError, LogUnavailableError, ValidationError
 from memfold.engine.events import Event, MessageAppended, MessagePayload
 from memfold.engine.partitioner import partition_for
@@ -386,3 +386,37 @@ def test_event_the_broker_refuses_as_too_large_is_reported_not_stored(admin, kaf
         assert log.read(0, 0)[0].event.seq == 1
     finally:
         log.close()
+
+
+# --------------------------------------------------------------------------- a broker that goes away
+
+
+@pytest.mark.slow
+def test_broker_down_after_open_is_unavailable_then_the_same_log_recovers(tmp_path):
+    # Its own broker: the session broker must stay up for the other tests.
+    broker = LocalBroker(tmp_path / "broker")
+    try:
+        log = KafkaEventLog(broker.start(), topic=new_topic(), partitions=2, timeout=2)
+        try:
+            first, second = message("c", 0), message("c", 1)
+            (stored,) = log.append([first])
+            broker.stop()
+
+            with pytest.raises(LogUnavailableError):
+                log.append([second])  # nothing sent: the broker was not reachable to check for duplicates
+            with pytest.raises(LogUnavailableError):
+                log.read(stored.partition, 0)
+            with pytest.raises(LogUnavailableError):
+                log.end_positions()
+
+            broker.start()  # same data dir and ports
+            (after,) = log.append([second])
+            records = log.read(stored.partition, 0)
+            assert [(r.position, r.event.event_id, r.event.seq) for r in records] == [
+                (stored, first.event_id, 1),
+                (after, second.event_id, 2),
+            ]
+        finally:
+            log.close()
+    finally:
+        broker.stop()
