@@ -1,18 +1,23 @@
 """Drive a policy fold one item at a time, and build deterministic derived events.
 
 ``step`` is the only way policies are run (projector, faust agent, tests), so
-every runner folds decided requests the same way and replays stay identical.
+every runner folds decided requests the same way and replays stay identical;
+``fold_event`` is the per-log-event rule around it (which policies see an
+event, message indices) that the projector and the faust agent share.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pydantic import BaseModel
 
 from memfold.engine.events import (
+    ConversationDeleted,
     Event,
+    MessageAppended,
     SummaryFailed,
     SummaryFailedPayload,
     SummaryProduced,
@@ -205,3 +210,91 @@ def run_sync(
             pending.extend(more)
     assert state is not None, "run_sync needs at least one item or an initial state"
     return state, derived
+
+
+# --------------------------------------------------------------------------- one log event, every policy
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationCounters:
+    """What folding needs to know about a conversation besides policy state.
+
+    ``message_count`` is the index the next message gets; ``token_count`` the
+    running prompt cost of its messages; ``deleted`` stops every fold but the
+    deletion itself.
+    """
+
+    message_count: int = 0
+    token_count: int = 0
+    deleted: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class EventFold:
+    """The result of :func:`fold_event`.
+
+    ``message`` is the record a ``MessageAppended`` became (None for other
+    events and for a message of a deleted conversation); ``states`` holds the
+    new state of every policy that folded the event; ``requests`` what they
+    decided, in policy order, to append to the log.
+    """
+
+    counters: ConversationCounters
+    message: MessageRecord | None = None
+    states: dict[str, BaseModel] = field(default_factory=dict)
+    requests: list[SummaryRequested] = field(default_factory=list)
+
+
+def fold_event(
+    event: Event,
+    counters: ConversationCounters,
+    policies: Mapping[str, tuple[Policy, FoldContext]],
+    state_of: Callable[[str], BaseModel],
+    *,
+    tokens: int = 0,
+) -> EventFold:
+    """Fold one log event (its ``seq`` assigned) into every policy it concerns; pure.
+
+    The per-event rule every runner shares (the projector, the faust policy
+    agent), so embedded and distributed modes fold identically:
+
+    1. A ``MessageAppended`` becomes the :class:`MessageRecord` at index
+       ``counters.message_count`` costing ``tokens`` (content plus
+       :data:`~memfold.engine.tokens.MESSAGE_OVERHEAD`, counted by the caller).
+    2. Summary events fold only into the policy named in their payload, and
+       only when the payload's settings hash is that policy's; topic events
+       only into the policy they name; every other event into every policy.
+    3. Once a conversation is deleted, nothing but ``ConversationDeleted``
+       folds (a message of a deleted conversation gets no index).
+
+    ``state_of(policy)`` returns the state to fold into; ``policies`` keeps
+    its order, which is the order of the returned requests.
+    """
+    item: MessageRecord | Event = event
+    message: MessageRecord | None = None
+    owner: str | None = None
+    if isinstance(event, MessageAppended):
+        if counters.deleted:
+            return EventFold(counters)
+        message = item = record_from_event(event, counters.message_count, tokens)
+        counters = replace(
+            counters, message_count=counters.message_count + 1, token_count=counters.token_count + tokens
+        )
+    elif isinstance(event, (SummaryRequested, SummaryProduced, SummaryFailed)):
+        owner = event.payload.policy
+        if owner in policies and event.payload.settings_hash != policies[owner][1].settings_hash:
+            owner = "<other settings>"  # recorded under other settings: audit rows only, no fold
+    elif isinstance(event, ConversationDeleted):
+        counters = replace(counters, deleted=True)
+    elif event.type.startswith("Topic"):
+        owner = getattr(getattr(event, "payload", None), "policy", None)
+    if counters.deleted and not isinstance(event, ConversationDeleted):
+        return EventFold(counters, message)
+    states: dict[str, BaseModel] = {}
+    requests: list[SummaryRequested] = []
+    for name, (impl, ctx) in policies.items():
+        if owner is not None and owner != name:
+            continue
+        states[name], decided = step(impl, state_of(name), item, ctx)
+        requests.extend(decided)
+    return EventFold(counters, message, states, requests)

@@ -29,7 +29,7 @@ from memfold.engine.ports import FoldContext, Policy
 from memfold.engine.positions import LogRecord
 from memfold.engine.tokens import MESSAGE_OVERHEAD, TokenCounter
 
-from .fold import record_from_event, step
+from .fold import ConversationCounters, fold_event
 from .store import Changes, DuckDBProjectionStore
 
 log = logging.getLogger("memfold.projector")
@@ -142,42 +142,32 @@ class Projector:
             if conv.first_at is None:
                 conv.first_at = event.occurred_at
             conv.last_at = max(conv.last_at, event.occurred_at) if conv.last_at else event.occurred_at
-            item: Any = event
-            owner: str | None = None
-            if isinstance(event, MessageAppended):
-                tokens = next(token_iter) + MESSAGE_OVERHEAD
-                if conv.deleted:
-                    continue
-                index = conv.message_count
-                conv.message_count += 1
-                conv.token_count += tokens
-                item = record_from_event(event, index, tokens)
-                self._message_row(ch, item, conv.token_count, record)
+            tokens = next(token_iter) + MESSAGE_OVERHEAD if isinstance(event, MessageAppended) else 0
+            folded = fold_event(
+                event,
+                ConversationCounters(conv.message_count, conv.token_count, conv.deleted),
+                self.policies,
+                lambda name, conv_key=conv_key: self.state(name, *conv_key),
+                tokens=tokens,
+            )
+            conv.message_count, conv.token_count = folded.counters.message_count, folded.counters.token_count
+            conv.deleted = folded.counters.deleted
+            if folded.message is not None:
+                self._message_row(ch, folded.message, conv.token_count, record)
             elif isinstance(event, (SummaryRequested, SummaryProduced, SummaryFailed)):
-                owner = event.payload.policy
-                if owner in self.policies and event.payload.settings_hash != self.policies[owner][1].settings_hash:
-                    owner = "<other settings>"  # recorded under other settings: audit rows only, no fold
                 self._summary_row(ch, event)
                 if isinstance(event, SummaryProduced):
                     self._facts_diff(ch, event)
             elif isinstance(event, ConversationDeleted):
-                conv.deleted = True
                 ch.deleted.add(conv_key)
                 _drop_message_rows(ch, conv_key)
                 for policy in self.policies:
                     self._facts.pop((policy, *conv_key), None)
-            else:
-                owner = getattr(getattr(event, "payload", None), "policy", None) if event.type.startswith("Topic") else None
-            if conv.deleted and not isinstance(event, ConversationDeleted):
-                continue
-            for name, (impl, ctx) in self.policies.items():
-                if owner is not None and owner != name:
-                    continue
+            for name, state in folded.states.items():
                 key = (name, *conv_key)
-                state, requests = step(impl, self.state(*key), item, ctx)
                 self._states[key] = state
                 touched_states.add(key)
-                decided.extend(requests)
+            decided.extend(folded.requests)
         for conv_key in touched_convs:
             c = self._conversations[conv_key]
             ch.conversations[conv_key] = {
