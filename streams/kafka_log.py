@@ -333,6 +333,8 @@ class KafkaEventLog:
         return planned
 
     def _send(self, items: list[tuple[Event, int, bytes]]) -> dict[str, Position]:
+        if not items:  # everything was stored already: no need for a producer
+            return {}
         producer = self._open_producer()
         futures: list[tuple[Event, Any]] = []
         failed: dict[str, BaseException] = {}
