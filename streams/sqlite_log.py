@@ -312,18 +312,21 @@ class SQLiteEventLog:
 
     @staticmethod
     def _last_seqs(conn: sqlite3.Connection, conversations: set[tuple[str, str]]) -> dict[tuple[str, str], int]:
+        by_tenant: dict[str, list[str]] = {}
+        for tenant_id, conversation_id in conversations:
+            by_tenant.setdefault(tenant_id, []).append(conversation_id)
         found: dict[tuple[str, str], int] = {}
-        pairs = list(conversations)
-        for i in range(0, len(pairs), _CHUNK // 2):
-            chunk = pairs[i : i + _CHUNK // 2]
-            values = ",".join(["(?, ?)"] * len(chunk))
-            query = (
-                "SELECT tenant_id, conversation_id, last_seq FROM conversation_heads"
-                f" WHERE (tenant_id, conversation_id) IN (VALUES {values})"
-            )
-            params = [part for pair in chunk for part in pair]
-            for tenant_id, conversation_id, seq in conn.execute(query, params):
-                found[(tenant_id, conversation_id)] = seq
+        # One tenant per query: "tenant = ? AND conversation IN (...)" searches the
+        # primary key, where a row-value IN (VALUES ...) would scan the whole table.
+        for tenant_id, conversation_ids in by_tenant.items():
+            for i in range(0, len(conversation_ids), _CHUNK):
+                chunk = conversation_ids[i : i + _CHUNK]
+                query = (
+                    "SELECT conversation_id, last_seq FROM conversation_heads"
+                    f" WHERE tenant_id = ? AND conversation_id IN ({','.join('?' * len(chunk))})"
+                )
+                for conversation_id, seq in conn.execute(query, [tenant_id, *chunk]):
+                    found[(tenant_id, conversation_id)] = seq
         return found
 
     @staticmethod
