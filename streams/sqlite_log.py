@@ -2,10 +2,13 @@
 
 Layout of the file::
 
-    meta                (key, value)                         partition count, schema version
-    events              (partition_no, offset_no) → event     append-only: triggers abort UPDATE/DELETE
-    partition_heads     partition_no → next_offset            so an append never scans events
+    meta                key → value: partition count, file schema version
+    events              one row per event, in append order; unique (partition_no, offset_no),
+                        unique event_id; triggers abort every UPDATE and DELETE
+    partition_heads     partition_no → next_offset
     conversation_heads  (tenant_id, conversation_id) → last_seq
+
+The heads tables let an append, and ``end_positions()``, skip scanning events.
 
 Durability and concurrency: WAL journal, ``synchronous=FULL`` (a returned
 position survives a crash or power loss), a busy timeout, and ``BEGIN
@@ -275,8 +278,9 @@ class SQLiteEventLog:
         if not new:
             return [existing[event.event_id] for event in events]
 
+        conversations = {(event.tenant_id, event.conversation_id) for event, _ in new.values()}
         next_offset = dict(conn.execute("SELECT partition_no, next_offset FROM partition_heads").fetchall())
-        last_seq = self._last_seqs(conn, {(e.tenant_id, e.conversation_id) for e, _ in new.values()})
+        last_seq = self._last_seqs(conn, conversations)
         rows = []
         assigned: dict[str, Position] = {}
         for event_id, (event, partition) in new.items():
@@ -291,8 +295,7 @@ class SQLiteEventLog:
             )
             assigned[event_id] = Position(partition, offset)
         conn.executemany(_INSERT_EVENT, rows)
-        touched_conversations = {(e.tenant_id, e.conversation_id) for e, _ in new.values()}
-        conn.executemany(_UPSERT_CONVERSATION, [(t, c, last_seq[(t, c)]) for t, c in touched_conversations])
+        conn.executemany(_UPSERT_CONVERSATION, [(t, c, last_seq[(t, c)]) for t, c in conversations])
         touched_partitions = {partition for _, partition in new.values()}
         conn.executemany(_UPDATE_PARTITION, [(next_offset[p], p) for p in touched_partitions])
         existing.update(assigned)
