@@ -259,16 +259,26 @@ class _Writer:
 
     # -- units
 
-    def exchange(self, pair: tuple[str, str], slots: Mapping[str, str] | None = None) -> None:
+    def exchange(self, pair: tuple[str, str], slots: Mapping[str, str] | None = None, *, chatty: bool = False) -> None:
+        """Emit a user message and the assistant's answer; ``chatty`` adds the asides real replies carry."""
         slots = slots if slots is not None else self.slots()
-        self.say("user", pair[0], slots)
-        self.say("assistant", pair[1], slots)
+        user, assistant = pair
+        if chatty:
+            rng = self.rng
+            if rng.random() < 0.15:
+                aside = self.pick(domains.USER_ASIDES, "u")
+                user = f"{aside} {user}" if rng.random() < 0.5 else f"{user} {aside}"
+            pool = (*self.domain.asides, *domains.GENERIC_ASIDES)
+            extra = rng.choices((0, 1, 2, 3), weights=(25, 45, 22, 8))[0]
+            assistant = " ".join((assistant, *(self.pick(pool, "a") for _ in range(extra))))
+        self.say("user", user, slots)
+        self.say("assistant", assistant, slots)
 
     def filler(self) -> None:
         if self.rng.random() < 0.4:
-            self.exchange(self.pick(domains.GENERIC_EXCHANGES, "g"))
+            self.exchange(self.pick(domains.GENERIC_EXCHANGES, "g"), chatty=True)
         else:
-            self.exchange(self.pick(self.domain.exchanges, "d"))
+            self.exchange(self.pick(self.domain.exchanges, "d"), chatty=True)
 
     def reference(self, keys: Iterable[str] = ()) -> None:
         refs = self.domain.references

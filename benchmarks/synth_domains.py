@@ -181,6 +181,7 @@ class Domain:
     updates: tuple[UpdateSpec, ...]
     recalls: Mapping[str, tuple[str, ...]]
     key_facts: tuple[str, ...]  # referenced once late in long conversations
+    asides: tuple[str, ...] = ()  # extra assistant sentences (no fact slots) that make replies longer
 
 
 def _later_date(ctx: Ctx, facts: Mapping[str, str], key: str, lo: int, hi: int) -> str:
@@ -294,6 +295,25 @@ GENERIC_EXCHANGES: tuple[Exchange, ...] = (
     ("[Thanks, that clears it up|Ah okay, that makes sense now|Got it, thank you for explaining].",
      "[Glad that helps|Great|You're welcome], {first}. {@more}"),
 )
+
+# Sentences an assistant may add to any reply, and a user to any message: they make messages longer and less terse.
+GENERIC_ASIDES: tuple[str, ...] = (
+    "[I'll keep an eye on the case in the meantime.|I'll keep watching the case on my side too.]",
+    "[If anything is unclear, just ask and I'll explain it differently.|Feel free to ask if any of this sounds confusing.]",
+    "[Thanks again for your patience while we work through this.|I really appreciate how patient you've been with all of this.]",
+    "[Everything we discuss here is saved on the case, so nothing gets lost.|All of this is recorded on your case, so you won't have to repeat it.]",
+    "[You'll get a confirmation email summarising this shortly.|A short summary of this step will land in your inbox shortly.]",
+    "[I want to make sure you have everything you need before we move on.|Let's make sure this part is fully sorted before we continue.]",
+    "[If you'd rather continue this by email later, that works too.|You can always pick this up later by replying to the case email.]",
+    "[Our team is available seven days a week if something comes up over the weekend.|If something comes up outside office hours, the chat is still monitored.]",
+)
+USER_ASIDES: tuple[str, ...] = (
+    "[Sorry, it's been a long day.|Bear with me, I'm juggling a few things.|I'm trying to get this sorted before the weekend.]",
+    "[I've been meaning to deal with this all week.|My {kid} keeps interrupting, so sorry if I'm slow.|I'm on my {device}, so excuse the typos.]",
+    "[Honestly I just want this done properly.|I'd rather ask now than get it wrong later.|Just want to make sure I understand.]",
+    "[I checked the website first but couldn't find an answer.|I looked in the FAQ but it wasn't clear.|A friend told me to ask you directly.]",
+)
+
 
 GENERIC_RECALLS: tuple[str, ...] = (
     "[Before we finish|Just so I have it right|Sorry, one last thing] — can you remind me [what we agreed on|of everything we settled] [earlier|at the start|today]?",
@@ -473,6 +493,16 @@ SUPPORT = Domain(
         "email": ("Which email address do you have for me now?",),
     },
     key_facts=("order_id", "refund_amount"),
+    asides=(
+        "[For bulky items like this,|In cases like yours,] the warehouse usually checks the parcel within a couple of working days of it arriving, and the case updates automatically once they do.",
+        "[If anything about the parcel looks damaged when the courier arrives,|Should the box get damaged on the way back,] just take a photo and reply to the case email; that protects you if there's any question later.",
+        "[I'd also recommend|It's worth] keeping the courier receipt until the refund shows up on your statement, just in case the tracking ever goes quiet.",
+        "You'll get an automatic email at each step, so you don't need to check back with us unless something looks off.",
+        "[Our returns team reads the case notes,|Everything we've discussed is in the case notes,] so whoever picks it up next will see the full picture without you having to explain it again.",
+        "[Most returns are wrapped up within about a week and a half from pickup to refund.|From pickup to refund it's usually about ten days, sometimes faster.]",
+        "If you change your mind about a replacement at any point before the pickup, just let us know and we can switch the case over.",
+        "[I've also flagged the product page so the team can check whether other customers reported the same issue.|I've added a note for the product team, since feedback like yours helps them fix the listing.]",
+    ),
 )
 
 
@@ -617,6 +647,16 @@ TRAVEL = Domain(
         "hotel": ("Which hotel was it again?",),
     },
     key_facts=("booking_ref", "departure_date"),
+    asides=(
+        "[Airlines sometimes retime flights by a few minutes in the weeks before departure,|Schedules do shift a little closer to the date,] so I'd check the app the day before you fly.",
+        "Everything is linked to the same booking, so a change to the flight automatically shows up in your itinerary email.",
+        "[If you travel with only hand luggage, you can skip the bag drop and go straight to security.|With hand luggage only, online check-in saves you a queue at the airport.]",
+        "[I'd keep a screenshot of the booking confirmation on your phone|It's a good idea to have the confirmation saved offline] in case the airport wifi is slow.",
+        "[Hotels in that area get busy on weekends, so|Since it's a popular season,] it's good that the room is already confirmed.",
+        "If anything changes on the airline's side, we get the notification too and will contact you with options straight away.",
+        "[Travel insurance can be added to the booking at any point before departure, if you'd like that later.|You can still add travel insurance later, right up to the day before you fly.]",
+        "[Local transport passes are often cheaper bought online in advance, by the way.|Tip: many cities there have contactless payment on public transport, so no need to buy paper tickets.]",
+    ),
 )
 
 
@@ -760,6 +800,16 @@ SAAS = Domain(
         "account_id": ("What's our account ID, for the ticket?",),
     },
     key_facts=("account_id", "migration_date"),
+    asides=(
+        "[Most teams your size finish the whole migration in two to three weeks, including testing.|A typical migration for a workspace like yours runs two to three weeks end to end.]",
+        "I'd recommend telling your users a few days ahead so nobody is surprised by the sign-in prompt after the switch.",
+        "[The migration engineer will share a short checklist before the cutover so nothing gets forgotten.|You'll get a checklist from the migration engineer the week before the switch.]",
+        "[All of this is documented in the admin guide, and I'm happy to send the relevant sections.|The admin guide has screenshots of each step if your team prefers to follow along.]",
+        "If your security team has questions, we can set up a short call with our solutions engineer.",
+        "[Nothing in production changes until you approve the cutover, so there's no risk in preparing early.|Preparation steps don't touch production, so you can start whenever it suits you.]",
+        "[The dry run also produces a report of anything that couldn't be mapped, which is a good checklist for your admins.|After the dry run you'll get a mapping report listing every object that needs attention.]",
+        "[We'll keep this case open until the migration is done, so you have one thread for everything.|This case stays open for the whole project, so you can reply here any time.]",
+    ),
 )
 
 
@@ -913,6 +963,16 @@ INSURANCE = Domain(
         "deductible": ("How much was my deductible?",),
     },
     key_facts=("claim_id", "claim_amount"),
+    asides=(
+        "[Claims like this usually take two to four weeks from the first report to payment.|Most claims of this kind are settled within a few weeks, depending on the paperwork.]",
+        "Please keep all receipts for anything you spend because of the damage, even small things, since they can often be added to the claim.",
+        "[The adjuster's report is shared with you, so you can see exactly how the amount was assessed.|You'll receive a copy of the adjuster's report once it's filed.]",
+        "[If you're unsure whether something counts, add it anyway; it's easier for us to remove an item than to reopen the claim.|When in doubt, include it in the claim and the adjuster will decide.]",
+        "[Everything you upload goes straight into the claim file, so the adjuster sees it before the visit.|The adjuster reads the whole file before the visit, including your photos.]",
+        "[I know it's a lot of paperwork, but each document speeds up the decision.|The more complete the file, the faster the payout tends to be.]",
+        "Your policy documents are also available in the portal if you'd like to read the exact wording of the cover.",
+        "[We'll send you a text whenever the claim status changes.|You'll get an update by email at each stage of the claim.]",
+    ),
 )
 
 
@@ -1052,6 +1112,16 @@ TECH = Domain(
         "serial_number": ("What serial number did I give you?",),
     },
     key_facts=("ticket_id", "serial_number"),
+    asides=(
+        "[These intermittent drops are often caused by line noise rather than the router itself,|Connection drops like this are usually a line issue, not the device,] which is why the technician will measure the line as well.",
+        "[If the lights change while we talk, just tell me what you see; it helps narrow things down.|Do tell me if any of the lights change colour, that gives us clues.]",
+        "[Everything we try is logged on the ticket, so the technician won't repeat the same steps.|I'm noting every step on the ticket so the field team has the full history.]",
+        "[Wired connections are always more stable, so for important calls a cable is the safest option for now.|As a workaround, a network cable for your laptop avoids the Wi-Fi issue entirely.]",
+        "[Firmware updates run automatically overnight, so you don't need to do anything there.|The router checks for firmware updates every night around 3am.]",
+        "[If the connection drops completely, you can enable the mobile backup in the app as a stopgap.|The app also shows a live status page for your line, which is handy while we troubleshoot.]",
+        "[Restarting the router once a week doesn't hurt, but it shouldn't be necessary if the line is healthy.|A healthy setup shouldn't need regular restarts, so we'll get to the bottom of it.]",
+        "[Thick walls and mirrors can block Wi-Fi more than people expect.|Wi-Fi signals struggle with concrete walls, fish tanks and large mirrors.]",
+    ),
 )
 
 
