@@ -225,3 +225,41 @@ def test_the_image_installs_the_package_the_manifests_run():
     lines = (DEPLOY / "Dockerfile.dockerignore").read_text().splitlines()
     ignore = [line.strip() for line in lines if line.strip() and not line.startswith("#")]
     assert ignore[0] == "*" and {"!engine/", "!streams/", "!projections/", "!pyproject.toml"} <= set(ignore)
+
+
+# --------------------------------------------------------------------------- the CLI the manifests run
+
+
+def _manifest_commands() -> list[tuple[str, list[str]]]:
+    compose = yaml.safe_load((DEPLOY / "docker-compose.yml").read_text())
+    services = ("memfold-worker", "memfold-projector")
+    commands = [(f"compose {name}", compose["services"][name]["command"]) for name in services]
+    objects = {}
+    for path in K8S.glob("*.yaml"):
+        if path.name == "kustomization.yaml":
+            continue
+        for doc in yaml.safe_load_all(path.read_text()):
+            objects[(doc["kind"], doc["metadata"]["name"])] = doc
+    for key in (("Deployment", "memfold-worker"), ("StatefulSet", "memfold-projector")):
+        (container,) = _containers(objects[key])
+        commands.append((f"k8s {key[1]}", [_resolve(part, container, objects) for part in container["command"]]))
+    return commands
+
+
+MANIFEST_COMMANDS = _manifest_commands()
+
+
+# Not strict: the CLI's owner may land 'project' before 'worker'; -ra lists each XPASS, remove the marker then.
+@pytest.mark.xfail(
+    reason="engine/cli.py takes --log/--data-dir only before the subcommand and has no 'worker' yet; the "
+    "manifests use the agreed form 'memfold worker --log URL' / 'memfold project --log URL --data-dir DIR'",
+)
+@pytest.mark.parametrize(("where", "command"), MANIFEST_COMMANDS, ids=[where for where, _ in MANIFEST_COMMANDS])
+def test_the_cli_accepts_every_manifest_command(where, command):
+    from memfold.engine.cli import _parser
+
+    args = _parser().parse_args(command[1:])
+    assert args.command == command[1], where
+    assert args.log == command[command.index("--log") + 1], where
+    if "--data-dir" in command:
+        assert str(args.data_dir) == command[command.index("--data-dir") + 1], where
