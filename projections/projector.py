@@ -97,6 +97,28 @@ class Projector:
             self._conversations[key] = conv
         return conv
 
+    def _prefetch(self, keys: dict[tuple[str, str], int]) -> None:
+        """Load the conversations (and their policy states) this batch touches, in two queries."""
+        missing = [k for k in keys if k not in self._conversations]
+        if not missing:
+            return
+        rows, states = self.store.conversations_and_states(missing)
+        for key in missing:
+            row = rows.get(key)
+            if row is None:
+                self._conversations[key] = _Conversation(partition=keys[key])
+            else:
+                self._conversations[key] = _Conversation(
+                    partition=row["partition"], message_count=row["message_count"], last_seq=row["last_seq"],
+                    token_count=row["token_count"], first_at=row["first_at"], last_at=row["last_at"],
+                    deleted=row["deleted"],
+                )
+            for name, (impl, _ctx) in self.policies.items():
+                skey = (name, *key)
+                if skey not in self._states:
+                    raw = states.get(skey)
+                    self._states[skey] = impl.State.model_validate_json(raw) if raw else impl.initial(*key)
+
     def _active_facts(self, policy: str, tenant_id: str, conversation_id: str) -> dict[tuple[str, str], tuple[str, str]]:
         key = (policy, tenant_id, conversation_id)
         facts = self._facts.get(key)
@@ -125,6 +147,7 @@ class Projector:
         fresh = [
             r for r in records if r.position.offset >= max(applied.get(r.position.partition, 0), positions.get(r.position.partition, 0))
         ]
+        self._prefetch({(r.event.tenant_id, r.event.conversation_id): r.position.partition for r in fresh})
         # Token counts for the batch in one pass (the hot path of ingestion).
         contents = [r.event.payload.content or "" for r in fresh if isinstance(r.event, MessageAppended)]
         token_iter = iter(self.counter.count_many(contents))

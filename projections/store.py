@@ -163,8 +163,8 @@ class DuckDBProjectionStore:
 
     def meta(self, key: str) -> str | None:
         """Return a ``store_meta`` value, or None."""
-        row = self.connection.execute("SELECT value FROM store_meta WHERE key = ?", [key]).fetchone()
-        return None if row is None else row[0]
+        rows = self.connection.execute("SELECT value FROM store_meta WHERE key = ?", [key]).fetchall()
+        return rows[0][0] if rows else None
 
     def set_meta(self, key: str, value: str) -> None:
         """Set a ``store_meta`` value."""
@@ -262,12 +262,15 @@ class DuckDBProjectionStore:
             cols = ", ".join(_SUMMARY_REQUEST_COLUMNS)
             cur.execute(f"INSERT OR IGNORE INTO summaries ({cols}) SELECT {cols} FROM _sreq")
             cur.unregister("_sreq")
+        # One UPDATE ... FROM per outcome shape: row-by-row UPDATEs cost milliseconds each in DuckDB.
+        shapes: dict[tuple[str, ...], list[dict[str, Any]]] = {}
         for result in ch.summary_results:
-            sets = ", ".join(f"{k} = ?" for k in result if k != "request_id")
-            cur.execute(
-                f"UPDATE summaries SET {sets} WHERE request_id = ?",
-                [*(v for k, v in result.items() if k != "request_id"), result["request_id"]],
-            )
+            shapes.setdefault(tuple(result), []).append(result)
+        for cols, rows in shapes.items():
+            cur.register("_sres", pa.Table.from_pylist(rows))
+            sets = ", ".join(f"{c} = _sres.{c}" for c in cols if c != "request_id")
+            cur.execute(f"UPDATE summaries SET {sets} FROM _sres WHERE summaries.request_id = _sres.request_id")
+            cur.unregister("_sres")
         for policy, tenant_id, conversation_id, key, value, retired_by in ch.fact_retirements:
             cur.execute(
                 "UPDATE facts SET retired_by = ? WHERE policy = ? AND tenant_id = ? AND conversation_id = ? "
@@ -325,18 +328,50 @@ class DuckDBProjectionStore:
         cur = self.connection
         row = cur.execute(
             "SELECT * FROM conversations WHERE tenant_id = ? AND conversation_id = ?", [tenant_id, conversation_id]
-        ).fetchone()
-        if row is None:
+        ).fetchall()
+        if not row:
             return None
-        return dict(zip([d[0] for d in cur.description], row))
+        return dict(zip([d[0] for d in cur.description], row[0]))
+
+    def conversations_and_states(
+        self, keys: Sequence[tuple[str, str]]
+    ) -> tuple[dict[tuple[str, str], dict[str, Any]], dict[tuple[str, str, str], str]]:
+        """Return the ``conversations`` rows and every policy state of ``keys`` in two queries.
+
+        A point query costs milliseconds in DuckDB; the projector prefetches
+        each batch's unseen conversations with this instead.
+        """
+        if not keys:
+            return {}, {}
+        cur = self.connection
+        cur.register("_keys", pa.table({"t": [k[0] for k in keys], "c": [k[1] for k in keys]}))
+        try:
+            cur.execute(
+                "SELECT conversations.* FROM conversations JOIN _keys ON tenant_id = _keys.t AND conversation_id = _keys.c"
+            )
+            cols = [d[0] for d in cur.description]
+            convs = {}
+            for row in cur.fetchall():
+                rec = dict(zip(cols, row))
+                convs[(rec["tenant_id"], rec["conversation_id"])] = rec
+            states = {
+                (p, t, c): st
+                for p, t, c, st in cur.execute(
+                    "SELECT policy, tenant_id, conversation_id, state FROM policy_state "
+                    "JOIN _keys ON tenant_id = _keys.t AND conversation_id = _keys.c"
+                ).fetchall()
+            }
+        finally:
+            cur.unregister("_keys")
+        return convs, states
 
     def policy_state_json(self, policy: str, tenant_id: str, conversation_id: str) -> str | None:
         """Return the persisted JSON state of ``policy`` for a conversation, or None."""
         row = self.connection.execute(
             "SELECT state FROM policy_state WHERE policy = ? AND tenant_id = ? AND conversation_id = ?",
             [policy, tenant_id, conversation_id],
-        ).fetchone()
-        return None if row is None else row[0]
+        ).fetchall()
+        return row[0][0] if row else None
 
     def messages(self, tenant_id: str, conversation_id: str, start: int = 0, end: int | None = None) -> list[MessageRecord]:
         """Return messages with ``start <= index <= end`` (``end`` None = to the last), in index order."""
@@ -393,13 +428,26 @@ class DuckDBProjectionStore:
     def summary(self, summary_id: str) -> dict[str, Any] | None:
         """Return one produced summary row by its summary id, or None."""
         cur = self.connection
-        row = cur.execute("SELECT * FROM summaries WHERE summary_id = ?", [summary_id]).fetchone()
-        return None if row is None else dict(zip([d[0] for d in cur.description], row))
+        row = cur.execute("SELECT * FROM summaries WHERE summary_id = ?", [summary_id]).fetchall()
+        return dict(zip([d[0] for d in cur.description], row[0])) if row else None
 
     def outcome(self, request_id: str) -> str | None:
         """Return the status of a summary request ('processing', 'completed', 'failed') or None if unseen."""
-        row = self.connection.execute("SELECT status FROM summaries WHERE request_id = ?", [request_id]).fetchone()
-        return None if row is None else row[0]
+        row = self.connection.execute("SELECT status FROM summaries WHERE request_id = ?", [request_id]).fetchall()
+        return row[0][0] if row else None
+
+    def outcomes(self, request_ids: Sequence[str]) -> dict[str, str]:
+        """Return the status of each known request id (one query for many; unseen ids are absent)."""
+        if not request_ids:
+            return {}
+        cur = self.connection
+        cur.register("_rids", pa.table({"rid": list(request_ids)}))
+        try:
+            return dict(
+                cur.execute("SELECT request_id, status FROM summaries JOIN _rids ON request_id = _rids.rid").fetchall()
+            )
+        finally:
+            cur.unregister("_rids")
 
     def open_requests(self) -> list[dict[str, Any]]:
         """Return summary requests still 'processing' (no outcome folded yet), oldest first."""

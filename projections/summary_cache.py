@@ -9,6 +9,7 @@ any change to what the model would see, or to who asked, is a miss.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import logging
@@ -38,12 +39,22 @@ CREATE TABLE IF NOT EXISTS llm_cache (
 """
 
 
+_SCALARS = (str, int, float, bool, type(None))
+
+
+@functools.lru_cache(maxsize=64)
+def _field_names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(cls))
+
+
 def _plain(value: Any) -> Any:
     """Return ``value`` as JSON-able data: dataclasses and pydantic models become dicts, tuples lists."""
+    if isinstance(value, _SCALARS):  # the common case first: keys are built for every summary call
+        return value
     if isinstance(value, BaseModel):
         return value.model_dump(mode="json")
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        return {name: _plain(getattr(value, name)) for name in _field_names(type(value))}
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
     if isinstance(value, dict) or hasattr(value, "items"):
@@ -164,7 +175,8 @@ class CachingSummarizer:
     def _read(self, key: str) -> SummaryOutput | None:
         try:
             with self._cursor() as cur:
-                row = cur.execute("SELECT output FROM llm_cache WHERE key = ?", [key]).fetchone()
+                rows = cur.execute("SELECT output FROM llm_cache WHERE key = ?", [key]).fetchall()
+                row = rows[0] if rows else None
         except duckdb.Error as exc:
             self._count_error("read", exc)
             return None

@@ -100,7 +100,8 @@ class EmbeddedRunner:
     def _hand_over(self) -> None:
         # Only once caught up: a request whose outcome is already further down
         # the log (a replay, a restart) must not reach the model again.
-        open_ = [r for r in self._seen.values() if self.store.outcome(r.event_id) == "processing"]
+        known = self.store.outcomes(list(self._seen))
+        open_ = [r for r in self._seen.values() if known.get(r.event_id) == "processing"]
         self._seen.clear()
         if open_:
             self.on_requests(open_)

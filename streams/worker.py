@@ -32,6 +32,8 @@ class SummaryLookup:
 
     def outcome(self, request_id: str) -> str | None: ...
 
+    def outcomes(self, request_ids: list[str]) -> dict[str, str]: ...
+
 
 def build_input(request: SummaryRequested, messages: MessageSource, summaries: SummaryLookup, settings: Settings) -> SummaryInput:
     """Return the :class:`SummaryInput` for ``request``: original messages + base summary + policy knobs."""
@@ -149,49 +151,65 @@ class SummarizerWorker:
         if self._thread is not None:
             self._thread.join(timeout)
 
-    def _next(self) -> tuple[SummaryRequested, SummaryRequested | None] | None:
+    def _take(self) -> list[SummaryRequested] | None:
+        """Wait for work; return everything queued (oldest first), or None when stopping."""
         with self._cond:
             while not self._queue and not self._stop:
                 self._cond.wait(0.5)
             if self._stop:
                 return None
-            _, request = self._queue.popitem(last=False)
-            newer = next(
-                (q for q in reversed(self._queue.values()) if _lane(q) == _lane(request)), None
-            )
+            batch = list(self._queue.values())
+            self._queue.clear()
             self._busy = True
-            return request, newer
+            return batch
 
     def _run(self) -> None:
         while True:
-            item = self._next()
-            if item is None:
+            batch = self._take()
+            if batch is None:
                 return
-            request, newer = item
             try:
-                self._handle(request, newer)
-            except MemfoldError as exc:  # log unavailable etc.: keep the request open, report plainly
-                self.errors.append(f"{request.event_id}: {exc}")
-                log.error("could not record the outcome of %s: %s", request.event_id, exc)
+                self._handle(batch)
+            except MemfoldError as exc:  # log unavailable etc.: the requests stay open in the log
+                self.errors.append(f"{len(batch)} request(s): {exc}")
+                log.error("could not record summary outcomes: %s", exc)
             finally:
                 with self._cond:
                     self._busy = False
                     self._cond.notify_all()
 
-    def _handle(self, request: SummaryRequested, newer: SummaryRequested | None) -> None:
-        if self.summaries.outcome(request.payload.request_id) not in (None, "processing"):
-            return  # already answered (restart, duplicate delivery)
-        if newer is not None:
-            outcome = failed(
-                request, reason=f"superseded by {newer.payload.request_id}", error_type="Superseded",
-                summarizer=getattr(self.summarizer, "name", ""),
-            )
-        else:
+    def _handle(self, batch: list[SummaryRequested], max_calls: int = 16) -> None:
+        """Answer a batch: newest request per lane runs, older ones are superseded; one log append per slice.
+
+        Steps: (1) drop requests already answered; (2) per (policy,
+        conversation, topic) lane keep the newest, record the others as
+        superseded; (3) summarize the survivors, appending outcomes every
+        ``max_calls`` calls so results reach readers without waiting for the
+        whole batch.
+        """
+        known = self.summaries.outcomes([r.payload.request_id for r in batch])
+        open_ = [r for r in batch if known.get(r.payload.request_id, "processing") == "processing"]
+        newest: dict[tuple[str, str, str, str | None], SummaryRequested] = {}
+        for r in open_:
+            newest[_lane(r)] = r
+        outcomes: list[Event] = [
+            failed(r, reason=f"superseded by {newest[_lane(r)].payload.request_id}", error_type="Superseded",
+                   summarizer=getattr(self.summarizer, "name", ""))
+            for r in open_ if newest[_lane(r)] is not r
+        ]
+        for request in newest.values():
             summary_input = build_input(request, self.messages, self.summaries, self.settings)
             self.calls += 1
-            outcome = answer(request, summary_input, self.summarizer)
-        self.log.append([outcome])
-        self.on_appended()
+            outcomes.append(answer(request, summary_input, self.summarizer))
+            if len(outcomes) >= max_calls:
+                self._record(outcomes)
+                outcomes = []
+        self._record(outcomes)
+
+    def _record(self, outcomes: list[Event]) -> None:
+        if outcomes:
+            self.log.append(outcomes)
+            self.on_appended()
 
 
 def _lane(request: SummaryRequested) -> tuple[str, str, str, str | None]:
