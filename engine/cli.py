@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import json
 import os
 import sys
@@ -40,8 +41,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--policy", default=None, help="policy to read/keep (env MEMFOLD_POLICY, default hierarchical)")
     p.add_argument("--log", default=None, help="event log URL: sqlite:///FILE (default) or kafka://HOST:PORT")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    # The global options are accepted after the command too (`memfold project --log URL --data-dir DIR`).
+    common = argparse.ArgumentParser(add_help=False)
+    for flag in ("--data-dir", "--config", "--policy", "--log"):
+        common.add_argument(flag, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    command = functools.partial(sub.add_parser, parents=[common])
 
-    a = sub.add_parser("append", help="append one message")
+    a = command("append", help="append one message")
     a.add_argument("conversation")
     a.add_argument("role", help="user | assistant | system | tool")
     a.add_argument("content")
@@ -52,43 +58,47 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--no-wait", action="store_true", help="return once the event is in the log")
     a.add_argument("--json", action="store_true")
 
-    i = sub.add_parser("ingest", help="ingest a JSONL file, one message per line")
+    i = command("ingest", help="ingest a JSONL file, one message per line")
     i.add_argument("file")
     i.add_argument("--batch-size", type=int, default=2000)
     i.add_argument("--no-wait", action="store_true", help="return once the events are in the log")
     i.add_argument("--quiet", action="store_true", help="no progress bar")
 
-    c = sub.add_parser("context", help="print the assembled context for the next model call")
+    c = command("context", help="print the assembled context for the next model call")
     c.add_argument("conversation")
     c.add_argument("--budget", type=int, default=None, help="token budget (default: no limit)")
     c.add_argument("--tenant", default="default")
     c.add_argument("--json", action="store_true")
 
-    h = sub.add_parser("history", help="print every stored message of a conversation")
+    h = command("history", help="print every stored message of a conversation")
     h.add_argument("conversation")
     h.add_argument("--tenant", default="default")
     h.add_argument("--json", action="store_true")
 
-    s = sub.add_parser("summaries", help="print the summary chain (requests, outcomes, lineage)")
+    s = command("summaries", help="print the summary chain (requests, outcomes, lineage)")
     s.add_argument("conversation")
     s.add_argument("--tenant", default="default")
     s.add_argument("--json", action="store_true")
 
-    q = sub.add_parser("sql", help="run SQL over the projections (read-only)")
+    q = command("sql", help="run SQL over the projections (read-only)")
     q.add_argument("query")
     fmt = q.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true")
     fmt.add_argument("--csv", action="store_true")
 
-    sub.add_parser("schema", help="print the JSON Schema of every event type")
+    command("schema", help="print the JSON Schema of every event type")
 
-    sub.add_parser("rebuild", help="throw the projection away and fold it again from the log")
+    command("rebuild", help="throw the projection away and fold it again from the log")
 
-    pj = sub.add_parser("project", help="run a projector node: fold the log into this data dir's DuckDB replica")
+    pj = command("project", help="run a projector node: fold the log into this data dir's DuckDB replica")
     pj.add_argument("--until-caught-up", action="store_true", help="exit once the replica has caught up")
     pj.add_argument("--status-every", type=float, default=10.0, help="seconds between status lines")
 
-    d = sub.add_parser("demo", help="ingest the bundled sample and show what memfold keeps")
+    w = command("worker", help="run a distributed-mode worker: policy fold + summarizer agents on the Kafka log")
+    w.add_argument("--commit-interval", type=float, default=1.0, help="seconds between consumer offset commits")
+    w.add_argument("--log-level", default="INFO", help="DEBUG, INFO (default), WARNING")
+
+    d = command("demo", help="ingest the bundled sample and show what memfold keeps")
     d.add_argument("--budget", type=int, default=600)
     return p
 
@@ -321,6 +331,18 @@ def _lag(engine) -> int:
     return sum(max(0, end - pos.get(p, 0)) for p, end in ends.items())
 
 
+def cmd_worker(args: argparse.Namespace) -> int:
+    from urllib.parse import urlsplit
+
+    from memfold.streams.kafka_worker import run_worker
+
+    settings = _settings(args)
+    if not settings.log_url().startswith("kafka://"):
+        raise ValidationError("the worker runs on a Kafka log: pass --log kafka://HOST:PORT", field="log")
+    return run_worker(settings, urlsplit(settings.log_url()).netloc, Path(args.data_dir),
+                      commit_interval=args.commit_interval, loglevel=args.log_level)
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
@@ -337,6 +359,7 @@ _COMMANDS = {
     "schema": cmd_schema,
     "rebuild": cmd_rebuild,
     "project": cmd_project,
+    "worker": cmd_worker,
     "demo": cmd_demo,
 }
 

@@ -117,7 +117,9 @@ class EmbeddedRunner:
         """True when the store has applied everything the log holds right now."""
         ends = self.log.end_positions()
         pos = self.store.position()
-        return all(pos.get(p, 0) >= end for p, end in ends.items())
+        # A Kafka log drops a duplicate event on read but counts its offset in
+        # end_positions, so "nothing left to read" also counts as caught up.
+        return all(pos.get(p, 0) >= end or not self.log.read(p, pos.get(p, 0), 1) for p, end in ends.items())
 
     # ----------------------------------------------------------------- background loop
 

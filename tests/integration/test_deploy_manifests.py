@@ -249,11 +249,6 @@ def _manifest_commands() -> list[tuple[str, list[str]]]:
 MANIFEST_COMMANDS = _manifest_commands()
 
 
-# Not strict: the CLI's owner may land 'project' before 'worker'; -ra lists each XPASS, remove the marker then.
-@pytest.mark.xfail(
-    reason="engine/cli.py takes --log/--data-dir only before the subcommand and has no 'worker' yet; the "
-    "manifests use the agreed form 'memfold worker --log URL' / 'memfold project --log URL --data-dir DIR'",
-)
 @pytest.mark.parametrize(("where", "command"), MANIFEST_COMMANDS, ids=[where for where, _ in MANIFEST_COMMANDS])
 def test_the_cli_accepts_every_manifest_command(where, command):
     from memfold.engine.cli import _parser
