@@ -246,7 +246,7 @@ GENERIC_EXCHANGES: tuple[Exchange, ...] = (
      "[Not at all|No such thing as a silly question here|You're doing great], {first}. [I'll explain each step in plain terms.|We'll go one step at a time.|That's what I'm here for.]"),
     ("[What are your opening hours, in case I need to call back?|If this chat drops, how do I get back to you?|Is there a phone line too?]",
      "[Chat is open around the clock|The phone line runs {open_hours}|You can reply to the confirmation email and it comes straight back to this case]. [Your case stays open, so nothing is lost.|Anyone on the team can pick it up from the notes.|]"),
-    ("[My {device} battery is at {n} percent, let's be quick|I'm on my {device}, so typing is slow|I'm switching from my {device} to my laptop, one sec].",
+    ("[My {gadget} battery is at {n} percent, let's be quick|I'm on my {gadget}, so typing is slow|I'm switching from my {gadget} to my laptop, one sec].",
      "[Understood|No rush|Got it], [I'll keep my messages short.|take your time.|I'll wait.]"),
     ("[lol ok|haha fair|ha, ok]", "[😊 Shall we continue?|Glad I could make you smile.|Ha. On to the next bit.]"),
     ("[Can you explain that again, more slowly?|Wait, I didn't follow that last part.|Sorry, can you rephrase that?]",
@@ -309,7 +309,7 @@ GENERIC_ASIDES: tuple[str, ...] = (
 )
 USER_ASIDES: tuple[str, ...] = (
     "[Sorry, it's been a long day.|Bear with me, I'm juggling a few things.|I'm trying to get this sorted before the weekend.]",
-    "[I've been meaning to deal with this all week.|My {kid} keeps interrupting, so sorry if I'm slow.|I'm on my {device}, so excuse the typos.]",
+    "[I've been meaning to deal with this all week.|My {kid} keeps interrupting, so sorry if I'm slow.|I'm on my {gadget}, so excuse the typos.]",
     "[Honestly I just want this done properly.|I'd rather ask now than get it wrong later.|Just want to make sure I understand.]",
     "[I checked the website first but couldn't find an answer.|I looked in the FAQ but it wasn't clear.|A friend told me to ask you directly.]",
 )
@@ -1133,7 +1133,7 @@ FILLER_CHOICES: dict[str, tuple[str, ...]] = {
     "time_of_day": ("morning", "afternoon", "evening"),
     "weather": ("pouring", "freezing", "boiling hot", "really windy", "snowing", "grey and drizzly"),
     "city": ("Leeds", "Porto", "Denver", "Utrecht", "Lyon", "Krakow", "Austin", "Gothenburg", "Valencia", "Cork"),
-    "device": ("phone", "tablet", "old laptop", "work phone"),
+    "gadget": ("phone", "tablet", "old laptop", "work phone"),
     "kid": ("son", "daughter", "toddler", "partner"),
     "pet": ("cat", "dog", "parrot", "puppy"),
     "part": ("handle", "panel", "corner", "lid", "base", "strap", "display"),

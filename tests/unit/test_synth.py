@@ -230,3 +230,36 @@ def test_bundled_sample_matches_its_generator(tmp_path):
     assert (tmp_path / "sample.jsonl").read_bytes() == (data / "sample.jsonl").read_bytes()
     assert (tmp_path / "sample.truth.json").read_bytes() == (data / "sample.truth.json").read_bytes()
     assert (data / "sample.jsonl").stat().st_size < 600_000
+
+
+def _slots(template: str) -> set[str]:
+    found: set[str] = set()
+
+    def walk(parts):
+        for part in parts:
+            if isinstance(part, tuple) and part[0] == "alt":
+                for alt in part[1]:
+                    walk(alt)
+            elif isinstance(part, tuple) and part[0] == "slot":
+                name = part[1]
+                found.add(name)
+                if name.startswith("@"):
+                    walk(synth._compile(synth.domains.MACROS[name[1:]]))
+
+    walk(synth._compile(template))
+    return found
+
+
+def test_middle_templates_never_name_a_fact():
+    """Filler, asides and closing questions must not state facts: the middle mentions them only on purpose."""
+    generic = [t for pair in synth.domains.GENERIC_EXCHANGES for t in pair]
+    generic += [*synth.domains.GENERIC_ASIDES, *synth.domains.USER_ASIDES, *synth.domains.GENERIC_RECALLS]
+    for name in DOMAINS:
+        domain = synth.domains.DOMAINS[name]
+        conv = synth.generate_conversation(1, name, 40, conversation_id="x")
+        facts = set(conv.facts)
+        templates = generic + [t for pair in domain.exchanges for t in pair] + list(domain.asides)
+        templates += [q for qs in domain.recalls.values() for q in qs]
+        for template in templates:
+            assert not _slots(template) & facts, (name, template)
+        assert not set(synth.domains.FILLER_CHOICES) & facts, name
