@@ -11,7 +11,7 @@ match the same number in the same currency, dates the same day in another
 format). Summarizer calls and tokens come from the ``summaries`` projection
 (rows with status completed or failed), per 1,000 ingested messages.
 
-    .venv/bin/python benchmarks/memory_quality.py                      # 6 x 300 messages, seed 7
+    .venv/bin/python benchmarks/memory_quality.py                      # 6 x 400 messages, seed 7
     .venv/bin/python benchmarks/memory_quality.py --conversations 10 --turns 500 --json
 
 A "turn" is one message of any role (user, assistant, tool).
@@ -42,30 +42,46 @@ def _context_text(messages: Sequence[Any]) -> str:
 
 
 def _summary_costs(engine: Any, policies: Sequence[str]) -> dict[str, dict[str, int]]:
-    """Return per policy: summarizer calls (completed + failed), of which failed and cached, tokens in/out."""
+    """Return per policy: summarizer calls and their tokens, plus requests that never reached a model.
+
+    A call is a summary request that ended completed or failed after the
+    summarizer ran: requests superseded by a newer one before they started
+    (error_type 'Superseded') and answers served from the LLM cache cost no
+    call. ``unanswered`` counts requests still without an outcome after the
+    engine reported idle (it should be 0).
+    """
     _, rows = engine.sql(
-        "SELECT policy, count(*) AS calls, count(*) FILTER (WHERE status = 'failed') AS failed, "
-        "count(*) FILTER (WHERE cached) AS cached, coalesce(sum(tokens_in), 0) AS tokens_in, "
-        "coalesce(sum(tokens_out), 0) AS tokens_out FROM summaries "
-        "WHERE status IN ('completed', 'failed') GROUP BY policy"
+        "SELECT policy, "
+        "count(*) FILTER (WHERE status IN ('completed', 'failed') AND NOT superseded AND NOT coalesce(cached, false)) AS calls, "
+        "count(*) FILTER (WHERE status = 'failed' AND NOT superseded) AS failed, "
+        "count(*) FILTER (WHERE superseded) AS superseded, "
+        "count(*) FILTER (WHERE coalesce(cached, false)) AS cached, "
+        "coalesce(sum(tokens_in) FILTER (WHERE NOT coalesce(cached, false)), 0) AS tokens_in, "
+        "coalesce(sum(tokens_out) FILTER (WHERE NOT coalesce(cached, false)), 0) AS tokens_out, "
+        "count(*) FILTER (WHERE status NOT IN ('completed', 'failed')) AS unanswered "
+        "FROM (SELECT *, coalesce(error_type, '') = 'Superseded' AS superseded FROM summaries) GROUP BY policy"
     )
-    out = {p: {"calls": 0, "failed": 0, "cached": 0, "tokens_in": 0, "tokens_out": 0} for p in policies}
-    for policy, calls, failed, cached, tokens_in, tokens_out in rows:
-        out[policy] = {"calls": int(calls), "failed": int(failed), "cached": int(cached),
-                       "tokens_in": int(tokens_in), "tokens_out": int(tokens_out)}
+    zero = {"calls": 0, "failed": 0, "superseded": 0, "cached": 0, "tokens_in": 0, "tokens_out": 0, "unanswered": 0}
+    out = {p: dict(zero) for p in policies}
+    for policy, *values in rows:
+        out[policy] = {k: int(v) for k, v in zip(zero, values)}
     return out
 
 
-def measure(conversations: int = 6, turns: int | str = 300, seed: str | int = 7, *,
-            budgets: Sequence[int] = BUDGETS, policies: Sequence[str] | None = None,
+def measure(conversations: int = 6, turns: int | str = 400, seed: str | int = 7, *,
+            budgets: Sequence[int] = BUDGETS, policies: Sequence[str] | None = None, step: int = 10,
             timeout: float = 600.0, data_dir: str | Path | None = None) -> dict[str, Any]:
     """Run the benchmark and return its results as a JSON-ready dict.
 
-    Steps: 1. generate the conversations; 2. ingest them, one batch per
-    conversation, into an engine in ``data_dir`` (default: a temporary
-    directory, removed afterwards) folding every policy; 3. wait until the
-    projection and every summary are done; 4. score contexts per policy and
-    budget; 5. read summarizer costs from the projection.
+    Steps: 1. generate the conversations; 2. ingest them into an engine in
+    ``data_dir`` (default: a temporary directory, removed afterwards) folding
+    every policy, ``step`` messages per conversation at a time, waiting
+    until projection and summaries are done before the next round
+    (``step=1``: a live chat where the summarizer always keeps up;
+    ``step=0``: one batch per conversation, a backfill, where requests
+    overtaken by newer ones are superseded before reaching the summarizer);
+    3. wait until everything is done; 4. score contexts per policy and budget; 5. read
+    summarizer costs from the projection.
     """
     from memfold.engine.engine import MemoryEngine
     from memfold.engine.settings import POLICY_NAMES, Settings
@@ -82,8 +98,14 @@ def measure(conversations: int = 6, turns: int | str = 300, seed: str | int = 7,
         engine = MemoryEngine.open(root, settings)
         try:
             started = time.perf_counter()
-            for conv in convs:
-                engine.append_many(conv.messages)
+            if step <= 0:  # bulk: one batch per conversation, like a backfill
+                for conv in convs:
+                    engine.append_many(conv.messages)
+            else:  # paced: every conversation gets ``step`` more messages, then the summarizer catches up
+                longest = max(len(c.messages) for c in convs)
+                for start in range(0, longest, step):
+                    engine.append_many([m for c in convs for m in c.messages[start : start + step]])
+                    engine.wait_idle(timeout=timeout)
             appended = time.perf_counter()
             engine.wait_idle(timeout=timeout)
             idle = time.perf_counter()
@@ -128,7 +150,7 @@ def measure(conversations: int = 6, turns: int | str = 300, seed: str | int = 7,
             scored = time.perf_counter()
 
             costs = _summary_costs(engine, policies)
-            costs[BASELINE] = {"calls": 0, "failed": 0, "cached": 0, "tokens_in": 0, "tokens_out": 0}
+            costs[BASELINE] = {k: 0 for k in next(iter(costs.values()))} if costs else {}
             for policy, cost in costs.items():
                 if policy in results:
                     per_k = 1000 / n_messages
@@ -145,9 +167,14 @@ def measure(conversations: int = 6, turns: int | str = 300, seed: str | int = 7,
         "conversations": conversations, "turns": turns, "seed": seed, "messages": n_messages,
         "facts": sum(len(v) for v in truth.values()),
         "domains": [c.domain for c in convs], "budgets": list(budgets), "summarizer": settings.summarizer.kind,
+        "step": step,
         "seconds": {"append": appended - started, "until_idle": idle - appended, "score": scored - idle},
         "policies": results,
     }
+
+
+def _budget_label(budget: int) -> str:
+    return f"{budget // 1000}k" if budget % 1000 == 0 else f"{budget:,}"
 
 
 def render_table(report: dict[str, Any]) -> None:
@@ -156,43 +183,55 @@ def render_table(report: dict[str, Any]) -> None:
     from rich.table import Table
 
     budgets = report["budgets"]
-    table = Table(title=(f"memory quality: {report['conversations']} conversations x {report['turns']} messages "
-                         f"(seed {report['seed']}), {report['facts']} planted facts, {report['summarizer']} summarizer"))
-    table.add_column("policy")
+    last = _budget_label(budgets[-1])
+    table = Table(
+        title=(f"facts kept in context: {report['conversations']} conversations x {report['turns']} messages, "
+               f"seed {report['seed']}, {report['facts']} planted facts, {report['summarizer']} summarizer"),
+        caption=(f"@N: share of planted facts whose latest value is in the context at an N-token budget; "
+                 f"upd: facts changed later in the conversation, latest value kept @{last}; "
+                 f"calls, tokens (in+out): summarizer per 1,000 messages"),
+    )
+    table.add_column("policy", no_wrap=True)
     for b in budgets:
-        table.add_column(f"facts @{b:,}", justify="right")
-    table.add_column(f"updated @{budgets[-1]:,}", justify="right")
-    table.add_column("calls / 1k turns", justify="right")
-    table.add_column("tokens / 1k turns", justify="right")
+        table.add_column(f"@{_budget_label(b)}", justify="right", no_wrap=True)
+    table.add_column(f"upd @{last}", justify="right", no_wrap=True)
+    table.add_column("calls/1k", justify="right", no_wrap=True)
+    table.add_column("tokens/1k", justify="right", no_wrap=True)
     for policy, res in report["policies"].items():
         cells = [policy]
         for b in budgets:
             r = res["budgets"][str(b)]
-            flag = "*" if r["contexts_over_budget"] else ""
-            cells.append(f"{r['fraction']:.0%}{flag}")
-        last = res["budgets"][str(budgets[-1])]
-        cells.append(f"{last['updated_kept']}/{last['updated_total']}" if last["updated_total"] else "-")
-        s = res["summarizer"]
-        cells.append(f"{s['calls_per_1k_turns']:.1f}")
-        cells.append(f"{s['tokens_per_1k_turns']:,.0f}")
+            cells.append(f"{r['fraction']:.0%}" + ("*" if r["contexts_over_budget"] else ""))
+        final = res["budgets"][str(budgets[-1])]
+        cells.append(f"{final['updated_kept']}/{final['updated_total']}")
+        cost = res["summarizer"]
+        cells.append(f"{cost['calls_per_1k_turns']:.1f}")
+        cells.append(f"{cost['tokens_per_1k_turns']:,.0f}")
         table.add_row(*cells)
     console = Console()
     console.print(table)
     if any(r["contexts_over_budget"] for res in report["policies"].values() for r in res["budgets"].values()):
         console.print("* some contexts exceed the budget (memory messages are never trimmed)")
+    stuck = {p: r["summarizer"]["unanswered"] for p, r in report["policies"].items() if r["summarizer"].get("unanswered")}
+    if stuck:
+        console.print(f"[red]summary requests still unanswered after the engine reported idle:[/] {stuck}")
     secs = report["seconds"]
-    console.print(f"{report['messages']} messages appended in {secs['append']:.1f}s; projection and summaries done "
-                  f"{secs['until_idle']:.1f}s later; scoring took {secs['score']:.1f}s. "
-                  f"'updated' = facts whose value changed later in the conversation, latest value kept.")
+    pacing = (f"{report['step']} per conversation at a time" if report["step"] > 0
+              else "in one batch per conversation")
+    console.print(f"{report['messages']:,} messages ingested {pacing} in {secs['append'] + secs['until_idle']:.1f}s "
+                  f"(summaries included); scoring took {secs['score']:.1f}s.")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--conversations", type=int, default=6)
-    parser.add_argument("--turns", default="300", help="messages per conversation, or MIN-MAX (default 300)")
+    parser.add_argument("--turns", default="400", help="messages per conversation, or MIN-MAX (default 400)")
     parser.add_argument("--seed", default="7")
     parser.add_argument("--budgets", default=",".join(map(str, BUDGETS)), help="comma-separated token budgets")
     parser.add_argument("--policies", default=None, help="comma-separated subset (default: all five)")
+    parser.add_argument("--step", type=int, default=10,
+                        help="messages per conversation between waits for the summarizer: 1 = live chat, "
+                             "0 = one batch per conversation (default 10)")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for summaries")
     parser.add_argument("--data-dir", default=None, help="keep the engine's files here instead of a temp dir")
     parser.add_argument("--json", action="store_true", help="print the results as JSON instead of a table")
@@ -201,7 +240,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     report = measure(args.conversations, turns, args.seed,
                      budgets=[int(b) for b in args.budgets.split(",")],
                      policies=[p.strip() for p in args.policies.split(",")] if args.policies else None,
-                     timeout=args.timeout, data_dir=args.data_dir)
+                     step=args.step, timeout=args.timeout, data_dir=args.data_dir)
     if args.json:
         print(json.dumps(report, indent=2))
     else:
