@@ -401,26 +401,31 @@ def _event_json(row: Mapping[str, Any]) -> str:
     return json.dumps(body)
 
 
-LOG_BINDING = "log_url"
+LOG_BINDING = "log.json"
 
 
 def _bind_log(settings: Settings) -> Settings:
-    """Return settings whose log is the one this data dir was built from (recorded on first open).
+    """Return settings whose log (URL and topic) is the one this data dir was built from.
 
-    A projection holds positions of one log; opening it against another would
+    The binding is recorded on first open with an explicit ``--log``. A
+    projection holds positions of one log; opening it against another would
     fold nonsense, so that is refused with a clear error.
     """
+    import json
+
     marker = settings.data_dir / LOG_BINDING
-    bound = marker.read_text().strip() if marker.is_file() else None
-    if settings.log is None and bound is not None:
-        return settings.model_copy(update={"log": bound})
+    bound = json.loads(marker.read_text()) if marker.is_file() else None
     if settings.log is None:
+        if bound is not None:  # the data dir knows its log: no --log needed to read it
+            return settings.model_copy(update={"log": bound["log"], "topic": bound["topic"]})
         return settings  # the data dir's own SQLite log, wherever the dir is reached from
-    url = settings.log_url()
+    wanted = {"log": settings.log_url(), "topic": settings.topic}
     if bound is None:
-        marker.write_text(url + "\n")
-    elif bound != url:
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        marker.write_text(json.dumps(wanted) + "\n")
+    elif bound != wanted:
         raise ConfigError(
-            f"{settings.data_dir} holds a projection of {bound}, not {url}; use another --data-dir for that log"
+            f"{settings.data_dir} holds a projection of {bound['log']} (topic {bound['topic']}), not "
+            f"{wanted['log']} (topic {wanted['topic']}); use another --data-dir for that log"
         )
     return settings

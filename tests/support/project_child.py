@@ -1,6 +1,9 @@
 """Child process for crash tests: project a SQLite log into DuckDB, optionally dying mid-transaction.
 
-usage: python project_child.py LOG STORE BATCH_SIZE CRASH_AT_BATCH
+usage: python project_child.py LOG STORE BATCH_SIZE CRASH_AT_BATCH [TOPIC]
+
+LOG is a SQLite file path or a kafka://HOST:PORT URL (then TOPIC names the
+topic, and the child is a projector node: it appends nothing).
 CRASH_AT_BATCH = -1 never crashes; N >= 0 SIGKILLs this process inside the
 N-th transaction, after the rows are written and before COMMIT.
 """
@@ -30,12 +33,17 @@ class CrashingStore(DuckDBProjectionStore):
 
 
 def main() -> None:
-    log_path, store_path, batch_size, crash_at = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    log_arg, store_path, batch_size, crash_at = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    topic = sys.argv[5] if len(sys.argv) > 5 else "memfold.events"
     settings = Settings.load(None, policies=POLICY_NAMES, partitions=4)
-    log = open_log(f"sqlite:///{log_path}", partitions=4)
+    url = log_arg if "://" in log_arg else f"sqlite:///{log_arg}"
+    log = open_log(url, partitions=4, topic=topic)
     store = CrashingStore(store_path)
     store.crash_at = crash_at
-    runner = EmbeddedRunner(log, store, Projector(store, fold_contexts(settings), counter()), batch_size=batch_size)
+    runner = EmbeddedRunner(
+        log, store, Projector(store, fold_contexts(settings), counter()), batch_size=batch_size,
+        emit_requests=not url.startswith("kafka://"),
+    )
     while runner.run_once():
         pass
     store.close()

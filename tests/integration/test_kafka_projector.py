@@ -1,0 +1,158 @@
+"""Projector nodes on a real Kafka broker: CLI round trip, kill mid-batch, broker restart during ingestion."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+from fixtures.kafka_broker import LocalBroker
+
+from memfold.engine.errors import AppendFailedError, LogUnavailableError
+from memfold.engine.events import MessageAppended, MessagePayload
+from memfold.projections.store import DuckDBProjectionStore
+from memfold.streams.kafka_log import KafkaEventLog
+
+pytestmark = pytest.mark.kafka
+
+CHILD = Path(__file__).resolve().parents[1] / "support" / "project_child.py"
+MEMFOLD = str(Path(sys.executable).with_name("memfold"))
+T0 = datetime(2026, 4, 1, 8, 0, tzinfo=timezone.utc)
+
+
+def _topic() -> str:
+    return f"memfold.test.{uuid.uuid4().hex[:10]}"
+
+
+def _messages(conversations: int, per: int, prefix: str = "m") -> list[MessageAppended]:
+    out = []
+    for n in range(per):
+        for c in range(conversations):
+            role = "user" if n % 2 == 0 else "assistant"
+            out.append(
+                MessageAppended(
+                    event_id=f"{prefix}-{c}-{n}", tenant_id="acme", conversation_id=f"k-{c}",
+                    occurred_at=T0 + timedelta(minutes=n, seconds=c),
+                    payload=MessagePayload(role=role, content=f"{role} {n} of k-{c}: order #{7000 + c} is on its way"),
+                )
+            )
+    return out
+
+
+def _cli(*args: str, check: bool = True, **env_extra: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMFOLD_")} | env_extra
+    proc = subprocess.run([MEMFOLD, *args], capture_output=True, text=True, timeout=180, env=env)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    if check:
+        assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def _dump(path: Path) -> dict:
+    store = DuckDBProjectionStore(path, read_only=True)
+    try:
+        return store.dump()
+    finally:
+        store.close()
+
+
+def test_cli_ingest_to_kafka_then_projector_nodes_serve_the_embedded_context(kafka_bootstrap, tmp_path):
+    url, topic = f"kafka://{kafka_bootstrap}", _topic()
+    lines = [json.dumps({"conversation_id": "short", "tenant_id": "acme", "role": "user" if i % 2 == 0 else "assistant",
+                         "content": f"line {i}: ticket TCK-{100 + i}", "ts": f"2026-04-01T09:{i:02d}:00Z"})
+             for i in range(12)]
+    jsonl = tmp_path / "in.jsonl"
+    jsonl.write_text("\n".join(lines) + "\n{broken\n")
+    proc = _cli("ingest", str(jsonl), "--quiet", "--log", url, "--data-dir", str(tmp_path / "client"),
+                check=False, MEMFOLD_TOPIC=topic)
+    assert proc.returncode == 2 and "ingested 12 messages" in proc.stdout and "line 13 rejected" in proc.stderr
+    nodes = [tmp_path / "node1", tmp_path / "node2"]  # each replica its own complete DuckDB file
+    for node in nodes:
+        out = _cli("project", "--log", url, "--data-dir", str(node), "--until-caught-up", MEMFOLD_TOPIC=topic).stdout
+        assert "projected 12 events" in out
+    # A node's data dir remembers its log and topic: reads need no --log.
+    history = json.loads(_cli("--data-dir", str(nodes[0]), "history", "short", "--tenant", "acme", "--json").stdout)
+    assert [h["content"] for h in history] == [f"line {i}: ticket TCK-{100 + i}" for i in range(12)]
+    context = json.loads(_cli("--data-dir", str(nodes[1]), "context", "short", "--tenant", "acme", "--json").stdout)
+    embedded = tmp_path / "embedded"
+    _cli("--data-dir", str(embedded), "ingest", str(jsonl), "--quiet", check=False)
+    assert context == json.loads(_cli("--data-dir", str(embedded), "context", "short", "--tenant", "acme", "--json").stdout)
+    assert _dump(nodes[0] / "projections.duckdb")["messages"] == _dump(nodes[1] / "projections.duckdb")["messages"]
+
+
+def test_projector_node_killed_mid_transaction_restarts_to_the_same_projection(kafka_bootstrap, tmp_path):
+    topic = _topic()
+    log = KafkaEventLog(kafka_bootstrap, topic=topic, partitions=4)
+    events = _messages(8, 60)
+    for i in range(0, len(events), 200):
+        log.append(events[i : i + 200])
+    log.close()
+    url = f"kafka://{kafka_bootstrap}"
+
+    def child(store: Path, batch: int, crash_at: int) -> int:
+        return subprocess.run([sys.executable, str(CHILD), url, str(store), str(batch), str(crash_at), topic],
+                              capture_output=True, text=True, timeout=180).returncode
+
+    assert child(tmp_path / "ref.duckdb", 10_000, -1) == 0
+    expected = _dump(tmp_path / "ref.duckdb")
+    assert len(expected["messages"]) == len(events)
+    crashed = tmp_path / "crash.duckdb"
+    for crash_at in (0, 1, 2):
+        assert child(crashed, 40, crash_at) == -9
+    assert child(crashed, 40, -1) == 0
+    got = _dump(crashed)
+    assert got == expected
+    ids = [row for row in got["messages"]]
+    assert len(ids) == len(set(ids)) == len(events)  # every accepted message exactly once
+
+
+@pytest.mark.slow
+def test_broker_restart_during_ingestion_loses_and_duplicates_nothing(tmp_path):
+    broker = LocalBroker(tmp_path / "broker")
+    try:
+        bootstrap = broker.start()
+        topic = _topic()
+        log = KafkaEventLog(bootstrap, topic=topic, partitions=4, timeout=3)
+        events = _messages(6, 40, prefix="r")
+        batches = [events[i : i + 30] for i in range(0, len(events), 30)]
+        accepted: set[str] = set()
+        failed: list[list[MessageAppended]] = []
+        for n, batch in enumerate(batches):
+            if n == len(batches) // 2:
+                broker.stop()
+            try:
+                log.append(batch)
+                accepted.update(e.event_id for e in batch)
+            except (AppendFailedError, LogUnavailableError) as exc:
+                assert str(exc), "the failure must be reported plainly"
+                failed.append(batch)
+            if n == len(batches) // 2 + 2:
+                broker.start()
+        assert failed, "appends while the broker was down must be reported as failed"
+        for batch in failed:  # the client retries what was not acknowledged, with the same event ids
+            log.append(batch)
+            accepted.update(e.event_id for e in batch)
+        log.close()
+        store = tmp_path / "node.duckdb"
+        rc = subprocess.run([sys.executable, str(CHILD), f"kafka://{bootstrap}", str(store), "100", "-1", topic],
+                            capture_output=True, text=True, timeout=180)
+        assert rc.returncode == 0, rc.stderr
+        projection = DuckDBProjectionStore(store, read_only=True)
+        try:
+            ids = [r[0] for r in projection.query("SELECT event_id FROM messages")[1]]
+            per_conv = projection.query(
+                "SELECT conversation_id, list(seq ORDER BY idx), list(idx ORDER BY idx) FROM messages GROUP BY 1"
+            )[1]
+        finally:
+            projection.close()
+        assert sorted(ids) == sorted(accepted) == sorted(e.event_id for e in events)
+        for _conv, seqs, idxs in per_conv:
+            assert idxs == list(range(len(idxs)))
+            assert seqs == list(range(1, len(seqs) + 1))
+    finally:
+        broker.stop()
