@@ -343,6 +343,9 @@ class MemoryEngine:
     def _verbatim(self, plan, tenant_id: str, conversation_id: str, budget: int | None) -> list[MessageRecord]:
         if plan.verbatim_indices is not None:
             return self.store.messages_at(tenant_id, conversation_id, plan.verbatim_indices)
+        hot = self.projector.tail.window((tenant_id, conversation_id), plan.verbatim_from, budget)
+        if hot is not None:
+            return hot
         return self.store.recent_messages(tenant_id, conversation_id, plan.verbatim_from, budget)
 
     def history(self, conversation_id: str, *, tenant_id: str = "default") -> list[MessageRecord]:

@@ -31,6 +31,7 @@ from memfold.engine.tokens import MESSAGE_OVERHEAD, TokenCounter
 
 from .fold import ConversationCounters, fold_event
 from .store import Changes, DuckDBProjectionStore
+from .tail import TailCache
 
 log = logging.getLogger("memfold.projector")
 
@@ -58,6 +59,7 @@ class Projector:
         self.store = store
         self.policies = policies
         self.counter = counter
+        self.tail = TailCache()
         self._conversations: dict[tuple[str, str], _Conversation] = {}
         self._states: dict[tuple[str, str, str], BaseModel] = {}
         self._facts: dict[tuple[str, str, str], dict[tuple[str, str], tuple[str, str]]] = {}
@@ -75,8 +77,16 @@ class Projector:
             self._states[key] = state
         return state
 
+    def committed(self, changes: Changes) -> None:
+        """Note that ``changes`` are durable: their messages join the hot tail read by ``context``."""
+        for key in changes.deleted:
+            self.tail.drop(key)
+        deleted = changes.deleted
+        self.tail.extend(r for r in changes.records if (r.tenant_id, r.conversation_id) not in deleted)
+
     def forget(self) -> None:
         """Drop every in-memory cache; they reload from the store (after a failed transaction)."""
+        self.tail.clear()
         self._conversations.clear()
         self._states.clear()
         self._facts.clear()
@@ -177,6 +187,7 @@ class Projector:
             conv.deleted = folded.counters.deleted
             if folded.message is not None:
                 self._message_row(ch, folded.message, conv.token_count, record)
+                ch.records.append(folded.message)
             elif isinstance(event, (SummaryRequested, SummaryProduced, SummaryFailed)):
                 self._summary_row(ch, event)
                 if isinstance(event, SummaryProduced):

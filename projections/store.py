@@ -98,6 +98,7 @@ class Changes:
     policy_states: dict[tuple[str, str, str], str] = field(default_factory=dict)
     policy_rows: dict[tuple[str, str, str], dict[str, list[dict[str, Any]]]] = field(default_factory=dict)
     deleted: set[tuple[str, str]] = field(default_factory=set)
+    records: list[MessageRecord] = field(default_factory=list)  # for the hot tail, not written
 
     def __len__(self) -> int:
         return len(self.events["event_id"])
@@ -404,12 +405,13 @@ class DuckDBProjectionStore:
         if token_budget is None:
             return self.messages(tenant_id, conversation_id, start)
         sql = (
-            f"SELECT {_READ_COLS} FROM messages WHERE tenant_id = ? AND conversation_id = ? AND idx >= ? "
-            "AND cum_tokens - tokens >= (SELECT max(cum_tokens) FROM messages WHERE tenant_id = ? AND conversation_id = ?) - ? "
-            "ORDER BY idx"
+            "WITH conv AS (SELECT max(cum_tokens) AS total, max(idx) AS last FROM messages "
+            "WHERE tenant_id = ? AND conversation_id = ?) "
+            f"SELECT {_READ_COLS} FROM messages, conv WHERE tenant_id = ? AND conversation_id = ? AND idx >= ? "
+            "AND (cum_tokens - tokens >= conv.total - ? OR idx = conv.last) ORDER BY idx"
         )
         rows = self.connection.execute(
-            sql, [tenant_id, conversation_id, start, tenant_id, conversation_id, token_budget]
+            sql, [tenant_id, conversation_id, tenant_id, conversation_id, start, token_budget]
         ).fetchall()
         return _records(rows)
 

@@ -85,6 +85,7 @@ class EmbeddedRunner:
                     except BaseException:
                         self.projector.forget()
                         raise
+                    self.projector.committed(changes)
                     total += len(changes)
                     for r in records:
                         if isinstance(r.event, SummaryRequested):

@@ -1,0 +1,74 @@
+"""The hot tail: each conversation's most recent committed messages, kept in memory for context reads.
+
+Most reads want the newest messages within a budget. A long-running engine
+answers them from here instead of DuckDB; the tail only ever holds a
+contiguous, committed suffix of a conversation, so an answer from it is
+exactly what the store would return. Anything it cannot answer exactly
+returns None and goes to the store.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable
+
+from memfold.engine.ports import MessageRecord
+
+Key = tuple[str, str]
+
+
+class TailCache:
+    """Bounded per-conversation suffixes of committed messages; thread-safe, LRU over conversations."""
+
+    def __init__(self, max_messages: int = 256, max_conversations: int = 10_000):
+        self.max_messages = max_messages
+        self.max_conversations = max_conversations
+        self._tails: OrderedDict[Key, tuple[MessageRecord, ...]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def extend(self, records: Iterable[MessageRecord]) -> None:
+        """Append committed messages (index order per conversation). A gap restarts that tail."""
+        grouped: dict[Key, list[MessageRecord]] = {}
+        for r in records:
+            grouped.setdefault((r.tenant_id, r.conversation_id), []).append(r)
+        with self._lock:
+            for key, new in grouped.items():
+                tail = self._tails.pop(key, ())
+                if tail and tail[-1].index + 1 != new[0].index:
+                    tail = ()  # not contiguous (a restart in between): keep only what is known to be a suffix
+                self._tails[key] = (tail + tuple(new))[-self.max_messages :]
+            while len(self._tails) > self.max_conversations:
+                self._tails.popitem(last=False)
+
+    def drop(self, key: Key) -> None:
+        """Forget a conversation (deleted)."""
+        with self._lock:
+            self._tails.pop(key, None)
+
+    def clear(self) -> None:
+        """Forget everything (after a failed transaction or a rebuild)."""
+        with self._lock:
+            self._tails.clear()
+
+    def window(self, key: Key, start: int, budget: int | None) -> list[MessageRecord] | None:
+        """Return messages from index ``start`` whose suffix fits ``budget`` (newest always), or None.
+
+        None means the tail cannot answer exactly (cold conversation, or the
+        answer reaches before the tail) and the caller must ask the store.
+        """
+        tail = self._tails.get(key)
+        if not tail:
+            return None
+        first = tail[0].index
+        if start > tail[-1].index:
+            return []
+        candidates = tail[max(0, start - first) :]
+        if budget is None:
+            return list(candidates) if start >= first else None
+        used = 0
+        for i in range(len(candidates) - 1, -1, -1):
+            used += candidates[i].tokens
+            if used > budget and i < len(candidates) - 1:
+                return list(candidates[i + 1 :])
+        return list(candidates) if start >= first else None
