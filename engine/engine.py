@@ -100,6 +100,7 @@ class MemoryEngine:
         if role not in self.ROLES:
             raise ConfigError(f"unknown engine role {role!r}; choose from {', '.join(self.ROLES)}")
         self.role = role
+        self._embedder = None
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         settings = _bind_log(settings)
         self.settings = settings
@@ -270,10 +271,46 @@ class MemoryEngine:
         """Append already validated events as one batch and wake the projector."""
         if not events:
             return []
-        positions = self.log.append(events)
+        positions = self.log.append(self._with_embeddings(events))
         if self.store is not None:
             self.runner.notify()
         return positions
+
+    def _with_embeddings(self, events: Sequence[MessageAppended]) -> Sequence[MessageAppended]:
+        """Record a remote embedding on each user message when the topics policy needs one.
+
+        An embedding from a remote model is non-deterministic, so it is made
+        here, outside every fold, and stored on the event: replays read it
+        back. If the embedder fails, the message is still accepted, with the
+        deterministic local embedding (same dimensions) recorded instead and
+        the fallback noted in its metadata; nothing is lost.
+        """
+        if "topics" not in self.settings.active_policies or self.settings.embedder.kind == "local":
+            return events
+        todo = [i for i, e in enumerate(events) if e.payload.role == "user" and e.payload.embedding is None]
+        if not todo:
+            return events
+        from memfold.projections.embedders import LocalHashEmbedder
+        from memfold.projections.summarizers import build_embedder
+
+        from .errors import EmbedderError
+
+        texts = [events[i].payload.content or "" for i in todo]
+        source = self.settings.embedder.kind
+        try:
+            if self._embedder is None:
+                self._embedder = build_embedder(self.settings)
+            vectors = self._embedder.embed(texts)
+        except EmbedderError as exc:
+            log.warning("embedder unavailable (%s); recording local embeddings for %d message(s)", exc, len(todo))
+            vectors = LocalHashEmbedder(dimensions=self.settings.embedder.dimensions).embed(texts)
+            source = f"local (fallback: {type(exc).__name__})"
+        out = list(events)
+        for i, vector in zip(todo, vectors):
+            p = out[i].payload
+            meta = {**p.metadata, "embedding_source": source}
+            out[i] = out[i].model_copy(update={"payload": p.model_copy(update={"embedding": tuple(vector), "metadata": meta})})
+        return out
 
     # ----------------------------------------------------------------- waiting
 
