@@ -73,6 +73,42 @@ def bench_ingest(root: Path, n: int, conversations: int) -> None:
     print(f"  + summaries (idle)   : {n / (idle - started):>10,.0f} messages/s  ({idle - started:.2f} s, {summaries} summaries)")
 
 
+def _writer(data_dir: str, n: int, conversations: int) -> None:
+    """Append from a separate process, as a web app's writers would (SQLite is multi-process safe)."""
+    settings = Settings.load(None, data_dir=Path(data_dir))
+    engine = MemoryEngine(settings, role="client")
+    batch: list = []
+    for m in messages(n, conversations, seed=3):
+        batch.append(engine.validate(m))
+        if len(batch) == 2000:
+            engine.append_events(batch)
+            batch = []
+    if batch:
+        engine.append_events(batch)
+    engine.close()
+
+
+def bench_two_processes(root: Path, n: int, conversations: int) -> None:
+    import multiprocessing
+
+    data_dir = root / "two"
+    settings = Settings.load(None, data_dir=data_dir)
+    with MemoryEngine(settings) as engine:  # the projecting process (creates the log first)
+        ctx = multiprocessing.get_context("spawn")
+        started = time.perf_counter()
+        writer = ctx.Process(target=_writer, args=(str(data_dir), n, conversations))
+        writer.start()
+        while True:
+            rows = engine.sql("SELECT count(*) FROM messages")[1][0][0] if engine.runner.caught_up() else 0
+            if rows >= n:
+                break
+            time.sleep(0.01)
+        projected = time.perf_counter()
+        writer.join()
+    print(f"  writer process + projecting engine: {n / (projected - started):>10,.0f} messages/s  "
+          f"({projected - started:.2f} s, 2 processes on 2 cores)")
+
+
 def bench_read(root: Path, long: int, reads: int, budget: int) -> None:
     settings = Settings.load(None, data_dir=root / "read")
     with MemoryEngine(settings) as engine:
@@ -109,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="memfold-bench-") as tmp:
         bench_ingest(Path(tmp), args.messages, args.conversations)
+        bench_two_processes(Path(tmp), args.messages, args.conversations)
         bench_read(Path(tmp), args.long, args.reads, args.budget)
     return 0
 

@@ -407,8 +407,9 @@ def decode(data: str | bytes, upcasters: UpcasterRegistry | None = None) -> Even
     :class:`EventDecodeError` for anything else malformed.
     """
     if upcasters is None:
-        try:  # fast path: current version, known type, validated in pydantic-core
-            return _ADAPTER.validate_json(data)
+        cls = _class_of(data)
+        try:  # fast path: current version, known type, validated in pydantic-core by its own class
+            return cls.model_validate_json(data) if cls is not None else _ADAPTER.validate_json(data)
         except pydantic.ValidationError:
             pass
     try:
@@ -416,6 +417,23 @@ def decode(data: str | bytes, upcasters: UpcasterRegistry | None = None) -> Even
     except (ValueError, UnicodeDecodeError) as exc:
         raise EventDecodeError(f"event is not valid JSON: {exc}") from exc
     return decode_dict(raw, upcasters)
+
+
+_TYPE_KEY = '"type":"'
+
+
+def _class_of(data: str | bytes) -> type[Event] | None:
+    """Guess an encoded event's class from its first ``"type":"`` key (a quote inside a string is escaped).
+
+    Only a hint for the fast path: a wrong guess fails validation and the
+    general path decides.
+    """
+    text = data.decode("utf-8", "replace") if isinstance(data, (bytes, bytearray)) else data
+    at = text.find(_TYPE_KEY)
+    if at < 0:
+        return None
+    end = text.find('"', at + len(_TYPE_KEY))
+    return EVENT_CLASSES.get(text[at + len(_TYPE_KEY) : end]) if end > 0 else None
 
 
 def decode_dict(raw: Any, upcasters: UpcasterRegistry | None = None) -> Event:

@@ -173,6 +173,10 @@ class SummarizerWorker:
             except MemfoldError as exc:  # log unavailable etc.: the requests stay open in the log
                 self.errors.append(f"{len(batch)} request(s): {exc}")
                 log.error("could not record summary outcomes: %s", exc)
+            except Exception as exc:  # a closed store at shutdown, a driver error: never kill the thread
+                if not self._stop:
+                    self.errors.append(f"{len(batch)} request(s): {exc!r}")
+                    log.exception("summarizer worker step failed; the requests stay open in the log")
             finally:
                 with self._cond:
                     self._busy = False
@@ -198,6 +202,8 @@ class SummarizerWorker:
             for r in open_ if newest[_lane(r)] is not r
         ]
         for request in newest.values():
+            if self._stop:  # shutting down: what is not answered stays open in the log for next time
+                break
             summary_input = build_input(request, self.messages, self.summaries, self.settings)
             self.calls += 1
             outcomes.append(answer(request, summary_input, self.summarizer))
