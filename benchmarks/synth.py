@@ -47,8 +47,7 @@ except ImportError:  # run as ``python benchmarks/synth.py`` or with benchmarks/
 FORMAT = "memfold-synth/1"
 MODEL_VARIANTS = ("arco", "arco-pro", "deep-dive")
 TENANTS = ("acme", "globex", "initech", "umbrella")
-MIN_TURNS = 14
-OPENING_MARGIN = 4  # the smallest middle that still fits one update
+MIN_TURNS = 14  # the opening (10 messages), one update and the closing question
 
 
 # --------------------------------------------------------------------------- template grammar
@@ -56,8 +55,7 @@ OPENING_MARGIN = 4  # the smallest middle that still fits one update
 @lru_cache(maxsize=8192)
 def _compile(template: str) -> tuple:
     """Parse ``template`` into nested parts: str | ("alt", alternatives) | ("slot", name)."""
-    parts, i = _parse_seq(template, 0, top=True)
-    return parts
+    return _parse_seq(template, 0, top=True)[0]
 
 
 def _parse_seq(t: str, i: int, *, top: bool) -> tuple[tuple, int]:
