@@ -191,6 +191,9 @@ class MemoryEngine:
         conversation_id = message.get("conversation_id")
         if not isinstance(conversation_id, str) or not conversation_id.strip():
             raise ValidationError("conversation_id is required and must be a non-empty string", field="conversation_id", line=line)
+        tenant_id = message.get("tenant_id") or "default"
+        if not isinstance(tenant_id, str) or "/" in tenant_id:
+            raise ValidationError("tenant_id must be a string without '/'", field="tenant_id", line=line)
         role = message.get("role")
         if role not in ROLES:
             raise UnknownRoleError(
@@ -222,7 +225,7 @@ class MemoryEngine:
         try:
             return MessageAppended(
                 event_id=message.get("event_id") or new_event_id(),
-                tenant_id=message.get("tenant_id") or "default",
+                tenant_id=tenant_id,
                 conversation_id=conversation_id,
                 occurred_at=occurred_at,
                 payload=MessagePayload(

@@ -209,7 +209,8 @@ class Event(_Frozen):
     event_id: str = Field(min_length=1, max_length=200)
     type: str
     schema_version: int
-    tenant_id: str = Field(default="default", min_length=1, max_length=200)
+    # No "/" in a tenant id: the partition key is "tenant/conversation" and must be unambiguous.
+    tenant_id: str = Field(default="default", min_length=1, max_length=200, pattern=r"^[^/]+$")
     conversation_id: str = Field(min_length=1, max_length=400)
     seq: int = Field(default=0, ge=0)
     occurred_at: datetime

@@ -25,7 +25,7 @@ from .positions import LogRecord, Position
 class EventLog(Protocol):
     """An append-only, partitioned event log (embedded SQLite file or Kafka topic).
 
-    Invariants every backend keeps (tests/contract/test_event_log.py):
+    Invariants every backend keeps (tests/contract/event_log_contract.py):
     - one conversation (``tenant/conversation``) maps to one partition via
       Kafka's murmur2 partitioner, so its events are totally ordered;
     - offsets within a partition start at 0 and have no gaps;

@@ -124,18 +124,6 @@ def test_two_instances_on_one_file_share_seq_and_idempotency(tmp_path: Path, ope
     assert again == records[0].position
 
 
-def test_conversations_whose_keys_collide_still_get_their_own_seq(tmp_path: Path, open_file) -> None:
-    # "a/b" + "c" and "a" + "b/c" share the partition key "a/b/c", so the same partition;
-    # seq is still counted per (tenant, conversation).
-    log = open_file(tmp_path / "events.sqlite")
-    log.append([message("a/b", "c", 1), message("a", "b/c", 2), message("a/b", "c", 3)])
-    seqs = {k: [r.event.seq for r in v] for k, v in by_conversation(read_all(log)).items()}
-    assert seqs == {("a/b", "c"): [1, 2], ("a", "b/c"): [1]}
-
-
-# --------------------------------------------------------------------------- failures
-
-
 def test_a_failed_batch_stores_nothing_and_the_next_one_continues_gaplessly(tmp_path: Path, open_file) -> None:
     path = tmp_path / "events.sqlite"
     log = open_file(path, partitions=1)
