@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
 import subprocess
@@ -86,13 +87,23 @@ def test_kill_at_random_moments_then_restart_gives_the_same_projection(reference
     shutil.copy(pristine, log)
     rnd = random.Random(11)
     kills = 0
+    env = {**os.environ, "MEMFOLD_TEST_PROGRESS": "1"}
     for _ in range(6):
-        proc = subprocess.Popen([sys.executable, str(CHILD), str(log), str(store), str(rnd.choice([64, 200, 333])), "-1"])
-        time.sleep(rnd.uniform(0.8, 3.0))  # interpreter start-up is ~0.7 s; then it is mid-projection
+        proc = subprocess.Popen(
+            [sys.executable, str(CHILD), str(log), str(store), str(rnd.choice([64, 100, 150])), "-1"],
+            stdout=subprocess.PIPE, text=True, env=env,
+        )
+        # Kill after a random number of transactions have started, a random few ms later:
+        # sometimes inside a transaction, sometimes between two, always mid-projection.
+        wanted = rnd.randint(1, 3)
+        lines = 0
+        while lines < wanted and proc.stdout.readline():
+            lines += 1
+        time.sleep(rnd.uniform(0.0, 0.05))
         if proc.poll() is None:
             proc.kill()
             kills += 1
-        proc.wait()
+        proc.communicate()
     assert _run_child(log, store, 500, -1) == 0
     assert _dump(store) == expected
     assert kills >= 1, "no run was interrupted; the test proved nothing"

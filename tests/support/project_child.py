@@ -27,6 +27,8 @@ class CrashingStore(DuckDBProjectionStore):
 
     def _write(self, cur, changes):
         super()._write(cur, changes)
+        if os.environ.get("MEMFOLD_TEST_PROGRESS"):  # inside the transaction, before COMMIT
+            print(f"batch {self.batches}", flush=True)
         if self.batches == self.crash_at:
             os.kill(os.getpid(), signal.SIGKILL)
         self.batches += 1
