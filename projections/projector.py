@@ -46,6 +46,16 @@ class _Conversation:
     last_at: Any = None
     deleted: bool = False
 
+    @classmethod
+    def from_row(cls, row: dict[str, Any] | None, partition: int) -> "_Conversation":
+        """Return the counters of a ``conversations`` row, or fresh ones for a new conversation."""
+        if row is None:
+            return cls(partition=partition)
+        return cls(
+            partition=row["partition"], message_count=row["message_count"], last_seq=row["last_seq"],
+            token_count=row["token_count"], first_at=row["first_at"], last_at=row["last_at"], deleted=row["deleted"],
+        )
+
 
 class Projector:
     """Turn log records into row changes + policy state; one instance per store."""
@@ -95,15 +105,7 @@ class Projector:
         key = (tenant_id, conversation_id)
         conv = self._conversations.get(key)
         if conv is None:
-            row = self.store.conversation(tenant_id, conversation_id)
-            if row is None:
-                conv = _Conversation(partition=partition)
-            else:
-                conv = _Conversation(
-                    partition=row["partition"], message_count=row["message_count"], last_seq=row["last_seq"],
-                    token_count=row["token_count"], first_at=row["first_at"], last_at=row["last_at"],
-                    deleted=row["deleted"],
-                )
+            conv = _Conversation.from_row(self.store.conversation(tenant_id, conversation_id), partition)
             self._conversations[key] = conv
         return conv
 
@@ -114,15 +116,7 @@ class Projector:
             return
         rows, states = self.store.conversations_and_states(missing)
         for key in missing:
-            row = rows.get(key)
-            if row is None:
-                self._conversations[key] = _Conversation(partition=keys[key])
-            else:
-                self._conversations[key] = _Conversation(
-                    partition=row["partition"], message_count=row["message_count"], last_seq=row["last_seq"],
-                    token_count=row["token_count"], first_at=row["first_at"], last_at=row["last_at"],
-                    deleted=row["deleted"],
-                )
+            self._conversations[key] = _Conversation.from_row(rows.get(key), keys[key])
             for name, (impl, _ctx) in self.policies.items():
                 skey = (name, *key)
                 if skey not in self._states:
