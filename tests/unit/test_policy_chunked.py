@@ -4,19 +4,27 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime, timedelta, timezone
+from functools import partial
 
 from hypothesis import given, settings as hsettings, strategies as st
 
 from memfold.engine.events import ConversationDeleted, SummaryRequested, ToolCall
-from memfold.engine.ids import content_hash
-from memfold.engine.ports import FoldContext, MessageRecord
+from memfold.engine.ports import MessageRecord
 from memfold.engine.settings import ChunkedSettings
-from memfold.engine.tokens import counter
 from memfold.projections import fold
 from memfold.projections.policies.chunked import SUMMARY_HEADER, ChunkedPolicy, ChunkedState
+from support.policy_kit import (
+    COUNT,
+    ScriptedSummarizer,
+    answer_by_hash,
+    context_builder,
+    fold_runner,
+    record,
+    requests_of,
+    scripted_reply,
+)
 
 POLICY = ChunkedPolicy()
-COUNT = counter()
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 LOGGER = "memfold.policy.chunked"
 SUMMARY_TEXT = "The student works on Bach partita bowing; goal: clean string crossings."
@@ -27,21 +35,9 @@ SUMMARY_TEXT = "The student works on Bach partita bowing; goal: clean string cro
 
 def msg(i: int, role: str, tokens: int, **kw) -> MessageRecord:
     """A message costing exactly ``tokens`` prompt tokens (content + 4 overhead)."""
-    content = " tok" * (tokens - 4)
-    record = MessageRecord(
-        tenant_id="t1",
-        conversation_id="c1",
-        index=i,
-        seq=i + 1,
-        event_id=f"m{i}",
-        role=role,
-        content=content,
-        tokens=COUNT.count_message(content),
-        occurred_at=T0 + timedelta(seconds=i),
-        **kw,
-    )
-    assert record.tokens == tokens
-    return record
+    m = record(i, role, " tok" * (tokens - 4), at=T0 + timedelta(seconds=i), **kw)
+    assert m.tokens == tokens
+    return m
 
 
 def turns(n: int, tokens: int = 1000, start: int = 0, variants=("arco",)) -> list[MessageRecord]:
@@ -54,44 +50,21 @@ def turns(n: int, tokens: int = 1000, start: int = 0, variants=("arco",)) -> lis
     return out
 
 
-def ctx_for(**overrides) -> FoldContext:
-    s = ChunkedSettings(**overrides)
-    return FoldContext(
-        policy="chunked",
-        settings=s,
-        settings_hash=content_hash("chunked", s.model_dump(mode="json"), length=16),
-        count_tokens=COUNT.count,
-    )
+ctx_for = context_builder("chunked", ChunkedSettings)
 
 
 def answer(request: SummaryRequested, how: str | None, text: str = SUMMARY_TEXT):
-    if how is None:
-        return None
-    if how == "fail":
-        return fold.failed(request, reason="nano timed out", error_type="SummarizerTimeoutError")
-    return fold.produced(
-        request, text="" if how == "empty" else text, summarizer="scripted", model="scripted", prompt_hash="x"
-    )
+    return scripted_reply(request, how, text=text, fail_reason="nano timed out")
 
 
-class Scripted:
-    """A fake summarizer worker: answers requests in order from a script ("ok", "empty", "fail", None = pending)."""
+class Scripted(ScriptedSummarizer):
+    """A fake summarizer worker answering from a script; "ok" answers are ``text``."""
 
     def __init__(self, *script: str | None, default: str | None = "ok", text: str = SUMMARY_TEXT):
-        self.script = list(script)
-        self.default = default
-        self.text = text
-
-    def __call__(self, request, state):
-        return answer(request, self.script.pop(0) if self.script else self.default, self.text)
+        super().__init__(partial(answer, text=text), *script, default=default)
 
 
-def run(items, ctx=None, worker=None, state=None):
-    return fold.run_sync(POLICY, ctx or ctx_for(), items, worker or Scripted(), state=state)
-
-
-def requests_of(derived) -> list[SummaryRequested]:
-    return [e for e in derived if isinstance(e, SummaryRequested)]
+run = fold_runner(POLICY, ctx_for, Scripted)
 
 
 # --------------------------------------------------------------------------- knobs and triggers
@@ -395,8 +368,7 @@ def build(steps) -> list[MessageRecord]:
     return out
 
 
-def by_hash(request: SummaryRequested, state):
-    return answer(request, ["ok", "ok", "fail", "empty", None][int(request.payload.request_id[-2:], 16) % 5])
+by_hash = answer_by_hash(answer)
 
 
 @hsettings(max_examples=60, deadline=None)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
+from functools import partial
 
 import pytest
 from hypothesis import given, settings as hsettings, strategies as st
@@ -18,15 +19,23 @@ from memfold.engine.events import (
     ToolCall,
 )
 from memfold.engine.errors import ConfigError
-from memfold.engine.ids import content_hash
 from memfold.engine.ports import FoldContext, MessageRecord
 from memfold.engine.settings import HierarchicalSettings, RollingSettings
-from memfold.engine.tokens import counter
 from memfold.projections import fold
 from memfold.projections.policies.hierarchical import HierarchicalPolicy, HierarchicalState
+from support.policy_kit import (
+    COUNT,
+    Messages,
+    ScriptedSummarizer,
+    answer_by_hash,
+    call_and_result,
+    context_builder,
+    fold_runner,
+    requests_of,
+    scripted_reply,
+)
 
 POLICY = HierarchicalPolicy()
-COUNT = counter()
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 FACTS = (
     Fact(key="order_id", value="#1234", category="ENTITY"),
@@ -39,77 +48,29 @@ NARRATIVE = "Customer requested order cancellation and agreed to refund terms"
 # --------------------------------------------------------------------------- helpers
 
 
-def msg(i: int, role: str | None = None, content: str | None = None, **kw) -> MessageRecord:
-    role = role or ("user" if i % 2 == 0 else "assistant")
-    content = content if content is not None else f"{role} says message {i}"
-    return MessageRecord(
-        tenant_id="t1",
-        conversation_id="c1",
-        index=i,
-        seq=i + 1,
-        event_id=f"m{i}",
-        role=role,
-        content=content,
-        tokens=COUNT.count_message(content),
-        occurred_at=T0 + timedelta(seconds=i),
-        **kw,
-    )
-
-
-def chat(n: int, start: int = 0) -> list[MessageRecord]:
-    return [msg(i) for i in range(start, start + n)]
-
-
-def ctx_for(**overrides) -> FoldContext:
-    s = HierarchicalSettings(**overrides)
-    return FoldContext(
-        policy="hierarchical",
-        settings=s,
-        settings_hash=content_hash("hierarchical", s.model_dump(mode="json"), length=16),
-        count_tokens=COUNT.count,
-    )
-
-
-class Scripted:
-    """A fake summarizer worker: answers requests in order from a script ("ok", "empty", "fail", None = pending)."""
-
-    def __init__(self, *script: str | None, default: str | None = "ok"):
-        self.script = list(script)
-        self.default = default
-        self.requests: list[SummaryRequested] = []
-
-    def __call__(self, request: SummaryRequested, state):
-        self.requests.append(request)
-        return answer(request, self.script.pop(0) if self.script else self.default)
+msg = Messages(T0, lambda i, role: f"{role} says message {i}")
+chat = msg.chat
+ctx_for = context_builder("hierarchical", HierarchicalSettings)
 
 
 def answer(request: SummaryRequested, how: str | None):
-    if how is None:
-        return None
-    if how == "fail":
-        return fold.failed(request, reason="model timed out", error_type="SummarizerTimeoutError")
-    if how == "empty":
-        return fold.produced(request, text="  ", facts=(), summarizer="scripted", model="scripted", prompt_hash="x")
-    p = request.payload
-    return fold.produced(
+    return scripted_reply(
         request,
-        text=f"{NARRATIVE} (messages 1-{p.covers_to + 1})",
-        facts=FACTS,
-        summarizer="scripted",
-        model="scripted",
-        prompt_hash="x",
+        how,
+        text=f"{NARRATIVE} (messages 1-{request.payload.covers_to + 1})",
+        empty_text="  ",
+        facts=() if how == "empty" else FACTS,
     )
 
 
+Scripted = partial(ScriptedSummarizer, answer)
+_run = fold_runner(POLICY, ctx_for, Scripted)
+
+
 def run(items, ctx=None, worker=None, state=None):
-    ctx = ctx or ctx_for()
     worker = worker or Scripted()
-    state, derived = fold.run_sync(POLICY, ctx, items, worker, state=state)
+    state, derived = _run(items, ctx, worker, state)
     return state, derived, worker
-
-
-def requests_of(derived) -> list[SummaryRequested]:
-    return [e for e in derived if isinstance(e, SummaryRequested)]
 
 
 # --------------------------------------------------------------------------- seed knobs and triggers
@@ -417,16 +378,13 @@ def build(kinds: list[str]) -> list[MessageRecord]:
     for k in kinds:
         i = len(out)
         if k == "call":
-            out.append(msg(i, "assistant", "", tool_calls=(ToolCall(id=f"t{i}", name="f"),)))
-            out.append(msg(i + 1, "tool", f"result {i}", tool_call_id=f"t{i}"))
+            out += call_and_result(msg, i)
         else:
             out.append(msg(i, k, f"{k} {i} " + "word " * (i % 7)))
     return out
 
 
-def by_hash(request: SummaryRequested, state):
-    """Answer from the request id alone: replays and resumptions see the same answers."""
-    return answer(request, ["ok", "ok", "fail", "empty", None][int(request.payload.request_id[-2:], 16) % 5])
+by_hash = answer_by_hash(answer)  # from the request id alone: replays and resumptions see the same answers
 
 
 @hsettings(max_examples=60, deadline=None)

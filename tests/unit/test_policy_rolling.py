@@ -2,84 +2,46 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
+from functools import partial
 
 import pytest
 from hypothesis import given, settings as hsettings, strategies as st
 
 from memfold.engine.events import ConversationDeleted, SummaryRequested, ToolCall
-from memfold.engine.ids import content_hash
-from memfold.engine.ports import FoldContext, MessageRecord
+from memfold.engine.ports import MessageRecord
 from memfold.engine.settings import RollingSettings
-from memfold.engine.tokens import counter
 from memfold.projections import fold
 from memfold.projections.policies.rolling import RollingPolicy, RollingState
+from support.policy_kit import (
+    Messages,
+    ScriptedSummarizer,
+    answer_by_hash,
+    call_and_result,
+    context_builder,
+    fold_runner,
+    requests_of,
+    scripted_reply,
+)
 
 POLICY = RollingPolicy()
-COUNT = counter()
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
 
 # --------------------------------------------------------------------------- helpers
 
 
-def msg(i: int, role: str | None = None, content: str | None = None, **kw) -> MessageRecord:
-    role = role or ("user" if i % 2 == 0 else "assistant")
-    content = content if content is not None else f"M{i + 1} from the {role}"
-    return MessageRecord(
-        tenant_id="t1",
-        conversation_id="c1",
-        index=i,
-        seq=i + 1,
-        event_id=f"m{i}",
-        role=role,
-        content=content,
-        tokens=COUNT.count_message(content),
-        occurred_at=T0 + timedelta(seconds=i),
-        **kw,
-    )
-
-
-def chat(n: int, start: int = 0) -> list[MessageRecord]:
-    return [msg(i) for i in range(start, start + n)]
-
-
-def ctx_for(**overrides) -> FoldContext:
-    s = RollingSettings(**overrides)
-    return FoldContext(
-        policy="rolling",
-        settings=s,
-        settings_hash=content_hash("rolling", s.model_dump(mode="json"), length=16),
-        count_tokens=COUNT.count,
-    )
+msg = Messages(T0, lambda i, role: f"M{i + 1} from the {role}")
+chat = msg.chat
+ctx_for = context_builder("rolling", RollingSettings)
 
 
 def answer(request: SummaryRequested, how: str | None):
-    if how is None:
-        return None
-    if how == "fail":
-        return fold.failed(request, reason="model timed out", error_type="SummarizerTimeoutError")
-    text = "" if how == "empty" else f"S covering {request.payload.covers_to + 1} messages"
-    return fold.produced(request, text=text, summarizer="scripted", model="scripted", prompt_hash="x")
+    return scripted_reply(request, how, text=f"S covering {request.payload.covers_to + 1} messages")
 
 
-class Scripted:
-    """A fake summarizer worker: answers requests in order from a script ("ok", "empty", "fail", None = pending)."""
-
-    def __init__(self, *script: str | None, default: str | None = "ok"):
-        self.script = list(script)
-        self.default = default
-
-    def __call__(self, request, state):
-        return answer(request, self.script.pop(0) if self.script else self.default)
-
-
-def run(items, ctx=None, worker=None, state=None):
-    return fold.run_sync(POLICY, ctx or ctx_for(), items, worker or Scripted(), state=state)
-
-
-def requests_of(derived) -> list[SummaryRequested]:
-    return [e for e in derived if isinstance(e, SummaryRequested)]
+Scripted = partial(ScriptedSummarizer, answer)
+run = fold_runner(POLICY, ctx_for, Scripted)
 
 
 # --------------------------------------------------------------------------- seed knobs
@@ -311,8 +273,7 @@ def build(kinds: list[str]) -> list[MessageRecord]:
     for k in kinds:
         i = len(out)
         if k == "call":
-            out.append(msg(i, "assistant", "", tool_calls=(ToolCall(id=f"t{i}", name="f"),)))
-            out.append(msg(i + 1, "tool", f"result {i}", tool_call_id=f"t{i}"))
+            out += call_and_result(msg, i)
         elif k == "big":
             out.append(msg(i, "user", " tok" * 300))
         else:
@@ -320,8 +281,7 @@ def build(kinds: list[str]) -> list[MessageRecord]:
     return out
 
 
-def by_hash(request: SummaryRequested, state):
-    return answer(request, ["ok", "ok", "fail", "empty", None][int(request.payload.request_id[-2:], 16) % 5])
+by_hash = answer_by_hash(answer)
 
 
 @hsettings(max_examples=60, deadline=None)

@@ -8,40 +8,29 @@ import pytest
 from hypothesis import given, settings as hsettings, strategies as st
 
 from memfold.engine.events import ClockTicked, ClockTickedPayload, ConversationDeleted, Event, SummaryRequested, ToolCall
-from memfold.engine.ids import content_hash
-from memfold.engine.ports import FoldContext, MessageRecord
+from memfold.engine.ports import MessageRecord
 from memfold.engine.settings import SlidingWindowSettings
-from memfold.engine.tokens import counter
 from memfold.projections import fold
 from memfold.projections.policies import sliding_window as sw
 from memfold.projections.policies.sliding_window import SlidingWindowPolicy, window_range
+from support.policy_kit import FoldDriver, context_builder, id_step, record, requests_of, scripted_reply
 
 T0 = datetime(2025, 1, 1, tzinfo=timezone.utc)
 POLICY = SlidingWindowPolicy()
 
 
-def make_ctx(**overrides) -> FoldContext:
-    s = SlidingWindowSettings(**overrides)
-    return FoldContext(
-        policy="sliding_window",
-        settings=s,
-        settings_hash=content_hash("sliding_window", s.model_dump(mode="json"), length=16),
-        count_tokens=counter().count,
-    )
+make_ctx = context_builder("sliding_window", SlidingWindowSettings)
 
 
 def msg(index: int, role: str, content: str | None = None, *, calls=(), answers=None, conv="c1") -> MessageRecord:
     content = content if content is not None else f"{role} message {index}"
-    return MessageRecord(
-        tenant_id="t1",
+    return record(
+        index,
+        role,
+        content,
+        at=T0 + timedelta(minutes=index),
         conversation_id=conv,
-        index=index,
-        seq=index + 1,
         event_id=f"m-{conv}-{index}",
-        role=role,
-        content=content,
-        tokens=counter().count_message(content),
-        occurred_at=T0 + timedelta(minutes=index),
         tool_calls=tuple(ToolCall(id=c, name="lookup") for c in calls),
         tool_call_id=answers,
     )
@@ -51,32 +40,17 @@ def alternating(n: int, conv: str = "c1") -> list[MessageRecord]:
     return [msg(i, "user" if i % 2 == 0 else "assistant", conv=conv) for i in range(n)]
 
 
-class Driver:
+class Driver(FoldDriver):
     """Folds items one at a time like the projector, recording the log; answers on demand (None = pending)."""
 
-    def __init__(self, ctx: FoldContext, conv: str = "c1"):
-        self.ctx = ctx
-        self.state = POLICY.initial("t1", conv)
-        self.log: list[MessageRecord | Event] = []
-        self.requests: list[SummaryRequested] = []
+    policy = POLICY
+    latency_ms = 100
+    fail_reason = "model down"
+    error_type = "SummarizerTimeoutError"
 
-    def feed(self, item) -> list[SummaryRequested]:
-        self.log.append(item)
-        self.state, reqs = fold.step(POLICY, self.state, item, self.ctx)
-        self.log.extend(reqs)
-        self.requests.extend(reqs)
-        return reqs
-
-    def produce(self, request: SummaryRequested, text: str, latency_ms: int = 100):
-        return self.feed(
-            fold.produced(request, text=text, summarizer="scripted", model="scripted", prompt_hash="x", latency_ms=latency_ms)
-        )
-
-    def fail(self, request: SummaryRequested, reason: str = "model down"):
-        return self.feed(fold.failed(request, reason=reason, error_type="SummarizerTimeoutError"))
-
-    def plan(self):
-        return POLICY.plan(self.state, self.ctx)
+    @property
+    def requests(self) -> list[SummaryRequested]:
+        return requests_of(self.derived)
 
 
 def covers(req: SummaryRequested) -> tuple[int, int]:
@@ -368,13 +342,16 @@ def test_state_json_round_trip():
 
 def scripted_answer(request: SummaryRequested, state=None):
     """Answer deterministically by request id: produce, fail, empty, or leave pending."""
-    k = int(request.payload.request_id[-4:], 16) % 6
-    if k == 0:
-        return fold.failed(request, reason="scripted failure", error_type="SummarizerError")
-    if k == 1:
-        return None
-    text = "" if k == 2 else f"summary {request.payload.covers_from}-{request.payload.covers_to}"
-    return fold.produced(request, text=text, summarizer="scripted", model="scripted", prompt_hash="x", latency_ms=k * 10)
+    k, how = id_step(request, 6)
+    p = request.payload
+    return scripted_reply(
+        request,
+        how,
+        text=f"summary {p.covers_from}-{p.covers_to}",
+        fail_reason="scripted failure",
+        error_type="SummarizerError",
+        latency_ms=k * 10,
+    )
 
 
 @st.composite

@@ -23,13 +23,12 @@ from memfold.engine.events import (
     TopicCompacted,
     TopicEvicted,
 )
-from memfold.engine.ids import content_hash
 from memfold.engine.ports import FoldContext, MessageRecord
 from memfold.engine.settings import TopicsSettings
-from memfold.engine.tokens import counter
 from memfold.projections import fold
 from memfold.projections.policies import topics as tp
 from memfold.projections.policies.topics import TopicsPolicy
+from support.policy_kit import FoldDriver, fold_context, id_step, record, requests_of, scripted_reply
 
 T0 = datetime(2025, 1, 1, tzinfo=timezone.utc)
 DAY = 86400
@@ -52,14 +51,7 @@ def bag_of_words(text: str) -> tuple[float, ...]:
 
 
 def make_ctx(embed=bag_of_words, **overrides) -> FoldContext:
-    s = TopicsSettings(**overrides)
-    return FoldContext(
-        policy="topics",
-        settings=s,
-        settings_hash=content_hash("topics", s.model_dump(mode="json"), length=16),
-        count_tokens=counter().count,
-        embed=embed,
-    )
+    return fold_context("topics", TopicsSettings(**overrides), embed=embed)
 
 
 def basis(k: int) -> tuple[float, ...]:
@@ -79,16 +71,13 @@ class Conversation:
         if at is not None:
             self.t = at
         content = content if content is not None else f"{role} {self.n}"
-        m = MessageRecord(
-            tenant_id="t1",
+        m = record(
+            self.n,
+            role,
+            content,
+            at=T0 + timedelta(seconds=self.t),
             conversation_id=self.conv,
-            index=self.n,
-            seq=self.n + 1,
             event_id=f"m-{self.conv}-{self.n}",
-            role=role,
-            content=content,
-            tokens=counter().count_message(content),
-            occurred_at=T0 + timedelta(seconds=self.t),
             importance=importance,
             embedding=basis(topic) if topic is not None else None,
             tool_calls=tuple(ToolCall(id=c, name="search") for c in calls),
@@ -99,39 +88,26 @@ class Conversation:
         return m
 
 
-class Driver:
+class Driver(FoldDriver):
     """Folds items one at a time like the projector, recording the log; answers requests on demand."""
 
-    def __init__(self, ctx: FoldContext, conv: str = "c1"):
-        self.ctx = ctx
-        self.state = POLICY.initial("t1", conv)
-        self.log: list = []
-        self.derived: list[Event] = []
+    policy = POLICY
+    latency_ms = 5
+    fail_reason = "down"
+    error_type = "SummarizerError"
 
     def feed(self, item) -> list[Event]:
-        self.log.append(item)
-        self.state, out = fold.step(POLICY, self.state, item, self.ctx)
+        out = super().feed(item)
         assert self.state.outbox == ()  # every decided topic event was folded at once
-        self.log.extend(out)
-        self.derived.extend(out)
         return out
 
     def requests(self, out=None) -> list[SummaryRequested]:
-        return [e for e in (self.derived if out is None else out) if isinstance(e, SummaryRequested)]
-
-    def produce(self, request: SummaryRequested, text: str = "S"):
-        return self.feed(fold.produced(request, text=text, summarizer="scripted", model="scripted", prompt_hash="x", latency_ms=5))
-
-    def fail(self, request: SummaryRequested):
-        return self.feed(fold.failed(request, reason="down", error_type="SummarizerError"))
+        return requests_of(self.derived if out is None else out)
 
     def tick(self, seconds: float):
         now = T0 + timedelta(seconds=seconds)
         return self.feed(ClockTicked(event_id=f"tick-{seconds}", tenant_id="t1", conversation_id=self.state.conversation_id,
                                      occurred_at=now, payload=ClockTickedPayload(now=now)))
-
-    def plan(self):
-        return POLICY.plan(self.state, self.ctx)
 
     def topic(self, topic_id: str | None = None) -> tp.Topic:
         return next(t for t in self.state.topics if t.topic_id == (topic_id or self.state.active_topic_id))
@@ -608,13 +584,9 @@ def test_state_json_round_trip():
 
 
 def scripted_answer(request: SummaryRequested, state=None):
-    k = int(request.payload.request_id[-4:], 16) % 5
-    if k == 0:
-        return fold.failed(request, reason="scripted", error_type="SummarizerError")
-    if k == 1:
-        return None
-    text = "" if k == 2 else f"summary of {len(request.payload.input_indices or ())}"
-    return fold.produced(request, text=text, summarizer="scripted", model="scripted", prompt_hash="x", latency_ms=1)
+    _, how = id_step(request, 5)
+    text = f"summary of {len(request.payload.input_indices or ())}"
+    return scripted_reply(request, how, text=text, fail_reason="scripted", error_type="SummarizerError", latency_ms=1)
 
 
 @st.composite
