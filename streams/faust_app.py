@@ -1,28 +1,39 @@
 """The faust-streaming app of distributed mode: the policy fold and the summarizer as agents on the events topic.
 
-Two agents read the events topic (raw values, decoded with
-:func:`memfold.engine.events.decode`):
+- the agent ``memfold-fold`` reads the events topic (raw values, decoded
+  with :func:`memfold.engine.events.decode`) and folds every event into the
+  active policies with :class:`~memfold.streams.fold_table.PolicyFolder`
+  (the projector's own per-event rule,
+  :func:`~memfold.projections.fold.fold_event`), keeps the state in a
+  changelog-backed table, and appends what the policies decide;
+- the task ``summarize`` answers the ``SummaryRequested`` events of the
+  worker's partitions from a local DuckDB replica of the topic (messages,
+  base summaries, outcomes) with the embedded summarizer worker's rules;
+  the fold agent wakes it when it folds a request.
 
-- ``memfold-fold`` folds every event into the active policies with
-  :func:`memfold.projections.fold.fold_event` (the projector's own per-event
-  rule), keeps per-conversation state in a changelog-backed table, and appends
-  the requests the policies decide;
-- ``memfold-summarize`` answers ``SummaryRequested`` events from a local
-  DuckDB replica of the topic (messages, base summaries, outcomes), exactly as
-  the embedded :class:`~memfold.streams.worker.SummarizerWorker` does.
+Correctness rests on the log, not on faust's delivery or commits:
 
-Correctness does not rest on faust's exactly-once mode. Every table value
-records the topic offset it has folded through, so a re-delivered event is a
-no-op; decided requests and outcomes have deterministic ids, which the log
-de-duplicates; and an event whose processing cannot finish never gets acked
-past: transient log errors are retried, anything else stops the process
-before the offset is committed (fail-stop, like a kill -9).
+- faust's exactly-once mode is not used; every table value records the
+  offset it is current through, so a re-delivered event is a no-op, and
+  derived events have deterministic ids that the log de-duplicates;
+- faust can also *skip* events after a restart (its recovery clears fetched
+  records and may commit past them: faust-streaming issues #596, #606,
+  reproduced by tests/integration/test_faust_worker.py). The fold agent
+  therefore folds every offset of a partition in order, reading any it was
+  not handed from the log, and the summarizer answers every open request
+  its replica shows, whatever faust delivered. One agent, not two: faust
+  acks an event once every agent acked it, and an event lost from one
+  agent's queue only would stall commits for good;
+- an event that cannot be processed is never acked past: log errors are
+  retried, anything else stops the process before faust can commit it
+  (fail-stop, the same recovery path as a kill -9).
 """
 
 from __future__ import annotations
 
 import asyncio
 import importlib.util
+import json
 import logging
 import os
 import sys
@@ -34,29 +45,30 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import faust
-from pydantic import BaseModel
+from faust.types import Message
 
 from memfold.engine.engine import fold_contexts
 from memfold.engine.errors import ConfigError, LogError, ProjectionError
-from memfold.engine.events import Event, MessageAppended, SummaryRequested, decode
+from memfold.engine.events import Event, SummaryRequested, decode
 from memfold.engine.ids import content_hash
-from memfold.engine.ports import FoldContext, Policy
-from memfold.engine.positions import Position
+from memfold.engine.positions import LogRecord, Position
 from memfold.engine.settings import Settings
-from memfold.engine.tokens import TokenCounter, counter as token_counter
-from memfold.projections.fold import ConversationCounters, failed, fold_event
+from memfold.engine.tokens import counter as token_counter
+from memfold.projections.fold import failed
 from memfold.projections.projector import Projector
 from memfold.projections.store import DuckDBProjectionStore
 from memfold.projections.summarizers import build_summarizer
 
 from .embedded import EmbeddedRunner
-from .kafka_log import HEADER_EVENT_TYPE, KafkaEventLog
+from .fold_table import PolicyFolder
+from .kafka_log import KafkaEventLog
 from .worker import answer, build_input
 
 log = logging.getLogger("memfold.faust")
 
 TABLE_NAME = "fold-state"
 REPLICA_FILE = "replica.duckdb"
+SWEEP_INTERVAL_S = 2.0
 _RETRY_MIN_S, _RETRY_MAX_S = 0.5, 10.0
 T = TypeVar("T")
 
@@ -80,118 +92,16 @@ def default_store() -> str:
     return "rocksdb://" if importlib.util.find_spec("rocksdict") is not None else "memory://"
 
 
-# --------------------------------------------------------------------------- the policy fold
-
-
-def conversation_key(key: str) -> str:
-    return f"conv|{key}"
-
-
-def state_key(policy: str, key: str) -> str:
-    return f"state|{policy}|{key}"
-
-
-def id_key(partition: int, event_id: str) -> str:
-    return f"id|{partition}|{event_id}"
-
-
-class PolicyFolder:
-    """Fold one topic record into the policies, reading and planning writes to a key-value table.
-
-    Table layout (one table, so every write of a record goes to the same
-    changelog partition, in order):
-
-    - ``conv|tenant/conversation`` → ``{"offset", "seq", "message_count",
-      "token_count", "deleted"}``; ``offset`` is the last topic offset folded
-      for the conversation (written last, so it implies every other write);
-    - ``state|policy|tenant/conversation`` → ``{"offset", "state"}`` (state
-      JSON, as the projector stores it); written only when the state changed;
-    - ``id|partition|event_id`` → the first offset of that event id, to drop
-      a re-appended duplicate exactly as :class:`KafkaEventLog` does on read.
-    """
-
-    def __init__(self, table: Any, policies: Mapping[str, tuple[Policy, FoldContext]], counter: TokenCounter):
-        self.table = table
-        self.policies = policies
-        self.counter = counter
-        self._parsed: dict[str, tuple[int, BaseModel]] = {}  # table key -> (its offset, parsed state)
-        self.folded = 0
-        self.skipped = 0
-
-    def plan(self, partition: int, offset: int, value: bytes) -> tuple[list[SummaryRequested], dict[str, Any]] | None:
-        """Fold the record at ``partition``/``offset``; return (requests to append, table writes), or None.
-
-        None means nothing to do: the record was folded already (offset at or
-        before the conversation's folded offset) or repeats an event id stored
-        earlier in the partition. Pure apart from reading the table: the caller
-        appends the requests first, then writes, so a crash in between re-plans
-        the same requests.
-        """
-        event = decode(value)
-        key = event.key
-        conv = self.table.get(conversation_key(key)) or {
-            "offset": -1, "seq": 0, "message_count": 0, "token_count": 0, "deleted": False,
-        }
-        first = self.table.get(id_key(partition, event.event_id))
-        if offset <= conv["offset"] or (first is not None and first < offset):
-            self.skipped += 1
-            return None
-        event = event.with_seq(conv["seq"] + 1)
-        tokens = self.counter.count_message(event.payload.content or "") if isinstance(event, MessageAppended) else 0
-        pending = {name: pc for name, pc in self.policies.items() if self._state_offset(name, key) < offset}
-        folded = fold_event(
-            event,
-            ConversationCounters(conv["message_count"], conv["token_count"], conv["deleted"]),
-            pending,
-            lambda name: self._state(name, event),
-            tokens=tokens,
-        )
-        writes: dict[str, Any] = {}
-        for name, state in folded.states.items():
-            if state != self._state(name, event):
-                writes[state_key(name, key)] = {"offset": offset, "state": state.model_dump_json()}
-                self._parsed[state_key(name, key)] = (offset, state)
-        writes[id_key(partition, event.event_id)] = offset
-        c = folded.counters
-        writes[conversation_key(key)] = {
-            "offset": offset, "seq": event.seq, "message_count": c.message_count,
-            "token_count": c.token_count, "deleted": c.deleted,
-        }
-        self.folded += 1
-        return folded.requests, writes
-
-    def stats(self) -> str:
-        """Return one line of counters: events folded, events skipped."""
-        return f"folded {self.folded} events ({self.skipped} skipped as re-delivered or repeated)"
-
-    def _state_offset(self, policy: str, key: str) -> int:
-        stored = self.table.get(state_key(policy, key))
-        return -1 if stored is None else stored["offset"]
-
-    def _state(self, policy: str, event: Event) -> BaseModel:
-        tkey = state_key(policy, event.key)
-        stored = self.table.get(tkey)
-        impl = self.policies[policy][0]
-        if stored is None:
-            return impl.initial(event.tenant_id, event.conversation_id)
-        cached = self._parsed.get(tkey)
-        if cached is not None and cached[0] == stored["offset"]:
-            return cached[1]
-        state = impl.State.model_validate_json(stored["state"])
-        self._parsed[tkey] = (stored["offset"], state)
-        return state
-
-
 # --------------------------------------------------------------------------- the summarizer
 
 
 class SummaryResponder:
-    """Answer one ``SummaryRequested`` from the replica; the embedded worker's rules, one request at a time.
+    """Answer summary requests from the replica with the embedded worker's rules. Call from one thread.
 
-    Skips a request already answered (outcome folded in the replica) or
-    repeated (the same id earlier in the partition); answers a request that a
-    newer open request of the same (policy, conversation, topic) supersedes
-    with ``SummaryFailed`` ``Superseded``; otherwise calls the summarizer
+    Per request: skip it when its outcome is folded already (restart,
+    re-delivery) or this process answered it; answer it ``SummaryFailed``
+    ``Superseded`` when a newer open request of the same (policy,
+    conversation, topic) exists (newest wins); otherwise call the summarizer
     through :func:`~memfold.streams.worker.answer`.
     """
 
@@ -200,23 +110,43 @@ class SummaryResponder:
         self.summarizer = summarizer
         self.settings = settings
         self.calls = 0
+        self._answered: set[str] = set()
 
-    def stored_at(self, request: SummaryRequested) -> tuple[int, int, int] | None:
-        """Return (partition, offset, seq) where the replica holds the request's first copy, or None."""
+    def stored_at(self, request_id: str) -> Position | None:
+        """Return where the replica holds the first copy of ``request_id``, or None."""
         row = self.store.connection.execute(
-            'SELECT "partition", "offset", seq FROM events WHERE event_id = ? ORDER BY "offset" LIMIT 1',
-            [request.event_id],
+            'SELECT "partition", "offset" FROM events WHERE event_id = ? ORDER BY "offset" LIMIT 1', [request_id]
         ).fetchone()
-        return None if row is None else (row[0], row[1], row[2])
+        return None if row is None else Position(row[0], row[1])
 
-    def outcome_for(self, request: SummaryRequested, position: Position) -> Event | None:
-        """Return the outcome event to append for the request read at ``position``, or None to skip it."""
-        stored = self.stored_at(request)
-        if stored is None or (stored[0], stored[1]) != (position.partition, position.offset):
-            return None  # a repeat of an earlier copy: the log drops it on read
+    def open_requests(self, partition: int, upto: int) -> list[tuple[SummaryRequested, int]]:
+        """Return the open requests of ``partition`` at offsets up to ``upto`` (with their seq), oldest first."""
+        rows = self.store.connection.execute(
+            "SELECT e.event_id, e.tenant_id, e.conversation_id, e.seq, e.occurred_at, e.causation_id, e.payload, "
+            "e.schema_version FROM summaries s JOIN events e ON e.event_id = s.request_id "
+            "WHERE s.status = 'processing' AND e.\"partition\" = ? AND e.\"offset\" <= ? ORDER BY e.\"offset\"",
+            [partition, upto],
+        ).fetchall()
+        out = []
+        for event_id, tenant, conv, seq, at, cause, payload, version in rows:
+            if event_id in self._answered:
+                continue
+            request = decode(json.dumps({
+                "event_id": event_id, "type": SummaryRequested.TYPE, "schema_version": version, "tenant_id": tenant,
+                "conversation_id": conv, "seq": seq, "occurred_at": at.isoformat(), "causation_id": cause,
+                "payload": json.loads(payload),
+            }))
+            out.append((request, seq))
+        return out
+
+    def outcome_for(self, request: SummaryRequested, seq: int) -> Event | None:
+        """Return the outcome to append for ``request`` (logged at ``seq``), or None when it needs none."""
+        if request.event_id in self._answered:
+            return None
         if self.store.outcome(request.payload.request_id) not in (None, "processing"):
-            return None  # answered already (restart, re-delivery)
-        newer = self._newer_open_request(request, stored[2])
+            return None
+        self._answered.add(request.event_id)
+        newer = self._newer_open_request(request, seq)
         if newer is not None:
             return failed(
                 request, reason=f"superseded by {newer}", error_type="Superseded",
@@ -241,13 +171,13 @@ class SummaryResponder:
 
 
 class WorkerRuntime:
-    """What the agents use besides faust: the log to append to, the local replica, the summarizer, threads.
+    """What the agents use besides faust: the log, the local replica, the summarizer, two worker threads.
 
     :meth:`open` connects (blocking; raises ``LogUnavailableError`` when no
     broker answers within ``timeout`` seconds) and starts the replica's
-    projection thread; :meth:`close` stops everything. Blocking calls (Kafka
-    appends, DuckDB, the model) run on two single-thread executors so the
-    faust event loop keeps heart-beating.
+    projection thread; :meth:`close` stops everything. Blocking calls run on
+    single-thread executors (Kafka appends and reads on one, DuckDB and the
+    model on the other) so the faust event loop keeps heart-beating.
     """
 
     def __init__(self, settings: Settings, bootstrap: str, data_dir: Path, *, timeout: float = 15.0):
@@ -260,7 +190,7 @@ class WorkerRuntime:
         self.store: DuckDBProjectionStore | None = None
         self.runner: EmbeddedRunner | None = None
         self.responder: SummaryResponder | None = None
-        self._append_pool = ThreadPoolExecutor(1, thread_name_prefix="memfold-append")
+        self._log_pool = ThreadPoolExecutor(1, thread_name_prefix="memfold-log")
         self._summary_pool = ThreadPoolExecutor(1, thread_name_prefix="memfold-summarize")
         self._open_lock = threading.Lock()
         self.stopping = False
@@ -305,20 +235,17 @@ class WorkerRuntime:
         if bound is None:
             self.store.set_meta("worker_log", log_url)
         elif bound != log_url:
-            raise ConfigError(
-                f"{self.data_dir} holds a worker replica of {bound}, not {log_url}; use another --data-dir"
-            )
+            raise ConfigError(f"{self.data_dir} holds a worker replica of {bound}, not {log_url}; use another --data-dir")
+
+    def _responder(self) -> SummaryResponder:
+        # Built on the summarizer thread: the summary cache uses that thread's DuckDB cursor.
+        assert self.store is not None
+        return SummaryResponder(self.store, build_summarizer(self.settings, cache_conn=self.store.connection), self.settings)
 
     def stats(self) -> str:
         """Return one line of counters: events appended, summarizer calls."""
         calls = self.responder.calls if self.responder is not None else 0
         return f"appended {self.appended} events, {calls} summarizer calls"
-
-    def _responder(self) -> SummaryResponder:
-        # Built on the summarizer thread: the summary cache uses that thread's DuckDB cursor.
-        assert self.store is not None
-        summarizer = build_summarizer(self.settings, cache_conn=self.store.connection)
-        return SummaryResponder(self.store, summarizer, self.settings)
 
     def close(self) -> None:
         """Stop the replica and close the log and the store. Idempotent."""
@@ -326,7 +253,7 @@ class WorkerRuntime:
         if self.runner is not None:
             self.runner.stop()
         self._summary_pool.shutdown(wait=True)
-        self._append_pool.shutdown(wait=True)
+        self._log_pool.shutdown(wait=True)
         for closable in (self.store, self.replica_log, self.log):
             if closable is not None:
                 closable.close()
@@ -339,33 +266,60 @@ class WorkerRuntime:
             await asyncio.get_running_loop().run_in_executor(None, self.open)
 
     async def append(self, events: Sequence[Event], where: str) -> None:
-        """Append ``events`` (retrying while the log is unavailable); fail-stop if stopping meanwhile."""
+        """Append ``events``, retrying while the log is unavailable."""
         assert self.log is not None
-        await self._retrying(lambda: self._in(self._append_pool, self.log.append, list(events)), where)
+        await self._retrying(lambda: self._in(self._log_pool, self.log.append, list(events)), where)
         self.appended += len(events)
         if self.runner is not None:
             self.runner.notify()
 
-    async def wait_replica(self, request: SummaryRequested, position: Position) -> None:
-        """Wait until the replica has applied ``position`` (or holds an earlier copy of the request)."""
+    async def read(self, partition: int, start: int, stop: int) -> list[LogRecord]:
+        """Return the records of ``partition`` at offsets ``start`` <= offset < ``stop`` (repeats dropped)."""
+        assert self.log is not None
+        records = await self._retrying(
+            lambda: self._in(self._log_pool, self.log.read, partition, start, stop - start), f"read {partition}:{start}"
+        )
+        return [r for r in records if r.position.offset < stop]
+
+    async def answer_open_requests(self, partition: int, upto: int) -> None:
+        """Answer every open request the replica holds in ``partition`` up to offset ``upto``, oldest first.
+
+        The replica, not faust's delivery, says what is open, so a request
+        faust never handed over is answered too. Appends each outcome before
+        answering the next; call from one task at a time.
+        """
+        assert self.responder is not None
+        pending = await self._retrying(
+            lambda: self._in(self._summary_pool, self.responder.open_requests, partition, upto),
+            f"list open requests of partition {partition}",
+        )
+        for request, seq in pending:
+            outcome = await self._retrying(
+                lambda: self._in(self._summary_pool, self.responder.outcome_for, request, seq),
+                f"answer {request.event_id}",
+            )
+            if outcome is None:
+                continue
+            await self.append([outcome], f"record the outcome of {request.event_id}")
+            log.info(
+                "answered %s with %s %s (%s)", request.event_id, outcome.type, outcome.event_id,
+                getattr(outcome.payload, "error_type", "") or f"{outcome.payload.latency_ms} ms",
+            )
+
+    async def wait_replica(self, position: Position, request_id: str) -> None:
+        """Wait until the replica has applied ``position`` (or holds the request's earlier copy)."""
         assert self.store is not None and self.runner is not None and self.responder is not None
         waited = 0
         while not self.store.has_reached(position):
-            if waited % 50 == 0:  # a repeat at the partition's end never advances the position: look it up
+            if waited % 50 == 0:  # a repeat at the partition's end never advances the position
                 stored = await self._retrying(
-                    lambda: self._in(self._summary_pool, self.responder.stored_at, request), f"lookup {position}"
+                    lambda: self._in(self._summary_pool, self.responder.stored_at, request_id), f"look up {request_id}"
                 )
-                if stored is not None and (stored[0], stored[1]) < (position.partition, position.offset):
+                if stored is not None and stored < position:
                     return
             self.runner.notify()
             await asyncio.sleep(0.01)
             waited += 1
-
-    async def respond(self, request: SummaryRequested, position: Position) -> Event | None:
-        assert self.responder is not None
-        return await self._retrying(
-            lambda: self._in(self._summary_pool, self.responder.outcome_for, request, position), f"answer {position}"
-        )
 
     async def _in(self, pool: ThreadPoolExecutor, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(pool, fn, *args)
@@ -384,12 +338,11 @@ class WorkerRuntime:
 
 
 def fail_stop(reason: str) -> None:
-    """Log ``reason`` and end the process at once, before faust can commit the event being processed.
+    """Log ``reason`` and end the process at once, before faust can commit the event in hand.
 
-    An agent exception would make faust ack (and later commit) the event and
-    restart the agent on the next one, silently skipping it; exiting instead
-    leaves the offset uncommitted, so a restarted worker folds it again (the
-    same recovery path as a kill -9).
+    An exception escaping an agent makes faust ack (and later commit) the
+    event and restart the agent on the next one, skipping it; exiting leaves
+    the offset uncommitted, so a restarted worker processes it again.
     """
     log.critical("memfold worker stops: %s", reason)
     for handler in logging.getLogger().handlers:
@@ -415,7 +368,7 @@ def create_app(
     instance_id: str | None = None,
     timeout: float = 15.0,
 ) -> faust.App:
-    """Return the faust app of a memfold worker: the policy agent, the summarizer agent, the fold table.
+    """Return the faust app of a memfold worker: the fold agent, its table, the summarizer task.
 
     ``bootstrap`` is ``host:port[,host:port]``; ``data_dir`` holds the replica
     (``replica.duckdb``) and faust's files. ``store`` is the table store URL
@@ -423,12 +376,12 @@ def create_app(
     membership id: a worker restarted with the same one takes its partitions
     back at once instead of after the session timeout (default: derived from
     the resolved data dir, which one worker owns at a time). The runtime
-    (log, replica, summarizer) is ``app.memfold_runtime``; it opens on the
-    first event unless opened before (:func:`~memfold.streams.kafka_worker.run_worker` does).
+    (log, replica, summarizer) is ``app.memfold_runtime`` and the fold
+    ``app.memfold_folder``; the runtime opens on the first event unless
+    opened before (:func:`~memfold.streams.kafka_worker.run_worker` does).
     """
     data_dir = Path(data_dir)
     runtime = WorkerRuntime(settings, bootstrap, data_dir, timeout=timeout)
-    policies = fold_contexts(settings)
     if instance_id is None:
         instance_id = "memfold-worker-" + content_hash(str(data_dir.resolve()), length=12)
     app = faust.App(
@@ -446,7 +399,6 @@ def create_app(
         consumer_auto_offset_reset="earliest",
         consumer_group_instance_id=instance_id,
     )
-    app.memfold_runtime = runtime  # type: ignore[attr-defined]
     topic = app.topic(
         settings.topic, partitions=settings.partitions, key_type=bytes, value_type=bytes,
         key_serializer="raw", value_serializer="raw",
@@ -455,68 +407,110 @@ def create_app(
         TABLE_NAME, default=None, partitions=settings.partitions,
         schema=faust.Schema(key_serializer="json", value_serializer="json"),
     )
-    folder = PolicyFolder(table, policies, token_counter(settings.encoding))
+    folder = PolicyFolder(table, fold_contexts(settings), token_counter(settings.encoding))
+    app.memfold_runtime = runtime  # type: ignore[attr-defined]
+    app.memfold_folder = folder  # type: ignore[attr-defined]
+
+    async def fold_one(partition: int, offset: int, event: Event, where: str) -> None:
+        derived, writes = folder.plan(partition, offset, event)
+        if derived:
+            # Log first, then the table: a crash in between plans and appends the same ids again.
+            await runtime.append(derived, where)
+            for d in derived:
+                log.info("%s %s policy=%s conversation=%s", d.type, d.event_id, d.payload.policy, d.key)
+        for key, value in writes.items():
+            table[key] = value
+
+    wake = asyncio.Event()
+    triggers: dict[int, tuple[int, str]] = {}  # partition -> (offset, id) of the newest request seen
 
     @app.agent(topic, name="memfold-fold")
     async def fold(stream: faust.StreamT) -> None:
         async for event in stream.events():
             message = event.message
-            where = f"fold {message.partition}:{message.offset}"
+            partition, offset = message.partition, message.offset
+            where = f"fold {partition}:{offset}"
             try:
                 await runtime.ensure_open()
-                planned = folder.plan(message.partition, message.offset, event.value)
-                if planned is None:
+                last = folder.position(partition)
+                if offset <= last:
+                    folder.skipped += 1  # re-delivered
                     continue
-                requests, writes = planned
-                if requests:
-                    # Log first, then the table: a crash in between re-plans and re-appends the same ids.
-                    await runtime.append(requests, where)
-                    for r in requests:
-                        log.info("%s %s policy=%s conversation=%s", r.type, r.event_id, r.payload.policy, r.key)
-                for key, value in writes.items():
-                    table[key] = value
+                records = []
+                if offset > last + 1:
+                    log.warning("faust skipped %s:%d..%d; folding them from the log", partition, last + 1, offset - 1)
+                    records = await runtime.read(partition, last + 1, offset)
+                    folder.filled += len(records)
+                records.append(LogRecord(Position(partition, offset), decode(event.value)))
+                for record in records:
+                    await fold_one(partition, record.position.offset, record.event, where)
+                    if isinstance(record.event, SummaryRequested):
+                        triggers[partition] = (record.position.offset, record.event.event_id)
+                        wake.set()
             except Exception as exc:  # noqa: BLE001 - never let faust ack an unfolded event
                 log.exception("cannot %s", where)
                 fail_stop(f"cannot {where}: {type(exc).__name__}: {exc}")
 
-    @app.agent(topic, name="memfold-summarize")
-    async def summarize(stream: faust.StreamT) -> None:
-        async for event in stream.events():
-            message = event.message
-            if _event_type(message) != SummaryRequested.TYPE:
-                continue
-            position = Position(message.partition, message.offset)
-            try:
-                await runtime.ensure_open()
-                request = decode(event.value)
-                assert isinstance(request, SummaryRequested)
-                await runtime.wait_replica(request, position)
-                outcome = await runtime.respond(request, position)
-                if outcome is None:
-                    continue
-                await runtime.append([outcome], f"record the outcome of {request.event_id}")
-                log.info(
-                    "answered %s with %s %s (%s)", request.event_id, outcome.type, outcome.event_id,
-                    getattr(outcome.payload, "error_type", "") or f"{outcome.payload.latency_ms} ms",
-                )
-            except Exception as exc:  # noqa: BLE001 - never let faust ack an unanswered request
-                log.exception("cannot answer the request at %s", position)
-                fail_stop(f"cannot answer the request at {position}: {type(exc).__name__}: {exc}")
+    @app.task
+    async def summarize() -> None:
+        """Answer the open requests of this worker's partitions: at once when one is folded, else every few seconds.
+
+        Decoupled from the fold agent (a slow model never holds folding up)
+        and from faust's delivery: the replica says what is open, so requests
+        of a crashed worker, or of events faust skipped, are answered too.
+        """
+        try:
+            await runtime.ensure_open()
+            assert runtime.store is not None
+            while True:
+                try:
+                    await asyncio.wait_for(wake.wait(), SWEEP_INTERVAL_S)
+                except asyncio.TimeoutError:
+                    pass
+                wake.clear()
+                due = dict(triggers)
+                triggers.clear()
+                for partition, (offset, request_id) in sorted(due.items()):
+                    await runtime.wait_replica(Position(partition, offset), request_id)
+                reached = runtime.store.position()
+                for tp in sorted(app.consumer.assignment()):
+                    if tp.topic == settings.topic and reached.get(tp.partition, 0) > 0:
+                        await runtime.answer_open_requests(tp.partition, reached[tp.partition] - 1)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a dead summarizer would leave every request open
+            log.exception("the summarizer failed")
+            fail_stop(f"the summarizer failed: {type(exc).__name__}: {exc}")
+
+    @app.timer(interval=1.0)
+    async def unblock_commits() -> None:
+        _ack_folded(app, settings.topic, folder)
 
     @app.timer(interval=30.0)
     async def report() -> None:
         log.info("%s; %s", folder.stats(), runtime.stats())
 
-    app.memfold_folder = folder  # type: ignore[attr-defined]
     return app
 
 
-def _event_type(message: Any) -> str | None:
-    """Return the ``event_type`` header of a record, or its decoded type when the header is missing."""
-    for name, value in message.headers or ():
-        if name == HEADER_EVENT_TYPE:
-            return value.decode("utf-8") if isinstance(value, bytes) else value
-    try:
-        return decode(message.value).type
-    except Exception:  # an undecodable record is the fold agent's to report
-        return None
+def _ack_folded(app: faust.App, topic: str, folder: PolicyFolder) -> None:
+    """Mark every offset the table says is folded as acked, so faust's offset commits keep up.
+
+    faust commits a partition only up to the first offset it has not seen
+    acked, and after a restart its bookkeeping can lose events or acks for
+    good (faust-streaming issue #596): commits then stop while processing
+    goes on. Offsets at or below the table's ``part|`` position are folded,
+    and the summarizer does not depend on commits, so acking them is safe.
+    faust's committed offset is read (private, read-only) to ack only the
+    range faust is still waiting for.
+    """
+    consumer = app.consumer
+    committed_offsets = getattr(consumer, "_committed_offset", {})
+    for tp in consumer.assignment():
+        if tp.topic != topic:
+            continue
+        committed, folded = committed_offsets.get(tp), folder.position(tp.partition)
+        if committed is None or committed > folded:
+            continue
+        for offset in range(committed, folded + 1):
+            consumer.ack(Message(tp.topic, tp.partition, offset, 0.0, 0, None, None, None, None, tp=tp))
