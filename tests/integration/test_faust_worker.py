@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kafka.errors import KafkaError
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 
 from memfold.engine.engine import MemoryEngine
@@ -143,7 +144,10 @@ class Topic:
         3. the topic did not grow meanwhile.
         """
         ends = self.log.end_positions()
-        offsets = self.admin.list_group_offsets({self.group: None}).get(self.group, {})
+        try:
+            offsets = self.admin.list_group_offsets({self.group: None}).get(self.group, {})
+        except KafkaError:  # the group coordinator is still starting (fresh broker): not idle yet
+            return False
         committed = {tp.partition: om.offset for tp, om in offsets.items() if tp.topic == self.settings.topic}
         if any(committed.get(p, 0) < end for p, end in ends.items()):
             return False
