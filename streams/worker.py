@@ -58,8 +58,23 @@ def build_input(request: SummaryRequested, messages: MessageSource, summaries: S
     return SummaryInput(
         policy=p.policy, kind=p.kind, messages=tuple(msgs), existing_summary=base_text, existing_facts=base_facts,
         window_start=p.window_start, token_cap=p.token_cap, char_cap=p.char_cap, prompt_format=prompt_format,
-        prompt_id=prompt_id, prompt_version=prompt_version,
+        model=policy_model(settings, p.policy), prompt_id=prompt_id, prompt_version=prompt_version,
     )
+
+
+_MODEL_FIELDS = {"hierarchical": "llm_model", "chunked": "summarizer_model", "sliding_window": "memory_model"}
+
+
+def policy_model(settings: Settings, policy: str) -> str | None:
+    """Return the model a policy's settings name, if set explicitly; else None (the summarizer's own model).
+
+    The seeds' defaults (gemini-2.0-flash, gpt-5.1-nano, gpt-4.1-mini) are
+    recorded but only override ``[summarizer] model`` when a deployment sets
+    them, so a plain OpenAI endpoint works out of the box.
+    """
+    name = _MODEL_FIELDS.get(policy)
+    knobs = settings.policy_settings(policy)
+    return getattr(knobs, name) if name and name in knobs.model_fields_set else None
 
 
 def _json_list(value) -> list:

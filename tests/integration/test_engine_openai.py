@@ -62,3 +62,13 @@ def test_broken_json_and_server_errors_become_summary_failed_and_nothing_is_lost
         verbatim = [m.index for m in after if m.kind in ("verbatim", "current")]
         assert verbatim[-1] == 14 and verbatim == list(range(verbatim[0], 15))
         assert len(engine.history("c1")) == 15
+
+
+def test_a_policy_model_set_in_settings_is_the_model_the_client_asks_for(tmp_path, openai_server):
+    settings = _settings(tmp_path, openai_server.url, model="default-model")
+    settings = settings.model_copy(update={"hierarchical": settings.hierarchical.model_copy(update={"llm_model": "policy-model"})})
+    # model_copy(update=...) marks the field as set, as memfold.toml or MEMFOLD_HIERARCHICAL__LLM_MODEL would.
+    with MemoryEngine(settings) as engine:
+        _conversation(engine, 10)
+    models = {r.body.get("model") for r in openai_server.requests if r.path == "/v1/chat/completions"}
+    assert models == {"policy-model", "default-model"}  # hierarchical asks for its own; rolling for the default
