@@ -1,4 +1,4 @@
-"""The faust-streaming app of distributed mode: the policy fold and the summarizer as agents on the events topic.
+"""The faust-streaming app of distributed mode: the policy fold as an agent on the events topic, the summarizer beside it.
 
 - the agent ``memfold-fold`` reads the events topic (raw values, decoded
   with :func:`memfold.engine.events.decode`) and folds every event into the
@@ -219,7 +219,8 @@ class WorkerRuntime:
             # No policies: the replica holds the rows the summarizer reads (messages, summaries) and
             # decides nothing, so it appends nothing and does not depend on the policy settings.
             projector = Projector(self.store, {}, token_counter(s.encoding))
-            self.runner = EmbeddedRunner(self.replica_log, self.store, projector, poll_interval=0.02)
+            # Polled slowly: the fold agent wakes it whenever it folds something, so an idle worker stays idle.
+            self.runner = EmbeddedRunner(self.replica_log, self.store, projector, poll_interval=0.5)
             self.runner.start()
             self.responder = self._summary_pool.submit(self._responder).result()
             log.info(
@@ -261,6 +262,11 @@ class WorkerRuntime:
 
     # ----------------------------------------------------------------- async helpers for the agents
 
+    def wake_replica(self) -> None:
+        """Tell the replica there is something new to read (instead of waiting for its next poll)."""
+        if self.runner is not None:
+            self.runner.notify()
+
     async def ensure_open(self) -> None:
         if not self.is_open:
             await asyncio.get_running_loop().run_in_executor(None, self.open)
@@ -270,8 +276,7 @@ class WorkerRuntime:
         assert self.log is not None
         await self._retrying(lambda: self._in(self._log_pool, self.log.append, list(events)), where)
         self.appended += len(events)
-        if self.runner is not None:
-            self.runner.notify()
+        self.wake_replica()
 
     async def read(self, partition: int, start: int, stop: int) -> list[LogRecord]:
         """Return the records of ``partition`` at offsets ``start`` <= offset < ``stop`` (repeats dropped)."""
@@ -442,6 +447,7 @@ def create_app(
                     records = await runtime.read(partition, last + 1, offset)
                     folder.filled += len(records)
                 records.append(LogRecord(Position(partition, offset), decode(event.value)))
+                runtime.wake_replica()
                 for record in records:
                     await fold_one(partition, record.position.offset, record.event, where)
                     if isinstance(record.event, SummaryRequested):

@@ -7,6 +7,7 @@ its re-delivery and duplicate rules are tested without a broker.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
@@ -17,6 +18,7 @@ from memfold.engine.ports import FoldContext, Policy
 from memfold.engine.tokens import TokenCounter
 from memfold.projections.fold import ConversationCounters, fold_event
 
+PARSED_STATES = 20_000  # parsed policy states kept in memory (the table holds them all as JSON)
 _NEW_CONVERSATION = {"offset": -1, "seq": 0, "message_count": 0, "token_count": 0, "deleted": False}
 
 
@@ -63,7 +65,7 @@ class PolicyFolder:
         self.table = table
         self.policies = policies
         self.counter = counter
-        self._parsed: dict[str, tuple[int, BaseModel]] = {}  # table key -> (its offset, parsed state)
+        self._parsed: OrderedDict[str, tuple[int, BaseModel]] = OrderedDict()  # table key -> (offset, state)
         self.folded = 0
         self.skipped = 0
         self.filled = 0
@@ -102,7 +104,7 @@ class PolicyFolder:
         for name, state in folded.states.items():
             if state != self._state(name, event):
                 writes[state_key(name, key)] = {"offset": offset, "state": state.model_dump_json()}
-                self._parsed[state_key(name, key)] = (offset, state)
+                self._remember(state_key(name, key), offset, state)
         writes[id_key(partition, event.event_id)] = offset
         c = folded.counters
         writes[conversation_key(key)] = {
@@ -132,7 +134,14 @@ class PolicyFolder:
             return impl.initial(event.tenant_id, event.conversation_id)
         cached = self._parsed.get(tkey)
         if cached is not None and cached[0] == stored["offset"]:
+            self._parsed.move_to_end(tkey)
             return cached[1]
         state = impl.State.model_validate_json(stored["state"])
-        self._parsed[tkey] = (stored["offset"], state)
+        self._remember(tkey, stored["offset"], state)
         return state
+
+    def _remember(self, tkey: str, offset: int, state: BaseModel) -> None:
+        self._parsed[tkey] = (offset, state)
+        self._parsed.move_to_end(tkey)
+        if len(self._parsed) > PARSED_STATES:
+            self._parsed.popitem(last=False)
