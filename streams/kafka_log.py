@@ -320,7 +320,7 @@ class KafkaEventLog:
         limit = self._producer_config()["max_request_size"]
         planned = []
         for event in events:
-            value = event.with_seq(0).encode().encode("utf-8")
+            value = record_value(event)
             # Key, headers and record overhead come on top of the value; leave them room.
             if len(value) + 1024 > limit:
                 raise AppendFailedError(
@@ -341,15 +341,8 @@ class KafkaEventLog:
         for index, (event, partition, value) in enumerate(items):
             try:
                 future = producer.send(
-                    self._topic,
-                    value=value,
-                    key=event.key.encode("utf-8"),
-                    partition=partition,
-                    headers=[
-                        (HEADER_EVENT_ID, event.event_id.encode("utf-8")),
-                        (HEADER_EVENT_TYPE, event.type.encode("utf-8")),
-                        (HEADER_SCHEMA_VERSION, str(event.schema_version).encode("ascii")),
-                    ],
+                    self._topic, value=value, key=event.key.encode("utf-8"), partition=partition,
+                    headers=record_headers(event),
                 )
             except (kafka_errors.KafkaError, OSError) as exc:
                 # Stop at the first event that could not be queued: sending the
@@ -596,6 +589,20 @@ class _Translate:
                 f"{type(exc).__name__}: {exc}"
             ) from exc
         return False
+
+
+def record_value(event: Event) -> bytes:
+    """Return the value of the record that stores ``event``: its JSON with ``seq`` 0 (the log numbers on read)."""
+    return event.with_seq(0).encode().encode("utf-8")
+
+
+def record_headers(event: Event) -> list[tuple[str, bytes]]:
+    """Return the headers of the record that stores ``event`` (readers identify it without decoding)."""
+    return [
+        (HEADER_EVENT_ID, event.event_id.encode("utf-8")),
+        (HEADER_EVENT_TYPE, event.type.encode("utf-8")),
+        (HEADER_SCHEMA_VERSION, str(event.schema_version).encode("ascii")),
+    ]
 
 
 def _identity(record: Any) -> tuple[str, str]:
