@@ -97,6 +97,7 @@ def _parser() -> argparse.ArgumentParser:
     w = command("worker", help="run a distributed-mode worker: policy fold + summarizer agents on the Kafka log")
     w.add_argument("--commit-interval", type=float, default=1.0, help="seconds between consumer offset commits")
     w.add_argument("--log-level", default="INFO", help="DEBUG, INFO (default), WARNING")
+    w.add_argument("--connect-timeout", type=float, default=15.0, help="seconds to wait for the broker at start")
 
     d = command("demo", help="ingest the bundled sample and show what memfold keeps")
     d.add_argument("--budget", type=int, default=600)
@@ -340,7 +341,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     if not settings.log_url().startswith("kafka://"):
         raise ValidationError("the worker runs on a Kafka log: pass --log kafka://HOST:PORT", field="log")
     return run_worker(settings, urlsplit(settings.log_url()).netloc, Path(args.data_dir),
-                      commit_interval=args.commit_interval, loglevel=args.log_level)
+                      commit_interval=args.commit_interval, loglevel=args.log_level, timeout=args.connect_timeout)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

@@ -89,6 +89,11 @@ def app_id(settings: Settings) -> str:
     return f"memfold-{settings.topic}-{fold_key}"
 
 
+def default_instance_id(data_dir: str | Path) -> str:
+    """Return the static group member id of the worker owning ``data_dir`` (a restart keeps its partitions)."""
+    return "memfold-worker-" + content_hash(str(Path(data_dir).resolve()), length=12)
+
+
 def default_store() -> str:
     """Return ``rocksdb://`` when faust's RocksDB driver (rocksdict) is installed, else ``memory://``."""
     return "rocksdb://" if importlib.util.find_spec("rocksdict") is not None else "memory://"
@@ -390,7 +395,7 @@ def create_app(
     data_dir = Path(data_dir)
     runtime = WorkerRuntime(settings, bootstrap, data_dir, timeout=timeout)
     if instance_id is None:
-        instance_id = "memfold-worker-" + content_hash(str(data_dir.resolve()), length=12)
+        instance_id = default_instance_id(data_dir)
     app = faust.App(
         app_id(settings),
         broker=",".join(f"kafka://{hp}" for hp in bootstrap.split(",")),

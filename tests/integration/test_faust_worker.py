@@ -26,11 +26,16 @@ from typing import Any
 import pytest
 from kafka.errors import KafkaError
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
+from kafka.admin import MemberToRemove
+from kafka.structs import OffsetAndMetadata
+
+from fixtures.kafka_broker import free_port
 
 from memfold.engine.engine import MemoryEngine
 from memfold.engine.events import Event, MessageAppended, MessagePayload, SummaryRequested, ToolCall
+from memfold.engine.partitioner import partition_for
 from memfold.engine.settings import POLICY_NAMES, Settings
-from memfold.streams.faust_app import TABLE_NAME, app_id
+from memfold.streams.faust_app import TABLE_NAME, app_id, default_instance_id
 from memfold.streams.kafka_log import KafkaEventLog
 
 pytestmark = pytest.mark.kafka
@@ -382,3 +387,53 @@ def test_table_state_survives_a_restart(kafka_bootstrap, tmp_path, worker_factor
 
 def topic_requests(events: list[Event]) -> list[str]:
     return [e.event_id for e in events if isinstance(e, SummaryRequested)]
+
+
+def test_events_faust_never_delivers_are_folded_from_the_log(kafka_bootstrap, tmp_path, worker_factory):
+    """faust can resume past events it never handed to the agent (#596, #606); the table's position catches it."""
+    settings = settings_for(new_topic(), tmp_path / "reader")
+    topic = Topic(kafka_bootstrap, settings)
+    data_dir = tmp_path / "worker"
+    messages = conversation("support-4711", 40)
+    partition = partition_for(messages[0].key, PARTITIONS)
+    try:
+        worker = worker_factory(settings.topic, data_dir)
+        run_live(topic, worker, messages[:20])
+        assert worker.terminate() == 0, worker.tail()
+        # The stopped worker's static membership would hold the group: remove it, then commit past ten messages.
+        topic.admin.remove_group_members(topic.group, [MemberToRemove(group_instance_id=default_instance_id(data_dir))])
+        topic.log.append(messages[20:30])
+        skip_to = topic.log.end_positions()[partition]
+        errors = topic.admin.alter_group_offsets(
+            topic.group, {TopicPartition(settings.topic, partition): OffsetAndMetadata(skip_to, "", -1)}
+        )
+        assert all(e.__name__ == "NoError" for e in errors.values()), errors
+        topic.log.append(messages[30:])
+        worker = worker_factory(settings.topic, data_dir)
+        topic.wait_idle(worker)
+        events = topic.events()
+        table = topic.fold_table()
+        assert worker.terminate() == 0, worker.tail()
+    finally:
+        topic.close()
+
+    assert "faust skipped" in worker.tail(10_000)
+    assert table[f"conv|{messages[0].key}"]["message_count"] == 40
+    states, engine = project(kafka_bootstrap, settings)
+    engine.close()
+    assert {k: json.loads(v["state"]) for k, v in table.items() if k.startswith("state|")} == states
+    answered = {e.payload.request_id for e in events if e.type in ("SummaryProduced", "SummaryFailed")}
+    assert {e.event_id for e in events if isinstance(e, SummaryRequested)} <= answered
+
+
+def test_an_unreachable_broker_ends_the_worker_with_one_clear_line(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMFOLD_")}
+    done = subprocess.run(
+        [MEMFOLD, "worker", "--log", f"kafka://127.0.0.1:{free_port()}", "--data-dir", str(tmp_path / "w"),
+         "--connect-timeout", "2"],
+        capture_output=True, text=True, timeout=120, env=env,
+    )
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    (line,) = [ln for ln in done.stderr.splitlines() if "ERROR" in ln]
+    assert "cannot start the worker" in line and "cannot reach Kafka" in line
