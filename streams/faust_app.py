@@ -39,6 +39,7 @@ import os
 import sys
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -71,6 +72,7 @@ TABLE_NAME = "fold-state"
 REPLICA_FILE = "replica.duckdb"
 SWEEP_INTERVAL_S = 2.0
 CHANGELOG_SEGMENT_BYTES = 64 * 1024 * 1024
+ANSWERED_KEPT = 100_000
 _RETRY_MIN_S, _RETRY_MAX_S = 0.5, 10.0
 T = TypeVar("T")
 
@@ -117,7 +119,8 @@ class SummaryResponder:
         self.summarizer = summarizer
         self.settings = settings
         self.calls = 0
-        self._answered: set[str] = set()
+        # Answered here, outcome maybe not folded into the replica yet; old entries are dropped.
+        self._answered: OrderedDict[str, None] = OrderedDict()
 
     def stored_at(self, request_id: str) -> Position | None:
         """Return where the replica holds the first copy of ``request_id``, or None."""
@@ -152,7 +155,9 @@ class SummaryResponder:
             return None
         if self.store.outcome(request.payload.request_id) not in (None, "processing"):
             return None
-        self._answered.add(request.event_id)
+        self._answered[request.event_id] = None
+        if len(self._answered) > ANSWERED_KEPT:
+            self._answered.popitem(last=False)
         newer = self._newer_open_request(request, seq)
         if newer is not None:
             return failed(
