@@ -20,10 +20,12 @@ Correctness rests on the log, not on faust's delivery or commits:
   records and may commit past them: faust-streaming issues #596, #606,
   reproduced by tests/integration/test_faust_worker.py). The fold agent
   therefore folds every offset of a partition in order, reading any it was
-  not handed from the log, and the summarizer answers every open request
-  its replica shows, whatever faust delivered. One agent, not two: faust
-  acks an event once every agent acked it, and an event lost from one
-  agent's queue only would stall commits for good;
+  not handed from the log; when faust sits on records it never delivers, a
+  timer seeks it back to the first unfolded offset; folded offsets are
+  acked so faust's commits do not stall on its own lost acks; and the
+  summarizer answers every open request its replica shows, whatever faust
+  delivered. One agent, not two: faust acks an event once every agent acked
+  it, and an event lost from one agent's queue only would stall commits;
 - an event that cannot be processed is never acked past: log errors are
   retried, anything else stops the process before faust can commit it
   (fail-stop, the same recovery path as a kill -9).
@@ -73,6 +75,7 @@ REPLICA_FILE = "replica.duckdb"
 SWEEP_INTERVAL_S = 2.0
 CHANGELOG_SEGMENT_BYTES = 64 * 1024 * 1024
 ANSWERED_KEPT = 100_000
+NUDGE_AFTER_S = 4.0
 _RETRY_MIN_S, _RETRY_MAX_S = 0.5, 10.0
 T = TypeVar("T")
 
@@ -290,6 +293,11 @@ class WorkerRuntime:
         self.appended += len(events)
         self.wake_replica()
 
+    async def end_positions(self) -> dict[int, int]:
+        """Return the log's end offset per partition."""
+        assert self.log is not None
+        return await self._retrying(lambda: self._in(self._log_pool, self.log.end_positions), "read the end offsets")
+
     async def read(self, partition: int, start: int, stop: int) -> list[LogRecord]:
         """Return the records of ``partition`` at offsets ``start`` <= offset < ``stop`` (repeats dropped)."""
         assert self.log is not None
@@ -460,6 +468,7 @@ def create_app(
 
     wake = asyncio.Event()
     triggers: dict[int, tuple[int, str]] = {}  # partition -> (offset, id) of the newest request seen
+    last_event = [time.monotonic()]  # when the fold agent last got an event
 
     @app.agent(topic, name="memfold-fold")
     async def fold(stream: faust.StreamT) -> None:
@@ -467,6 +476,7 @@ def create_app(
             message = event.message
             partition, offset = message.partition, message.offset
             where = f"fold {partition}:{offset}"
+            last_event[0] = time.monotonic()
             try:
                 await runtime.ensure_open()
                 last = folder.position(partition)
@@ -523,6 +533,28 @@ def create_app(
     @app.timer(interval=1.0)
     async def unblock_commits() -> None:
         _ack_folded(app, settings.topic, folder)
+
+    @app.timer(interval=NUDGE_AFTER_S / 2)
+    async def nudge() -> None:
+        """Seek faust back to the first unfolded offset when it holds records it never delivers.
+
+        faust can fetch records while it recovers the table, drop them from its
+        queues and go on fetching after them (faust-streaming #596): with no
+        later record to reveal the gap, they would wait forever. When the fold
+        agent has had nothing for a while but the log holds unfolded records in
+        one of its partitions, fetch them again.
+        """
+        if not runtime.is_open or time.monotonic() - last_event[0] < NUDGE_AFTER_S:
+            return
+        if app.rebalancing or not app.tables.recovery.completed.is_set():
+            return  # faust seeks every partition itself once recovered
+        ends = await runtime.end_positions()
+        for tp in sorted(app.consumer.assignment()):
+            folded = folder.position(tp.partition)
+            if tp.topic == settings.topic and ends.get(tp.partition, 0) - 1 > folded:
+                log.warning("faust holds %s:%d.. back; seeking to it again", tp.partition, folded + 1)
+                await app.consumer.seek(tp, folded + 1)
+                last_event[0] = time.monotonic()
 
     @app.timer(interval=30.0)
     async def report() -> None:

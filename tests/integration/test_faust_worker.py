@@ -231,13 +231,13 @@ def _no_latency(value: Any) -> Any:
 
 
 def derived_by_policy(events: list[Event]) -> dict[tuple[str, str], list[tuple]]:
-    """Return, per (conversation, policy), its derived events in log order: ids, types, payloads."""
+    """Return, per (conversation, policy), its derived events in log order: every field but seq and latencies."""
     out: dict[tuple[str, str], list[tuple]] = defaultdict(list)
     for e in events:
         if isinstance(e, MessageAppended):
             continue
-        payload = _no_latency(json.loads(e.payload.model_dump_json()))
-        out[(e.key, payload.get("policy", ""))].append((e.event_id, e.type, json.dumps(payload, sort_keys=True)))
+        body = _no_latency(json.loads(e.model_dump_json(exclude={"seq"})))
+        out[(e.key, body["payload"].get("policy", ""))].append((e.event_id, json.dumps(body, sort_keys=True)))
     return dict(out)
 
 
