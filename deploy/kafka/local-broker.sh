@@ -193,7 +193,7 @@ format_storage() {
     cluster_id="$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')"
     # shellcheck disable=SC2086
     if ! "$JAVA" $JVM_OPTS -cp "$LIBS/*" -Dlog4j.configuration="file:$RUN_DIR/log4j.properties" \
-            kafka.tools.StorageTool format -t "$cluster_id" -c "$CONFIG" >"$LOG_DIR/format.log" 2>&1; then
+            kafka.tools.StorageTool format --cluster-id="$cluster_id" -c "$CONFIG" >"$LOG_DIR/format.log" 2>&1; then
         cat "$LOG_DIR/format.log" >&2
         die "formatting KRaft storage in $DATA_DIR failed"
     fi
