@@ -87,6 +87,8 @@ class State(_Frozen):
     conversation_id: str
     deleted: bool = False
     last_index: int = -1
+    # The latest round end: an assistant message without tool calls, no call left open.
+    round_end: int = -1
     memories: tuple[MemoryRow, ...] = ()
     # Text of the memory in force (latest completed); older texts live in ``summaries``.
     memory_text: str | None = None
@@ -179,10 +181,14 @@ def _message(item: MessageRecord, state: State, ctx: FoldContext) -> State:
     if item.role == "assistant" and item.tool_calls:
         ids = tuple(tc.id for tc in item.tool_calls)
         spans.append(ToolSpan(call_index=item.index, last_index=item.index, calls=ids, pending=ids))
-    # Only groups that can still reach a future window start matter.
-    horizon = item.index - settings.rolling_window_size - 2
+    round_end = state.round_end
+    if item.role == "assistant" and not item.tool_calls and not any(s.pending for s in spans):
+        round_end = item.index
+    # Only groups that can still reach the start of a window ending at the
+    # latest round end (or a later one) matter.
+    horizon = round_end - settings.rolling_window_size - 2
     spans = [s for s in spans if s.pending or s.last_index >= horizon]
-    return state.model_copy(update={"last_index": item.index, "tool_spans": tuple(spans)})
+    return state.model_copy(update={"last_index": item.index, "round_end": round_end, "tool_spans": tuple(spans)})
 
 
 @_apply.register
@@ -275,29 +281,39 @@ class SlidingWindowPolicy:
         return _apply(item, state, ctx)
 
     def decide(self, state: State, ctx: FoldContext, cause: Any) -> list[SummaryRequested]:
-        """Return the memory request a round end triggers (at most one), else nothing.
+        """Return the memory request a round end or a catch-up calls for (at most one), else nothing.
 
-        Triggers only when ``cause`` is the newest message, an assistant message
-        without tool calls, with no tool call still open, ``index >=
-        summarize_after_seq``, no memory in 'processing', and no memory yet
-        requested up to this index (so a re-delivered message or a failed range
-        is never asked for again).
+        A round end: ``cause`` is the newest message, an assistant message
+        without tool calls, with no tool call still open. A catch-up: ``cause``
+        resolved one of this policy's memories and the latest round end is
+        ``rolling_window_size`` or more messages past the latest completed
+        memory. Either way the window ends at that round end, and the request
+        is made only when ``end >= summarize_after_seq``, no memory is in
+        'processing', and no memory was requested up to ``end`` yet (so a
+        re-delivered message or a failed range is never asked for again).
         """
-        if state.deleted or not isinstance(cause, MessageRecord):
-            return []
-        if cause.role != "assistant" or cause.tool_calls or cause.index != state.last_index:
+        if state.deleted:
             return []
         settings: SlidingWindowSettings = ctx.settings  # type: ignore[assignment]
-        end = cause.index
-        if end < settings.summarize_after_seq or processing(state) is not None:
+        if isinstance(cause, MessageRecord):
+            if cause.index != state.last_index or cause.index != state.round_end:
+                return []
+        elif isinstance(cause, (SummaryProduced, SummaryFailed)) and (
+            cause.payload.policy == NAME and cause.payload.settings_hash == ctx.settings_hash
+        ):
+            base = latest_completed(state)
+            if state.round_end - (base.end_sequence if base else -1) < settings.rolling_window_size:
+                return []
+        else:
             return []
-        if any(span.pending for span in state.tool_spans):
+        end = state.round_end
+        if end < settings.summarize_after_seq or processing(state) is not None:
             return []
         if state.memories and max(r.end_sequence for r in state.memories) >= end:
             return []
         start, end = window_range(end, settings.rolling_window_size, state.tool_spans)
         base = latest_completed(state)
-        inputs = (base.end_sequence + 1, end) if base else (start, end)
+        inputs = (max(base.end_sequence + 1, start), end) if base else (start, end)
         return [
             make_request(
                 ctx,

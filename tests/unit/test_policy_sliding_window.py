@@ -211,6 +211,60 @@ def test_failed_range_is_never_requested_again():
     assert d.state == before
 
 
+# --------------------------------------------------------------------------- catch-up after a bulk ingest
+
+
+def test_a_completed_memory_with_a_backlog_beyond_the_window_asks_again_at_once():
+    d = Driver(make_ctx())
+    for m in alternating(400):  # a bulk ingest: every round end arrives while memory 1 is processing
+        d.feed(m)
+    [r1] = d.requests
+    assert covers(r1) == (0, 5)
+    [r2] = d.produce(r1, "M1")  # no new message needed
+    assert covers(r2) == (386, 399) and r2.payload.window_start == 386
+    assert r2.payload.base_summary_id == fold.summary_id_for(r1.payload.request_id)
+    assert (r2.payload.input_from, r2.payload.input_to) == (386, 399)  # one window of input, not the backlog
+    assert d.produce(r2, "M2") == []  # caught up
+    p = d.plan()
+    assert p.memory[0].content == "[Previous context: M2]" and p.verbatim_from == 400
+    assert [r["base_ordinal"] for r in sw.memory_rows(d.state)] == [None, 1]
+
+
+def test_a_failed_memory_with_a_backlog_asks_for_the_latest_window_without_a_base():
+    d = Driver(make_ctx())
+    for m in alternating(100):
+        d.feed(m)
+    [r1] = d.requests
+    [r2] = d.fail(r1)
+    assert covers(r2) == (86, 99) and r2.payload.base_summary_id is None
+    assert d.fail(r2) == []  # that range failed too: wait for the next round end
+    assert d.plan().fallback == "no_memory"
+    assert d.feed(msg(100, "user")) == []
+    [r3] = d.feed(msg(101, "assistant"))
+    assert covers(r3) == (88, 101)
+
+
+def test_no_catch_up_while_the_gap_is_shorter_than_the_window():
+    d = Driver(make_ctx())
+    msgs = alternating(19)
+    for m in msgs:
+        d.feed(m)
+    [r1] = d.requests
+    assert d.produce(r1, "M1") == []  # round end 17 is 12 messages past memory 1 (end 5): < 14
+    [r2] = d.feed(msgs[18]) + d.feed(msg(19, "assistant"))
+    assert covers(r2) == (6, 19) and (r2.payload.input_from, r2.payload.input_to) == (6, 19)
+
+
+def test_catch_up_skips_a_round_still_calling_tools():
+    d = Driver(make_ctx())
+    items = alternating(30) + [msg(30, "user"), msg(31, "assistant", "", calls=("c9",))]
+    for m in items:
+        d.feed(m)
+    [r1] = d.requests
+    [r2] = d.produce(r1, "M1")
+    assert covers(r2) == (16, 29)  # the last *finished* round, not the open tool call at 31
+
+
 # --------------------------------------------------------------------------- tool groups
 
 
