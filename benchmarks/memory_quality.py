@@ -18,11 +18,20 @@ A "turn" is one message of any role (user, assistant, tool). Calls depend on
 pacing for policies that decide after every message (sliding_window): with
 ``--step 1`` (live chat) they are several times higher than with the default
 ``--step 10``; fact scores and the other policies' calls do not change.
+
+``--dataset beam --path DIR`` measures on BEAM's long real chats instead (see
+:mod:`beam`): every chat is ingested once with its session dates as message
+timestamps, then for each probing question the context of every policy, of
+takeLast and of the full history is read at each budget, with the question as
+the query, and scored by answer-content recall:
+
+    .venv/bin/python benchmarks/memory_quality.py --dataset beam --path ~/beam/chats/100K --chats 1-5
 """
 
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import sys
 import tempfile
@@ -34,10 +43,16 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # synth.py lives next to this file
 
+import beam  # noqa: E402
 import synth  # noqa: E402
 
 BASELINE = "takeLast"
+FULL = "full history"
 BUDGETS = (1000, 3000, 8000)
+BEAM_BUDGETS = (2000, 4000, 8000)
+# BEAM holds a few degenerate assistant messages (up to 349K characters of repeated
+# whitespace); the benchmark ingests them as they are rather than rejecting the chat.
+BEAM_LIMITS = {"max_message_chars": 1_000_000, "max_message_tokens": 1_000_000}
 
 
 def _context_text(messages: Sequence[Any]) -> str:
@@ -101,14 +116,7 @@ def measure(conversations: int = 6, turns: int | str = 400, seed: str | int = 7,
         engine = MemoryEngine.open(root, settings)
         try:
             started = time.perf_counter()
-            if step <= 0:  # bulk: one batch per conversation, like a backfill
-                for conv in convs:
-                    engine.append_many(conv.messages)
-            else:  # paced: every conversation gets ``step`` more messages, then the summarizer catches up
-                longest = max(len(c.messages) for c in convs)
-                for start in range(0, longest, step):
-                    engine.append_many([m for c in convs for m in c.messages[start : start + step]])
-                    engine.wait_idle(timeout=timeout)
+            _ingest(engine, [c.messages for c in convs], step, timeout)
             appended = time.perf_counter()
             engine.wait_idle(timeout=timeout)
             idle = time.perf_counter()
@@ -225,29 +233,268 @@ def render_table(report: dict[str, Any]) -> None:
                   f"(summaries included); scoring took {secs['score']:.1f}s.")
 
 
+def _ingest(engine: Any, conversations: Sequence[Sequence[dict[str, Any]]], step: int, timeout: float) -> None:
+    """Append every conversation, ``step`` messages of each at a time, letting the summarizer catch up in between.
+
+    ``step <= 0`` appends one batch per conversation, like a backfill.
+    """
+    if step <= 0:
+        for messages in conversations:
+            engine.append_many(messages)
+        return
+    longest = max((len(m) for m in conversations), default=0)
+    for start in range(0, longest, step):
+        engine.append_many([m for messages in conversations for m in messages[start : start + step]])
+        engine.wait_idle(timeout=timeout)
+
+
+def measure_beam(path: str | Path, chats: str | None = None, *, budgets: Sequence[int] = BEAM_BUDGETS,
+                 policies: Sequence[str] | None = None, step: int = 10, timeout: float = 1800.0,
+                 data_dir: str | Path | None = None, kinds: Sequence[str] = beam.KINDS) -> dict[str, Any]:
+    """Run the BEAM benchmark on the chat folders under ``path`` and return a JSON-ready dict.
+
+    Steps: 1. load the chats (``chats`` selects folders, "1-5"); 2. ingest them
+    into one engine folding every policy, dated by their time anchors, paced
+    like :func:`measure` (``step``); 3. wait until every summary due is done;
+    4. per chat and question, read each policy's context at each budget with
+    the question as ``query`` (when ``MemoryEngine.context`` accepts one),
+    takeLast's at each budget and the full history, and score answer-content
+    recall (:func:`beam.recall`); 5. read summarizer costs. Per question the
+    result keeps every score, so misses can be inspected.
+    """
+    from memfold.engine.engine import MemoryEngine
+    from memfold.engine.settings import POLICY_NAMES, Settings
+    from memfold.projections.context import take_last
+
+    loaded = [beam.load_chat(d, kinds) for d in beam.chat_dirs(path, chats)]
+    policies = tuple(policies or POLICY_NAMES)
+    default_policy = Settings.model_fields["policy"].default
+    conv_ids = {c.chat_id: f"beam-{c.chat_id}" for c in loaded}
+    n_messages = sum(len(c.messages) for c in loaded)
+
+    with tempfile.TemporaryDirectory(prefix="memfold-beam-") as tmp:
+        root = Path(data_dir) if data_dir is not None else Path(tmp)
+        settings = Settings.load(None, data_dir=root, policies=policies, policy=policies[0], **BEAM_LIMITS)
+        engine = MemoryEngine.open(root, settings)
+        try:
+            started = time.perf_counter()
+            _ingest(engine, [[{**m, "conversation_id": conv_ids[c.chat_id]} for m in c.messages] for c in loaded],
+                    step, timeout)
+            appended = time.perf_counter()
+            engine.wait_idle(timeout=timeout)
+            idle = time.perf_counter()
+            takes_query = "query" in inspect.signature(engine.context).parameters
+
+            details: list[dict[str, Any]] = []
+            tokens: dict[tuple[str, int], list[int]] = {}
+            over: Counter[tuple[str, int]] = Counter()
+            full_tokens: list[int] = []
+            for chat in loaded:
+                conv = conv_ids[chat.chat_id]
+                history = engine.history(conv)
+                full_tokens.append(sum(m.tokens for m in history))
+                full_words = beam.context_words(m.content for m in history)
+                # takeLast ignores the question: one context per budget and chat.
+                baseline = {b: take_last(history, b, settings.system_prompt, engine.counter.count) for b in budgets}
+                for question in chat.questions:
+                    answer = beam.content_words(question.answer)
+                    scores: dict[str, dict[str, float]] = {}
+                    for policy in (BASELINE, *policies):
+                        scores[policy] = {}
+                        for b in budgets:
+                            if policy == BASELINE:
+                                msgs = baseline[b]
+                            else:
+                                extra = {"query": question.text} if takes_query else {}
+                                msgs = engine.context(conv, budget=b, policy=policy, **extra)
+                            used = sum(m.tokens for m in msgs)
+                            tokens.setdefault((policy, b), []).append(used)
+                            over[(policy, b)] += used > b
+                            scores[policy][str(b)] = beam.recall(answer, beam.context_words(m.content for m in msgs))
+                    scores[FULL] = {"all": beam.recall(answer, full_words)}
+                    details.append({"chat": chat.chat_id, "kind": question.kind, "index": question.index,
+                                    "question": question.text, "answer": question.answer,
+                                    "answer_words": len(answer), "recall": scores})
+            scored = time.perf_counter()
+            costs = _summary_costs(engine, policies)
+        finally:
+            engine.close()
+
+    def by_kind(policy: str, key: str) -> dict[str, Any]:
+        values = {k: [d["recall"][policy][key] for d in details if d["kind"] == k] for k in kinds}
+        everything = [d["recall"][policy][key] for d in details]
+        return {"recall": _mean(everything), "by_kind": {k: _mean(v) for k, v in values.items() if v}}
+
+    results: dict[str, Any] = {}
+    for policy in (BASELINE, *policies):
+        cost = costs.get(policy, {"calls": 0, "tokens_in": 0, "tokens_out": 0, "unanswered": 0})
+        results[policy] = {
+            "budgets": {str(b): {**by_kind(policy, str(b)), "avg_context_tokens": _mean(tokens.get((policy, b), [])),
+                                 "contexts_over_budget": over[(policy, b)]} for b in budgets},
+            "summarizer": {**cost, "calls_per_chat": cost["calls"] / max(len(loaded), 1)},
+        }
+    report = {
+        "benchmark": "memory_quality", "dataset": "beam", "path": str(path),
+        "chats": [c.chat_id for c in loaded], "messages": n_messages, "questions": len(details),
+        "budgets": list(budgets), "kinds": list(kinds), "summarizer": settings.summarizer.kind,
+        "step": step, "query": takes_query, "default_policy": default_policy,
+        "seconds": {"append": appended - started, "until_idle": idle - appended, "score": scored - idle},
+        "policies": results,
+        "full_history": {**by_kind(FULL, "all"), "avg_context_tokens": _mean(full_tokens)},
+        "details": details,
+    }
+    report["headline"] = beam_headline(report)
+    report["targets"] = beam_targets(report)
+    return report
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values) if values else 0.0
+
+
+def _headline_budget(report: dict[str, Any]) -> int:
+    return min(report["budgets"], key=lambda b: abs(b - 4000))
+
+
+def _ranked(report: dict[str, Any], budget: int) -> list[tuple[str, float]]:
+    """Return the policies (not takeLast) by recall at ``budget``, best first."""
+    rows = [(p, r["budgets"][str(budget)]["recall"]) for p, r in report["policies"].items() if p != BASELINE]
+    return sorted(rows, key=lambda pr: -pr[1])
+
+
+def beam_headline(report: dict[str, Any]) -> str:
+    """Return one line: the best policy at the budget nearest 4,000 against takeLast and the full history."""
+    b = _headline_budget(report)
+    ranked = _ranked(report, b)
+    if not ranked:
+        return "no policy measured"
+    best, value = ranked[0]
+    base = report["policies"][BASELINE]["budgets"][str(b)]["recall"]
+    full = report["full_history"]["recall"]
+    times = f"{value / base:.1f}x" if base else "n/a"
+    share = f"{value / full:.0%}" if full else "n/a"
+    return (f"best at {b:,} tokens: {best} {value:.0%} = {times} takeLast ({base:.0%}), "
+            f"{share} of full history ({full:.0%})")
+
+
+def beam_targets(report: dict[str, Any]) -> dict[str, Any]:
+    """Check the issue's targets: best >= 2x takeLast and >= 80% of full history at ~4,000; no policy
+    below takeLast at any budget; every policy rises with the budget; the default policy among the best two."""
+    b = _headline_budget(report)
+    ranked = _ranked(report, b)
+    pol = report["policies"]
+    base = {x: pol[BASELINE]["budgets"][str(x)]["recall"] for x in report["budgets"]}
+    best = ranked[0][1] if ranked else 0.0
+    below = sorted(f"{p}@{x}" for p in pol if p != BASELINE for x in report["budgets"]
+                   if pol[p]["budgets"][str(x)]["recall"] < base[x])
+    flat = sorted(p for p in pol if any(
+        pol[p]["budgets"][str(hi)]["recall"] <= pol[p]["budgets"][str(lo)]["recall"]
+        for lo, hi in zip(report["budgets"], report["budgets"][1:])))
+    top_two = [p for p, _ in ranked[:2]]
+    return {
+        "best_2x_takeLast": best >= 2 * base[b],
+        "best_80pct_full": best >= 0.8 * report["full_history"]["recall"],
+        "below_takeLast": below, "not_rising": flat,
+        "default_in_top_two": report["default_policy"] in top_two, "top_two": top_two,
+    }
+
+
+_KIND_LABELS = {"information_extraction": "info", "temporal_reasoning": "temporal", "knowledge_update": "update",
+                "multi_session_reasoning": "multi", "event_ordering": "order", "contradiction_resolution": "contra"}
+
+
+def render_beam(report: dict[str, Any]) -> None:
+    """Print the BEAM report: one row per policy and budget, one column per question kind, then the headline."""
+    from rich.console import Console
+    from rich.table import Table
+
+    kinds = report["kinds"]
+    table = Table(
+        title=(f"BEAM answer-content recall: {len(report['chats'])} chats, {report['messages']:,} messages, "
+               f"{report['questions']} questions, {report['summarizer']} summarizer, "
+               f"query {'on' if report['query'] else 'unsupported (no query passed)'}"),
+        caption=("recall: share of the answer's content words in the context (mean over questions); "
+                 "tokens: mean context tokens; calls: summarizer calls per chat"),
+    )
+    table.add_column("policy", no_wrap=True)
+    table.add_column("budget", justify="right", no_wrap=True)
+    for k in kinds:
+        table.add_column(_KIND_LABELS.get(k, k), justify="right", no_wrap=True)
+    table.add_column("all", justify="right", no_wrap=True)
+    table.add_column("tokens", justify="right", no_wrap=True)
+    table.add_column("calls", justify="right", no_wrap=True)
+
+    def cells(r: dict[str, Any]) -> list[str]:
+        return [f"{r['by_kind'][k]:.0%}" if k in r["by_kind"] else "-" for k in kinds] + [f"{r['recall']:.0%}"]
+
+    for policy, res in report["policies"].items():
+        name = f"{policy} (default)" if policy == report["default_policy"] else policy
+        for i, b in enumerate(report["budgets"]):
+            r = res["budgets"][str(b)]
+            star = "*" if r["contexts_over_budget"] else ""
+            table.add_row(name if i == 0 else "", f"{b:,}", *cells(r), f"{r['avg_context_tokens']:,.0f}{star}",
+                          f"{res['summarizer']['calls_per_chat']:.1f}" if i == 0 else "",
+                          end_section=i == len(report["budgets"]) - 1)
+    full = report["full_history"]
+    table.add_row(FULL, "all", *cells(full), f"{full['avg_context_tokens']:,.0f}", "0")
+    console = Console(width=max(Console().width, 120))
+    console.print(table)
+    if any(r["contexts_over_budget"] for res in report["policies"].values() for r in res["budgets"].values()):
+        console.print("* some contexts exceed the budget")
+    console.print(report["headline"])
+    t = report["targets"]
+    console.print(f"targets: best >= 2x takeLast {'yes' if t['best_2x_takeLast'] else 'NO'}; "
+                  f">= 80% of full history {'yes' if t['best_80pct_full'] else 'NO'}; "
+                  f"below takeLast: {', '.join(t['below_takeLast']) or 'none'}; "
+                  f"not rising with budget: {', '.join(t['not_rising']) or 'none'}; "
+                  f"default ({report['default_policy']}) in top two ({', '.join(t['top_two'])}): "
+                  f"{'yes' if t['default_in_top_two'] else 'NO'}")
+    secs = report["seconds"]
+    console.print(f"{report['messages']:,} messages ingested in {secs['append'] + secs['until_idle']:.1f}s "
+                  f"(summaries included, step {report['step']}); scoring took {secs['score']:.1f}s.")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--conversations", type=int, default=6)
-    parser.add_argument("--turns", default="400", help="messages per conversation, or MIN-MAX (default 400)")
-    parser.add_argument("--seed", default="7")
-    parser.add_argument("--budgets", default=",".join(map(str, BUDGETS)), help="comma-separated token budgets")
+    parser.add_argument("--dataset", choices=("synth", "beam"), default="synth",
+                        help="synth: generated conversations with planted facts (default); beam: BEAM chats from --path")
+    parser.add_argument("--path", default=None, help="beam: folder of BEAM chat folders (e.g. BEAM/chats/100K)")
+    parser.add_argument("--chats", default=None, help="beam: chat folders to use, e.g. 1-5 or 1,3,7 (default: all)")
+    parser.add_argument("--conversations", type=int, default=6, help="synth: conversations (default 6)")
+    parser.add_argument("--turns", default="400", help="synth: messages per conversation, or MIN-MAX (default 400)")
+    parser.add_argument("--seed", default="7", help="synth: generator seed")
+    parser.add_argument("--budgets", default=None,
+                        help=f"comma-separated token budgets (default {','.join(map(str, BUDGETS))}; "
+                             f"beam: {','.join(map(str, BEAM_BUDGETS))})")
     parser.add_argument("--policies", default=None, help="comma-separated subset (default: all five)")
     parser.add_argument("--step", type=int, default=10,
                         help="messages per conversation between waits for the summarizer: 1 = live chat, "
                              "0 = one batch per conversation (default 10)")
-    parser.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for summaries")
+    parser.add_argument("--timeout", type=float, default=1800.0, help="seconds to wait for summaries")
     parser.add_argument("--data-dir", default=None, help="keep the engine's files here instead of a temp dir")
     parser.add_argument("--json", action="store_true", help="print the results as JSON instead of a table")
     args = parser.parse_args(argv)
-    turns: int | str = int(args.turns) if args.turns.isdigit() else args.turns
-    report = measure(args.conversations, turns, args.seed,
-                     budgets=[int(b) for b in args.budgets.split(",")],
-                     policies=[p.strip() for p in args.policies.split(",")] if args.policies else None,
-                     step=args.step, timeout=args.timeout, data_dir=args.data_dir)
+    policies = [p.strip() for p in args.policies.split(",")] if args.policies else None
+    if args.dataset == "beam":
+        if not args.path:
+            parser.error("--dataset beam needs --path (a folder of BEAM chat folders, e.g. BEAM/chats/100K)")
+        budgets = [int(b) for b in args.budgets.split(",")] if args.budgets else list(BEAM_BUDGETS)
+        try:
+            report = measure_beam(args.path, args.chats, budgets=budgets, policies=policies, step=args.step,
+                                  timeout=args.timeout, data_dir=args.data_dir)
+        except (FileNotFoundError, ValueError) as exc:
+            parser.error(str(exc))
+        render = render_beam
+    else:
+        turns: int | str = int(args.turns) if args.turns.isdigit() else args.turns
+        budgets = [int(b) for b in args.budgets.split(",")] if args.budgets else list(BUDGETS)
+        report = measure(args.conversations, turns, args.seed, budgets=budgets, policies=policies,
+                         step=args.step, timeout=args.timeout, data_dir=args.data_dir)
+        render = render_table
     if args.json:
         print(json.dumps(report, indent=2))
     else:
-        render_table(report)
+        render(report)
     return 0
 
 

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
+
+import pytest
 
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 
@@ -51,3 +54,90 @@ def test_table_renders(capsys):
     mq.render_table(report)
     out = capsys.readouterr().out
     assert "takeLast" in out and "50%" in out and "1/1" in out
+
+
+# ------------------------------------------------------------------ BEAM (a tiny fixture in BEAM's file shape)
+
+FILLER = ("Could you also suggest a few ways to keep the weekly report tidy, with headings, short paragraphs "
+          "and one table per team, so the reviewers can skim it quickly?")
+
+
+def _write_chat(root: Path, name: str, sessions: list[tuple[str, list[str]]], questions: dict) -> None:
+    """Write one chat folder: each session is (time anchor, user messages); every user turn gets an answer."""
+    batches = []
+    for number, (anchor, said) in enumerate(sessions, 1):
+        turns = []
+        for i, text in enumerate(said):
+            user = {"role": "user", "content": f"{text} ->-> {number},{i + 1}"}
+            if i == 0:
+                user["time_anchor"] = anchor
+            turns.append([user, {"role": "assistant", "content": f"Noted. {FILLER.replace('Could you', 'I can')}"}])
+        batches.append({"batch_number": number, "time_anchor": None, "turns": turns})
+    folder = root / name
+    (folder / "probing_questions").mkdir(parents=True)
+    (folder / "chat.json").write_text(json.dumps(batches))
+    (folder / "probing_questions" / "probing_questions.json").write_text(json.dumps(questions))
+
+
+@pytest.fixture
+def beam_dir(tmp_path):
+    root = tmp_path / "beam"
+    _write_chat(root, "1", [
+        ("March-15-2024", ["My sister Alice is moving to Lisbon in June.", *[FILLER] * 12]),
+        ("April-02-2024", ["The dashboard API now answers in 250ms after caching.", *[FILLER] * 12]),
+    ], {
+        "information_extraction": [{"question": "Where is my sister moving?", "answer": "Alice is moving to Lisbon."}],
+        "knowledge_update": [{"question": "How fast is the dashboard API?", "answer": "It answers in 250ms after caching"}],
+        "contradiction_resolution": [{"question": "Have I a sister?", "ideal_answer":
+                                      "I notice you've mentioned contradictory information: your sister Alice. "
+                                      "Could you clarify which is correct?"}],
+        "summarization": [{"question": "Summarize.", "ideal_summary": "not scored"}],
+    })
+    _write_chat(root, "2", [("May-02-2024", ["We launch the beta on July 9 with 40 testers.", *[FILLER] * 14])], {
+        "temporal_reasoning": [{"question": "When is the beta launch?", "answer": "July 9, with 40 testers."}],
+    })
+    return root
+
+
+def test_beam_scores_every_policy_takelast_and_full_history(beam_dir, tmp_path):
+    mq = _load("memory_quality")
+    report = mq.measure_beam(beam_dir, budgets=(300, 100_000), policies=("hierarchical", "rolling"), step=10,
+                             timeout=120, data_dir=tmp_path / "engine")
+    assert report["chats"] == ["1", "2"] and report["messages"] == 2 * 26 + 2 * 15 and report["questions"] == 4
+    assert list(report["policies"]) == ["takeLast", "hierarchical", "rolling"]
+    by_question = {(d["chat"], d["kind"]): d["recall"] for d in report["details"]}
+    assert set(by_question) == {("1", "information_extraction"), ("1", "knowledge_update"),
+                                ("1", "contradiction_resolution"), ("2", "temporal_reasoning")}
+    for recall in by_question.values():
+        # every answer word was said in its chat; takeLast with room for everything sees it all
+        assert recall["full history"]["all"] == 1.0
+        assert recall["takeLast"]["100000"] == 1.0
+    # the first session's fact is out of takeLast's reach at 300 tokens
+    assert by_question[("1", "information_extraction")]["takeLast"]["300"] < 1.0
+    baseline = report["policies"]["takeLast"]
+    assert baseline["summarizer"]["calls"] == 0 and baseline["budgets"]["300"]["contexts_over_budget"] == 0
+    assert baseline["budgets"]["300"]["avg_context_tokens"] <= 300
+    assert set(baseline["budgets"]["100000"]["by_kind"]) == {"information_extraction", "knowledge_update",
+                                                             "contradiction_resolution", "temporal_reasoning"}
+    for policy in ("hierarchical", "rolling"):
+        assert report["policies"][policy]["summarizer"]["calls"] > 0
+        for res in report["policies"][policy]["budgets"].values():
+            assert 0.0 <= res["recall"] <= 1.0
+    assert report["full_history"]["recall"] == 1.0
+    assert report["headline"].startswith("best at 300 tokens: ")
+    assert report["targets"]["top_two"] and set(report["targets"]["top_two"]) <= {"hierarchical", "rolling"}
+
+
+def test_beam_table_and_cli(beam_dir, tmp_path, capsys):
+    mq = _load("memory_quality")
+    assert mq.main(["--dataset", "beam", "--path", str(beam_dir), "--chats", "2", "--policies", "rolling",
+                    "--budgets", "200,4000", "--data-dir", str(tmp_path / "engine"), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["chats"] == ["2"] and report["questions"] == 1
+    mq.render_beam(report)
+    out = capsys.readouterr().out
+    for text in ("takeLast", "rolling", "full history", "temporal", "4,000", "100%", report["headline"][:40]):
+        assert text in out
+    with pytest.raises(SystemExit):
+        mq.main(["--dataset", "beam"])  # --path is required
+    assert "needs --path" in capsys.readouterr().err
