@@ -30,6 +30,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from . import cli_memory
 from .errors import MemfoldError, ProjectionBusyError, ValidationError
 
 
@@ -101,6 +102,7 @@ def _parser() -> argparse.ArgumentParser:
 
     d = command("demo", help="ingest the bundled sample and show what memfold keeps")
     d.add_argument("--budget", type=int, default=600)
+    cli_memory.add_commands(command)
     return p
 
 
@@ -362,6 +364,7 @@ _COMMANDS = {
     "project": cmd_project,
     "worker": cmd_worker,
     "demo": cmd_demo,
+    **cli_memory.COMMANDS,
 }
 
 if __name__ == "__main__":  # pragma: no cover

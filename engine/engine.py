@@ -95,6 +95,7 @@ class MemoryEngine:
         from memfold.projections.summarizers import build_summarizer
         from memfold.streams.embedded import EmbeddedRunner
         from memfold.streams.logs import open_log
+        from memfold.streams.sealed_log import sealed
         from memfold.streams.worker import SummarizerWorker
 
         if role not in self.ROLES:
@@ -106,7 +107,12 @@ class MemoryEngine:
         self.settings = settings
         self.counter = token_counter(settings.encoding)
         self._closed = True
-        self.log = open_log(settings.log_url(), partitions=settings.partitions, topic=settings.topic)
+        log_ = open_log(settings.log_url(), partitions=settings.partitions, topic=settings.topic)
+        try:
+            self.log, self.sealer = sealed(log_, settings.keystore_location())
+        except BaseException:
+            log_.close()
+            raise
         if role == "client":
             self.store = None
             self._closed = False
@@ -120,7 +126,7 @@ class MemoryEngine:
         self.settings = settings = self._reconcile(settings)
         self.policies = fold_contexts(settings)
         self.projector = Projector(self.store, self.policies, self.counter)
-        self.summarizer = build_summarizer(settings, cache_conn=self.store.connection)
+        self.summarizer = build_summarizer(settings, cache_conn=self.store)
         self.worker = SummarizerWorker(
             self.log, self.store, self.store, self.summarizer, settings, on_appended=self._wake
         )
@@ -399,6 +405,48 @@ class MemoryEngine:
     def sql(self, query: str, params: Sequence[Any] | None = None) -> tuple[list[str], list[tuple[Any, ...]]]:
         """Run SQL over the projection tables; return (columns, rows)."""
         return self.store.query(query, params)
+
+    def forget(
+        self, conversation_id: str, *, tenant_id: str = "default", reason: str | None = None, timeout: float = 120.0
+    ) -> Position:
+        """Erase a conversation (crypto-shredding); return the position of its ``ConversationDeleted``.
+
+        Steps: (1) append ``ConversationDeleted`` (the audit record that it
+        existed and was erased); (2) destroy its data keys, so its sealed
+        content in the log, in every copy of the log, can no longer be read;
+        (3) wait until the projection has folded the deletion, which deletes
+        its rows and summary-cache entries in the same transaction and
+        rewrites the DuckDB file so no freed block keeps its text; (4) wait
+        for summaries in flight, then delete rows a late writer added. Idempotent: forgetting again redoes
+        (2)..(4). Raises :class:`ConfigError` when content is not sealed
+        (a Kafka log without a ``keystore``): the log could not be erased.
+        """
+        from memfold.engine.events import ConversationDeleted, ConversationDeletedPayload
+
+        if self.sealer is None:
+            raise ConfigError(
+                "this deployment stores content unsealed (no key store), so a conversation cannot be erased "
+                "from its log; set 'keystore' (env MEMFOLD_KEYSTORE) to a key store every node shares"
+            )
+        if not isinstance(conversation_id, str) or not conversation_id.strip():
+            raise ValidationError("conversation_id is required and must be a non-empty string", field="conversation_id")
+        event = ConversationDeleted(
+            event_id=new_event_id(), tenant_id=tenant_id, conversation_id=conversation_id, occurred_at=utcnow(),
+            payload=ConversationDeletedPayload(reason=reason),
+        )
+        position = self.log.append([event])[0]
+        self.sealer.keys.destroy(event.key)
+        self.sealer.forget()
+        if self.store is None:
+            return position  # a client: every projector node erases its replica when it folds the deletion
+        self.runner.notify()
+        self.wait_for(position, timeout)
+        self.wait_idle(timeout)
+        with self.runner.paused():  # the projector compacted on commit; a late summary-cache write may follow
+            if self.store.erase(tenant_id, conversation_id):
+                self.store.compact()
+            self.projector.tail.drop((tenant_id, conversation_id))
+        return position
 
     def rebuild(self, timeout: float = 600.0) -> None:
         """Throw the projection away and fold it again from the log; return when idle.

@@ -21,7 +21,8 @@
      │    └── SummarizerOutputError             the model answered, but not with what was asked (broken JSON)
      ├── EmbedderError                          an embedder could not produce vectors (remote model, optional package)
      │    └── EmbedderTimeoutError
-     └── TokenizerUnavailableError              the tiktoken encoding cannot be loaded offline
+     ├── TokenizerUnavailableError              the tiktoken encoding cannot be loaded offline
+     └── KeyStoreError                          the data-key store (crypto-shredding) cannot be read or written
 
 Driver exceptions (sqlite3, duckdb, kafka, openai) never cross a module boundary:
 the adapter that catches one raises one of these ``from`` it.
@@ -153,3 +154,8 @@ class EmbedderTimeoutError(EmbedderError):
 
 class TokenizerUnavailableError(MemfoldError):
     """The configured tiktoken encoding cannot be loaded without network access."""
+
+
+class KeyStoreError(MemfoldError):
+    """The data-key store cannot be opened, read or written; nothing was sealed or destroyed."""
+

@@ -142,6 +142,10 @@ class Settings(BaseSettings):
     log: str | None = None  # URL: sqlite:///path or kafka://host:port; default: the data dir's SQLite file
     topic: str = "memfold.events"
     partitions: int = Field(8, ge=1, le=1024)
+    # Data keys for crypto-shredding: a file path (every node of a deployment must share it).
+    # Default: keys.sqlite in the data dir when the log is the data dir's SQLite file or another
+    # SQLite file; on Kafka there is no default, and content is stored unsealed until one is set.
+    keystore: str | None = None
     encoding: str = "cl100k_base"
     max_message_chars: int = Field(100_000, ge=1)
     max_message_tokens: int = Field(32_000, ge=1)
@@ -235,6 +239,14 @@ class Settings(BaseSettings):
     def log_url(self) -> str:
         """Return the event log URL, defaulting to the data dir's SQLite file."""
         return self.log or f"sqlite:///{(self.data_dir / 'events.sqlite').as_posix()}"
+
+    def keystore_location(self) -> str | None:
+        """Return the key store sealing this deployment's content, or None when content is not sealed."""
+        if self.keystore:
+            return self.keystore
+        if self.log_url().startswith("sqlite:"):
+            return (self.data_dir / "keys.sqlite").as_posix()
+        return None
 
     def projection_path(self) -> Path:
         """Return the DuckDB projection file of this data dir."""

@@ -27,6 +27,7 @@ from memfold.engine.events import (
 )
 from memfold.engine.ports import FoldContext, Policy
 from memfold.engine.positions import LogRecord
+from memfold.engine.sealing import is_shredded
 from memfold.engine.tokens import MESSAGE_OVERHEAD, TokenCounter
 
 from .fold import ConversationCounters, fold_event
@@ -88,9 +89,15 @@ class Projector:
         return state
 
     def committed(self, changes: Changes) -> None:
-        """Note that ``changes`` are durable: their messages join the hot tail read by ``context``."""
+        """Note that ``changes`` are durable: their messages join the hot tail read by ``context``.
+
+        When they erased a conversation that had content, the store file is
+        rewritten (:meth:`DuckDBProjectionStore.compact`) before returning.
+        """
         for key in changes.deleted:
             self.tail.drop(key)
+        if changes.erased:
+            self.store.compact()  # DuckDB leaves deleted rows' bytes in freed blocks
         deleted = changes.deleted
         self.tail.extend(r for r in changes.records if (r.tenant_id, r.conversation_id) not in deleted)
 
@@ -170,6 +177,8 @@ class Projector:
                 conv.first_at = event.occurred_at
             conv.last_at = max(conv.last_at, event.occurred_at) if conv.last_at else event.occurred_at
             tokens = next(token_iter) + MESSAGE_OVERHEAD if isinstance(event, MessageAppended) else 0
+            if is_shredded(event):  # its key was destroyed: the conversation was forgotten, fold nothing of it
+                conv.deleted = True
             folded = fold_event(
                 event,
                 ConversationCounters(conv.message_count, conv.token_count, conv.deleted),
@@ -188,6 +197,8 @@ class Projector:
                     self._facts_diff(ch, event)
             elif isinstance(event, ConversationDeleted):
                 ch.deleted.add(conv_key)
+                if conv.message_count:  # its text was in this file: rewrite it once the deletion commits
+                    ch.erased.add(conv_key)
                 _drop_message_rows(ch, conv_key)
                 for policy in self.policies:
                     self._facts.pop((policy, *conv_key), None)

@@ -11,6 +11,7 @@ DuckDB allows one writing process per file; a second process gets
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from collections.abc import Iterable, Sequence
@@ -25,6 +26,8 @@ from memfold.engine.errors import ProjectionBusyError, ProjectionError
 from memfold.engine.events import ToolCall
 from memfold.engine.ports import MessageRecord
 from memfold.engine.positions import Position
+
+from .summary_cache import CACHE_TABLE_DDL, CACHE_TABLE_MIGRATIONS
 
 SCHEMA_VERSION = 1
 
@@ -98,6 +101,7 @@ class Changes:
     policy_states: dict[tuple[str, str, str], str] = field(default_factory=dict)
     policy_rows: dict[tuple[str, str, str], dict[str, list[dict[str, Any]]]] = field(default_factory=dict)
     deleted: set[tuple[str, str]] = field(default_factory=set)
+    erased: set[tuple[str, str]] = field(default_factory=set)  # deleted ones whose text was stored
     records: list[MessageRecord] = field(default_factory=list)  # for the hot tail, not written
 
     def __len__(self) -> int:
@@ -135,9 +139,10 @@ class DuckDBProjectionStore:
             raise ProjectionError(f"no projection at {self.path}: run a command that ingests first")
         self._con = _connect(self.path, read_only, lock_wait_s)
         self._local = threading.local()
+        self._generation = 0
         self._write_lock = threading.Lock()
         if not read_only:
-            for ddl in _DDL:
+            for ddl in (*_DDL, CACHE_TABLE_DDL, *CACHE_TABLE_MIGRATIONS):
                 self._con.execute(ddl)
             self._con.execute(
                 "INSERT OR IGNORE INTO store_meta VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)]
@@ -150,10 +155,15 @@ class DuckDBProjectionStore:
     def connection(self) -> duckdb.DuckDBPyConnection:
         """Return this thread's cursor on the store (for the summary cache and ad-hoc SQL)."""
         cur = getattr(self._local, "cur", None)
-        if cur is None:
+        if cur is None or self._local.generation != self._generation:  # a compaction reopened the file
             cur = self._con.cursor()
             self._local.cur = cur
+            self._local.generation = self._generation
         return cur
+
+    def cursor(self) -> duckdb.DuckDBPyConnection:
+        """Return a new cursor on the current file (the summary cache takes one per call)."""
+        return self._con.cursor()
 
     def close(self) -> None:
         """Close the store; further calls fail."""
@@ -235,15 +245,6 @@ class DuckDBProjectionStore:
     def _write(self, cur: duckdb.DuckDBPyConnection, ch: Changes) -> None:
         if ch.events["event_id"]:
             _insert_columns(cur, "events", ch.events)
-        for tenant_id, conversation_id in ch.deleted:
-            for table in ("messages", "facts", "policy_rows"):
-                cur.execute(
-                    f"DELETE FROM {table} WHERE tenant_id = ? AND conversation_id = ?", [tenant_id, conversation_id]
-                )
-            cur.execute(
-                "UPDATE summaries SET text = NULL, facts = NULL WHERE tenant_id = ? AND conversation_id = ?",
-                [tenant_id, conversation_id],
-            )
         if ch.messages["event_id"]:
             _insert_columns(cur, "messages", ch.messages)
         if ch.conversations:
@@ -321,6 +322,54 @@ class DuckDBProjectionStore:
                 cur.register("_prows", pa.Table.from_pylist(rows))
                 cur.execute("INSERT INTO policy_rows SELECT policy, tbl, tenant_id, conversation_id, row::JSON FROM _prows")
                 cur.unregister("_prows")
+        # Last, so that rows this same batch wrote before the deletion go too.
+        for tenant_id, conversation_id in ch.deleted:
+            _erase(cur, tenant_id, conversation_id)
+
+    def erase(self, tenant_id: str, conversation_id: str) -> int:
+        """Delete every content row of a conversation again (rows a late writer added); return how many went."""
+        if self.read_only:
+            raise ProjectionError("this projection is open read-only")
+        cur = self.connection
+        with self._write_lock:
+            try:
+                cur.execute("BEGIN TRANSACTION")
+                count = _erase(cur, tenant_id, conversation_id)
+                cur.execute("COMMIT")
+                return count
+            except duckdb.Error as exc:
+                cur.execute("ROLLBACK")
+                raise ProjectionError(f"cannot erase {tenant_id}/{conversation_id}: {exc}") from exc
+
+    def compact(self) -> None:
+        """Rewrite the DuckDB file so that deleted rows leave no bytes behind, then reopen it.
+
+        DuckDB frees the blocks of deleted rows without overwriting them, so
+        an erased conversation's text would stay readable in the file. Steps:
+        (1) copy every table into a fresh file beside this one; (2) close the
+        connection; (3) atomically rename the fresh file over this one;
+        (4) reopen. Callers hold every writer still (the runner paused); a
+        reader racing step 2..4 gets a :class:`ProjectionError` and may retry.
+        """
+        if self.read_only:
+            raise ProjectionError("this projection is open read-only")
+        fresh = self.path.with_name(self.path.name + ".compact")
+        fresh.unlink(missing_ok=True)
+        with self._write_lock:
+            try:
+                self._con.execute("CHECKPOINT")
+                self._con.execute(f"ATTACH '{fresh.as_posix()}' AS memfold_compact")
+                catalog = self._con.execute("SELECT current_database()").fetchone()[0]
+                self._con.execute(f'COPY FROM DATABASE "{catalog}" TO memfold_compact')
+                self._con.execute("DETACH memfold_compact")
+            except duckdb.Error as exc:
+                fresh.unlink(missing_ok=True)
+                raise ProjectionError(f"cannot compact the projection {self.path}: {exc}") from exc
+            self._con.close()
+            os.replace(fresh, self.path)
+            self.path.with_name(self.path.name + ".wal").unlink(missing_ok=True)
+            self._con = _connect(self.path, False, 5.0)
+            self._generation += 1
 
     # ----------------------------------------------------------------- reads
 
@@ -507,6 +556,29 @@ def _records(rows: list[tuple[Any, ...]]) -> list[MessageRecord]:
             )
         )
     return out
+
+
+_ERASED_PAYLOAD = '{"erased": true}'
+
+
+def _erase(cur: duckdb.DuckDBPyConnection, tenant_id: str, conversation_id: str) -> int:
+    """Delete a forgotten conversation's rows; keep the envelope of its events, content scrubbed.
+
+    What stays is what an audit needs to show the conversation existed and
+    was erased: its ``conversations`` row (``deleted``) and its events' types,
+    seqs and times. Message, summary and fact text goes, and so do the
+    summary cache entries built from it.
+    """
+    key = [tenant_id, conversation_id]
+    count = 0
+    for table in ("messages", "summaries", "facts", "policy_rows", "llm_cache"):
+        count += cur.execute(f"DELETE FROM {table} WHERE tenant_id = ? AND conversation_id = ?", key).fetchone()[0]
+    count += cur.execute(
+        "UPDATE events SET payload = ? WHERE tenant_id = ? AND conversation_id = ? "
+        "AND type IN ('MessageAppended', 'SummaryProduced') AND payload::VARCHAR <> ?",
+        [_ERASED_PAYLOAD, *key, _ERASED_PAYLOAD],
+    ).fetchone()[0]
+    return count
 
 
 def _q(col: str) -> str:

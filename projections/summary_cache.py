@@ -34,9 +34,16 @@ CREATE TABLE IF NOT EXISTS llm_cache (
     model       VARCHAR NOT NULL,
     prompt_hash VARCHAR NOT NULL,
     created_at  TIMESTAMPTZ NOT NULL,
-    output      JSON NOT NULL
+    output      JSON NOT NULL,
+    tenant_id   VARCHAR,
+    conversation_id VARCHAR
 )
 """
+# Caches written before entries named their conversation (forgetting one deletes its entries).
+CACHE_TABLE_MIGRATIONS = (
+    "ALTER TABLE llm_cache ADD COLUMN IF NOT EXISTS tenant_id VARCHAR",
+    "ALTER TABLE llm_cache ADD COLUMN IF NOT EXISTS conversation_id VARCHAR",
+)
 
 
 _SCALARS = (str, int, float, bool, type(None))
@@ -133,7 +140,8 @@ class CachingSummarizer:
         self.errors = 0
         try:
             with self._cursor() as cur:
-                cur.execute(CACHE_TABLE_DDL)
+                for ddl in (CACHE_TABLE_DDL, *CACHE_TABLE_MIGRATIONS):
+                    cur.execute(ddl)
         except duckdb.Error as exc:
             raise ProjectionError(f"cannot create the llm_cache table: {exc}") from exc
 
@@ -169,7 +177,7 @@ class CachingSummarizer:
         with self._lock:
             self.misses += 1
         output = self.inner.summarize(request)  # errors propagate uncached
-        self._write(key, output)
+        self._write(key, output, request)
         return output
 
     def _read(self, key: str) -> SummaryOutput | None:
@@ -188,14 +196,17 @@ class CachingSummarizer:
             self._count_error("decode", exc)
             return None
 
-    def _write(self, key: str, output: SummaryOutput) -> None:
+    def _write(self, key: str, output: SummaryOutput, request: SummaryInput) -> None:
         model, phash = output.model, output.prompt_hash
+        first = request.messages[0] if request.messages else None
+        tenant_id, conversation_id = (first.tenant_id, first.conversation_id) if first else (None, None)
         try:
             with self._cursor() as cur:
                 cur.execute(
-                    "INSERT INTO llm_cache (key, summarizer, model, prompt_hash, created_at, output) "
-                    "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (key) DO NOTHING",
-                    [key, self.inner.name, model, phash, datetime.now(timezone.utc), output_to_json(output)],
+                    "INSERT INTO llm_cache (key, summarizer, model, prompt_hash, created_at, output, tenant_id, "
+                    "conversation_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (key) DO NOTHING",
+                    [key, self.inner.name, model, phash, datetime.now(timezone.utc), output_to_json(output),
+                     tenant_id, conversation_id],
                 )
         except duckdb.Error as exc:
             self._count_error("write", exc)

@@ -53,6 +53,7 @@ from faust.types import Message
 from memfold.engine.engine import fold_contexts
 from memfold.engine.errors import ConfigError, LogError, ProjectionError
 from memfold.engine.events import Event, SummaryRequested, decode
+from memfold.engine.sealing import Sealer
 from memfold.engine.ids import content_hash
 from memfold.engine.partitioner import partition_for
 from memfold.engine.positions import LogRecord, Position
@@ -66,6 +67,7 @@ from memfold.projections.summarizers import build_summarizer
 from .embedded import EmbeddedRunner
 from .fold_table import PolicyFolder
 from .kafka_log import KafkaEventLog, record_headers, record_value
+from .sealed_log import sealed
 from .worker import answer, build_input
 
 log = logging.getLogger("memfold.faust")
@@ -201,6 +203,7 @@ class WorkerRuntime:
         self.data_dir = Path(data_dir)
         self.timeout = timeout
         self.log: KafkaEventLog | None = None
+        self.sealer: Sealer | None = None
         self.replica_log: KafkaEventLog | None = None
         self.store: DuckDBProjectionStore | None = None
         self.runner: EmbeddedRunner | None = None
@@ -210,6 +213,10 @@ class WorkerRuntime:
         self._open_lock = threading.Lock()
         self.stopping = False
         self.appended = 0
+
+    def unseal(self, event: Event) -> Event:
+        """Return ``event`` with its content unsealed (as is when no key store is configured)."""
+        return self.sealer.unseal(event) if self.sealer is not None else event
 
     @property
     def is_open(self) -> bool:
@@ -229,6 +236,10 @@ class WorkerRuntime:
             self.replica_log = KafkaEventLog(
                 self.bootstrap, topic=s.topic, partitions=s.partitions, timeout=self.timeout, client_id="memfold-replica"
             )
+            # Sealed content (a shared key store is configured) is unsealed for the fold and the replica,
+            # and summaries are sealed on append, as in every other runner.
+            self.log, self.sealer = sealed(self.log, s.keystore)
+            self.replica_log, _ = sealed(self.replica_log, s.keystore)
             self.store = DuckDBProjectionStore(self.data_dir / REPLICA_FILE)
             self._bind(f"kafka://{self.bootstrap}/{s.topic}")
             # No policies: the replica holds the rows the summarizer reads (messages, summaries) and
@@ -488,7 +499,8 @@ def create_app(
                     log.warning("faust skipped %s:%d..%d; folding them from the log", partition, last + 1, offset - 1)
                     records = await runtime.read(partition, last + 1, offset)
                     folder.filled += len(records)
-                records.append(LogRecord(Position(partition, offset), decode(event.value)))
+                decoded = decode(event.value)
+                records.append(LogRecord(Position(partition, offset), runtime.unseal(decoded)))
                 runtime.wake_replica()
                 for record in records:
                     await fold_one(partition, record.position.offset, record.event)

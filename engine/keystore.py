@@ -1,0 +1,181 @@
+"""Per-conversation data keys for crypto-shredding: the ``KeyStore`` port and its file backend.
+
+Every conversation (``tenant/conversation``, its *scope*) gets a random
+256-bit data key the first time content of it is written; message, summary
+and fact content in the log is sealed with it (:mod:`memfold.engine.sealing`).
+Forgetting a conversation destroys its keys, which makes that content
+unreadable everywhere the log was copied, without rewriting the immutable log.
+
+The default backend is one SQLite file in the data dir (``keys.sqlite``)
+with ``secure_delete`` on, so a destroyed key is overwritten with zeros in
+the file and its WAL is truncated. Anything with the same four methods (a
+KMS that wraps data keys with a master key, say) can stand in for it.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+from .errors import KeyStoreError
+
+KEY_BYTES = 32  # AES-256
+
+
+@runtime_checkable
+class KeyStore(Protocol):
+    """Where data keys live. Keys are never logged, exported or put in a projection."""
+
+    def active_key(self, scope: str) -> tuple[str, bytes]:
+        """Return ``(key_id, key)`` to seal new content of ``scope``, creating a key if it has none.
+
+        After :meth:`destroy` the scope gets a *new* key: content written
+        after a forget is readable, content written before stays shredded.
+        """
+        ...
+
+    def key(self, key_id: str) -> bytes | None:
+        """Return the key ``key_id`` names, or None once destroyed.
+
+        Raises :class:`KeyStoreError` for a key this store never held (a node
+        pointed at the wrong key store must not mistake content for erased).
+        """
+        ...
+
+    def destroy(self, scope: str) -> int:
+        """Destroy every key of ``scope`` durably; return how many were live. Idempotent."""
+        ...
+
+    def close(self) -> None: ...
+
+
+_DDL = """CREATE TABLE IF NOT EXISTS data_keys (
+    key_id TEXT PRIMARY KEY, scope TEXT NOT NULL, key BLOB,
+    created_at TEXT NOT NULL, destroyed_at TEXT)"""
+
+
+class SQLiteKeyStore:
+    """Data keys in one SQLite file; safe across threads and processes sharing the file.
+
+    Destroyed keys leave a tombstone row (scope, creation and destruction
+    time, no key bytes) so that audits can show when a conversation was erased.
+    """
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._active: dict[str, tuple[str, bytes]] = {}
+        self._keys: dict[str, bytes] = {}
+        try:
+            self._db = sqlite3.connect(self.path, check_same_thread=False, timeout=30.0, isolation_level=None)
+            self._db.execute("PRAGMA secure_delete = ON")  # freed cells are zeroed, not left in the file
+            self._db.execute("PRAGMA journal_mode = WAL")
+            self._db.execute(_DDL)
+            self._db.execute("CREATE INDEX IF NOT EXISTS data_keys_scope ON data_keys (scope)")
+        except sqlite3.Error as exc:
+            raise KeyStoreError(f"cannot open the key store {self.path}: {exc}") from exc
+        os.chmod(self.path, 0o600)
+
+    def active_key(self, scope: str) -> tuple[str, bytes]:
+        with self._lock:
+            found = self._active.get(scope)
+            if found is not None:
+                return found
+            try:
+                row = self._db.execute(
+                    "SELECT key_id, key FROM data_keys WHERE scope = ? AND key IS NOT NULL ORDER BY rowid DESC LIMIT 1",
+                    [scope],
+                ).fetchone()
+                if row is None:
+                    key_id, key = "dk-" + os.urandom(12).hex(), os.urandom(KEY_BYTES)
+                    self._db.execute(
+                        "INSERT INTO data_keys (key_id, scope, key, created_at) VALUES (?, ?, ?, ?)",
+                        [key_id, scope, key, _now()],
+                    )
+                    row = (key_id, key)
+            except sqlite3.Error as exc:
+                raise KeyStoreError(f"cannot create a data key in {self.path}: {exc}") from exc
+            found = (row[0], bytes(row[1]))
+            self._active[scope] = found
+            self._keys[found[0]] = found[1]
+            return found
+
+    def key(self, key_id: str) -> bytes | None:
+        with self._lock:
+            found = self._keys.get(key_id)
+            if found is not None:
+                return found
+            try:
+                row = self._db.execute("SELECT key FROM data_keys WHERE key_id = ?", [key_id]).fetchone()
+            except sqlite3.Error as exc:
+                raise KeyStoreError(f"cannot read the key store {self.path}: {exc}") from exc
+            if row is None:
+                raise KeyStoreError(
+                    f"data key {key_id} is not in the key store {self.path}: every node must use the key "
+                    "store the writers use (setting 'keystore', env MEMFOLD_KEYSTORE)"
+                )
+            if row[0] is None:
+                return None
+            self._keys[key_id] = bytes(row[0])
+            return self._keys[key_id]
+
+    def destroy(self, scope: str) -> int:
+        with self._lock:
+            try:
+                ids = [r[0] for r in self._db.execute(
+                    "SELECT key_id FROM data_keys WHERE scope = ? AND key IS NOT NULL", [scope]
+                ).fetchall()]
+                self._db.execute(
+                    "UPDATE data_keys SET key = NULL, destroyed_at = ? WHERE scope = ? AND key IS NOT NULL",
+                    [_now(), scope],
+                )
+                self._truncate_wal()
+            except sqlite3.Error as exc:
+                raise KeyStoreError(f"cannot destroy the keys of {scope} in {self.path}: {exc}") from exc
+            self._active.pop(scope, None)
+            for key_id in ids:
+                self._keys.pop(key_id, None)
+            return len(ids)
+
+    def destroyed(self, scope: str) -> list[tuple[str, str, str]]:
+        """Return ``(key_id, created_at, destroyed_at)`` of every destroyed key of ``scope``."""
+        with self._lock:
+            return self._db.execute(
+                "SELECT key_id, created_at, destroyed_at FROM data_keys WHERE scope = ? AND key IS NULL ORDER BY rowid",
+                [scope],
+            ).fetchall()
+
+    def _truncate_wal(self) -> None:
+        """Move the WAL into the file and empty it: the WAL still holds the key's old page."""
+        for _ in range(50):
+            busy, _log, _done = self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            if not busy:
+                return
+            time.sleep(0.05)  # another process is reading; its snapshot ends soon
+        raise KeyStoreError(f"the key store {self.path} stayed busy; the destroyed key may linger in its WAL")
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+            self._active.clear()
+            self._keys.clear()
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat()
+
+
+def open_keystore(location: str | Path) -> KeyStore:
+    """Open the key store ``location`` names: a file path (SQLite) or ``file:///path``."""
+    text = str(location)
+    if text.startswith("file://"):
+        text = text[len("file://"):]
+    elif "://" in text:
+        raise KeyStoreError(f"unknown key store {location!r}: give a file path (a KMS needs its own KeyStore class)")
+    return SQLiteKeyStore(text)

@@ -1,0 +1,64 @@
+"""An ``EventLog`` that seals content on append and unseals it on read (crypto-shredding).
+
+Wraps any backend (SQLite file, Kafka topic): only ciphertext ever reaches
+the log, so erasing a conversation is destroying its data key; the log
+itself stays immutable. Readers get plaintext while the key lives and the
+sealed event (see :func:`memfold.engine.sealing.is_shredded`) after.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from memfold.engine.events import Event
+from memfold.engine.ports import EventLog
+from memfold.engine.positions import LogRecord, Position
+from memfold.engine.sealing import Sealer
+
+
+class SealedLog:
+    """``EventLog`` over ``inner`` with content sealed by ``sealer``; every other call passes through."""
+
+    def __init__(self, inner: EventLog, sealer: Sealer):
+        self.inner = inner
+        self.sealer = sealer
+
+    @property
+    def partition_count(self) -> int:
+        return self.inner.partition_count
+
+    def append(self, events: Sequence[Event]) -> list[Position]:
+        """Seal ``events`` (keys are created durably first), then append them to the inner log."""
+        return self.inner.append(self.sealer.seal(events))
+
+    def read(self, partition: int, start: int, limit: int = 1000) -> list[LogRecord]:
+        """Return the inner log's records *at* ``start`` onwards, content unsealed where keys live."""
+        unseal = self.sealer.unseal
+        return [LogRecord(r.position, unseal(r.event)) for r in self.inner.read(partition, start, limit)]
+
+    def partitions(self) -> list[int]:
+        return self.inner.partitions()
+
+    def end_positions(self) -> dict[int, int]:
+        return self.inner.end_positions()
+
+    def close(self) -> None:
+        """Close the inner log and the key store."""
+        try:
+            self.inner.close()
+        finally:
+            self.sealer.keys.close()
+
+    def __getattr__(self, name: str) -> Any:  # backend extras (topic, bootstrap, ...) stay reachable
+        return getattr(self.inner, name)
+
+
+def sealed(log: EventLog, keystore: str | None) -> tuple[EventLog, Sealer | None]:
+    """Return ``log`` sealing content with the key store at ``keystore``, and its sealer; as is when None."""
+    if keystore is None:
+        return log, None
+    from memfold.engine.keystore import open_keystore
+
+    sealer = Sealer(open_keystore(keystore))
+    return SealedLog(log, sealer), sealer

@@ -1,0 +1,158 @@
+"""Erasure by crypto-shredding: after ``forget`` no file in the data dir (and no Kafka record) holds the text."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+
+from memfold.engine.cli import main
+from memfold.engine.engine import MemoryEngine
+from memfold.engine.errors import ConfigError
+from memfold.engine.events import MessageAppended, SummaryProduced
+from memfold.engine.keystore import SQLiteKeyStore
+from memfold.engine.settings import Settings
+from memfold.streams.sqlite_log import SQLiteEventLog
+
+LOW_TRIGGER = {"hierarchical": {"trigger_message_count": 6, "recent_message_count": 2, "resummarize_every": 2}}
+
+
+def _plant() -> str:
+    return "zq" + uuid.uuid4().hex[:14]
+
+
+def _talk(engine: MemoryEngine, conversation: str, plant: str, n: int = 14) -> None:
+    for i in range(n):
+        role = "user" if i % 2 == 0 else "assistant"
+        text = f"{role} turn {i}: the delivery of order #{4100 + i} moves to Friday"
+        if i in (0, 5):
+            text = f"My name is Dana {plant.title()}, write to {plant}@example.com; order #{plant.upper()} is late."
+        engine.append_message(conversation, role, text)
+
+
+def _files_with(root: Path, needle: str) -> list[str]:
+    """Return every file under ``root`` whose raw bytes contain ``needle`` (any case, utf-8)."""
+    hits = []
+    forms = {needle.encode(), needle.upper().encode(), needle.title().encode()}
+    for path in root.rglob("*"):
+        if path.is_file():
+            data = path.read_bytes()
+            if any(f in data for f in forms):
+                hits.append(str(path.relative_to(root)))
+    return hits
+
+
+def _engine(data: Path, **kw) -> MemoryEngine:
+    return MemoryEngine(Settings.load(None, data_dir=data, **LOW_TRIGGER, **kw))
+
+
+def test_forget_leaves_no_trace_of_the_text_and_keeps_the_others(tmp_path):
+    data = tmp_path / "data"
+    secret, kept = _plant(), _plant()
+    with _engine(data) as engine:
+        _talk(engine, "secret", secret)
+        _talk(engine, "kept", kept)
+        engine.wait_idle(60)
+        memory = " ".join(m.content for m in engine.context("secret") if m.kind.startswith("memory"))
+        assert secret in memory.lower(), "the summary must carry the planted text for the test to mean anything"
+        engine.sql("CHECKPOINT")
+        before = _files_with(data, secret)
+        assert "projections.duckdb" in before  # the scan sees plaintext where it is
+        assert "events.sqlite" not in before and not any(h.startswith("events.sqlite") for h in before)
+        kept_context = [m.as_dict() for m in engine.context("kept", budget=400)]
+        kept_summaries = [(r["summary_id"], r["text"]) for r in engine.summaries("kept")]
+        cache_rows = engine.sql("SELECT count(*) FROM llm_cache WHERE conversation_id = 'secret'")[1][0][0]
+        assert cache_rows > 0
+
+        engine.forget("secret", reason="user request")
+
+        assert _files_with(data, secret) == []
+        assert engine.history("secret") == []
+        assert engine.summaries("secret") == []
+        assert engine.sql("SELECT count(*) FROM llm_cache WHERE conversation_id = 'secret'")[1][0][0] == 0
+        assert engine.sql("SELECT deleted FROM conversations WHERE conversation_id = 'secret'")[1] == [(True,)]
+        types = [r[0] for r in engine.sql(
+            "SELECT type FROM events WHERE conversation_id = 'secret' ORDER BY seq")[1]]
+        assert types.count("MessageAppended") == 14 and types[-1] == "ConversationDeleted"
+        assert [m.as_dict() for m in engine.context("kept", budget=400)] == kept_context
+        assert [(r["summary_id"], r["text"]) for r in engine.summaries("kept")] == kept_summaries
+        assert kept in " ".join(m.content for m in engine.context("kept")).lower()
+
+    # The log still holds every event of the conversation, sealed with a destroyed key.
+    log = SQLiteEventLog(data / "events.sqlite", partitions=8)
+    try:
+        events = [r.event for p in log.partitions() for r in log.read(p, 0, 10_000) if r.event.conversation_id == "secret"]
+    finally:
+        log.close()
+    sealed = [e for e in events if isinstance(e, (MessageAppended, SummaryProduced))]
+    assert sealed and all(e.payload.encrypted is not None for e in sealed)
+    assert all(getattr(e.payload, "content", None) is None and not getattr(e.payload, "text", "") for e in sealed)
+    keys = SQLiteKeyStore(data / "keys.sqlite")
+    try:
+        assert keys.key(sealed[0].payload.encrypted.key_id) is None
+        assert len(keys.destroyed("default/secret")) == 1
+    finally:
+        keys.close()
+
+    # A rebuild from the log afterwards shows the conversation existed and was erased, never its text.
+    with _engine(data) as engine:
+        engine.rebuild()
+        assert engine.history("secret") == []
+        assert engine.sql("SELECT deleted FROM conversations WHERE conversation_id = 'secret'")[1] == [(True,)]
+        assert [(r["summary_id"], r["text"]) for r in engine.summaries("kept")] == kept_summaries
+    assert _files_with(data, secret) == []
+
+
+def test_forget_from_the_cli(tmp_path, capsys):
+    data = tmp_path / "data"
+    plant = _plant()
+    with _engine(data) as engine:
+        _talk(engine, "c1", plant, n=4)
+        engine.wait_idle(60)
+    assert main(["--data-dir", str(data), "forget", "c1"]) == 0
+    assert "forgot default/c1" in capsys.readouterr().out
+    assert _files_with(data, plant) == []
+    assert main(["--data-dir", str(data), "forget", " "]) == 2
+
+
+def test_forget_needs_a_key_store_on_an_unsealed_log(tmp_path):
+    with MemoryEngine(Settings.load(None, data_dir=tmp_path / "d")) as engine:
+        engine.sealer = None  # what a Kafka deployment without 'keystore' has
+        with pytest.raises(ConfigError, match="keystore"):
+            engine.forget("c1")
+
+
+@pytest.mark.kafka
+def test_forget_on_kafka_leaves_no_record_with_the_text(tmp_path, kafka_bootstrap):
+    from kafka import KafkaConsumer, TopicPartition
+
+    topic = f"memfold.forget.{uuid.uuid4().hex[:8]}"
+    data, secret, kept = tmp_path / "data", _plant(), _plant()
+    settings = dict(log=f"kafka://{kafka_bootstrap}", topic=topic, partitions=2, keystore=str(tmp_path / "keys.sqlite"))
+    with _engine(data, **settings) as engine:
+        _talk(engine, "secret", secret, n=8)
+        _talk(engine, "kept", kept, n=8)
+        engine.wait_idle(90)
+        assert secret in " ".join(m.content for m in engine.context("secret")).lower()
+        engine.forget("secret")
+        assert engine.history("secret") == []
+        assert kept in " ".join(m.content for m in engine.context("kept")).lower()
+
+    consumer = KafkaConsumer(bootstrap_servers=kafka_bootstrap, enable_auto_commit=False, consumer_timeout_ms=3000)
+    try:
+        parts = [TopicPartition(topic, p) for p in range(2)]
+        consumer.assign(parts)
+        consumer.seek_to_beginning(*parts)
+        ends = consumer.end_offsets(parts)
+        values: list[bytes] = []
+        while sum(consumer.position(tp) for tp in parts) < sum(ends.values()):
+            for batch in consumer.poll(timeout_ms=1000).values():
+                values.extend(r.value for r in batch)
+    finally:
+        consumer.close()
+    blob = b"\n".join(values)
+    assert b'"conversation_id":"secret"' in blob and b"ConversationDeleted" in blob  # it existed, was erased
+    assert secret.encode() not in blob and secret.upper().encode() not in blob
+    assert b'"conversation_id":"kept"' in blob and kept.encode() not in blob  # sealed too, but readable with its key
+    assert _files_with(data, secret) == [] and _files_with(tmp_path, secret) == []
