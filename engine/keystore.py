@@ -20,6 +20,7 @@ import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 from .errors import KeyStoreError
@@ -31,11 +32,11 @@ KEY_BYTES = 32  # AES-256
 class KeyStore(Protocol):
     """Where data keys live. Keys are never logged, exported or put in a projection."""
 
-    def active_key(self, scope: str) -> tuple[str, bytes]:
-        """Return ``(key_id, key)`` to seal new content of ``scope``, creating a key if it has none.
+    def active_keys(self, scopes: Sequence[str]) -> dict[str, tuple[str, bytes]]:
+        """Return ``{scope: (key_id, key)}`` to seal new content, creating keys (durably) for scopes without one.
 
-        After :meth:`destroy` the scope gets a *new* key: content written
-        after a forget is readable, content written before stays shredded.
+        After :meth:`destroy` a scope gets a *new* key: content written after
+        a forget is readable, content written before stays shredded.
         """
         ...
 
@@ -82,29 +83,36 @@ class SQLiteKeyStore:
             raise KeyStoreError(f"cannot open the key store {self.path}: {exc}") from exc
         os.chmod(self.path, 0o600)
 
-    def active_key(self, scope: str) -> tuple[str, bytes]:
+    def active_keys(self, scopes: Sequence[str]) -> dict[str, tuple[str, bytes]]:
         with self._lock:
-            found = self._active.get(scope)
-            if found is not None:
-                return found
-            try:
-                row = self._db.execute(
-                    "SELECT key_id, key FROM data_keys WHERE scope = ? AND key IS NOT NULL ORDER BY rowid DESC LIMIT 1",
-                    [scope],
-                ).fetchone()
-                if row is None:
-                    key_id, key = "dk-" + os.urandom(12).hex(), os.urandom(KEY_BYTES)
-                    self._db.execute(
-                        "INSERT INTO data_keys (key_id, scope, key, created_at) VALUES (?, ?, ?, ?)",
-                        [key_id, scope, key, _now()],
-                    )
-                    row = (key_id, key)
+            out = {scope: self._active[scope] for scope in scopes if scope in self._active}
+            missing = list(dict.fromkeys(scope for scope in scopes if scope not in out))
+            if not missing:
+                return out
+            try:  # one transaction (one fsync) for a whole batch of new conversations
+                self._db.execute("BEGIN IMMEDIATE")
+                found = {}
+                for scope in missing:
+                    row = self._db.execute(
+                        "SELECT key_id, key FROM data_keys WHERE scope = ? AND key IS NOT NULL "
+                        "ORDER BY rowid DESC LIMIT 1", [scope],
+                    ).fetchone()
+                    if row is None:
+                        row = ("dk-" + os.urandom(12).hex(), os.urandom(KEY_BYTES))
+                        self._db.execute(
+                            "INSERT INTO data_keys (key_id, scope, key, created_at) VALUES (?, ?, ?, ?)",
+                            [row[0], scope, row[1], _now()],
+                        )
+                    found[scope] = (row[0], bytes(row[1]))
+                self._db.execute("COMMIT")
             except sqlite3.Error as exc:
-                raise KeyStoreError(f"cannot create a data key in {self.path}: {exc}") from exc
-            found = (row[0], bytes(row[1]))
-            self._active[scope] = found
-            self._keys[found[0]] = found[1]
-            return found
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise KeyStoreError(f"cannot create data keys in {self.path}: {exc}") from exc
+            for scope, (key_id, key) in found.items():
+                self._active[scope] = (key_id, key)
+                self._keys[key_id] = key
+            return out | found
 
     def key(self, key_id: str) -> bytes | None:
         with self._lock:
