@@ -6,8 +6,9 @@ code, never a stack trace: 1 runtime error, 2 invalid input or usage, 3 the
 projection is busy (another process holds it).
 
 JSON shapes (stable):
-- ``context --json``: ``[{"role", "content", "kind"}]`` (+ ``tool_calls``/``tool_call_id`` when set);
-  kind is ``system_prompt``, ``memory:<facts|narrative|summary|...>``, ``verbatim`` or ``current``.
+- ``context --json``: ``[{"role", "content", "kind", "tokens"}]`` (+ ``index``, ``occurred_at`` for
+  conversation messages, ``tool_calls``/``tool_call_id`` when set); kind is ``system_prompt``,
+  ``memory:<facts|narrative|summary|...>``, ``recalled``, ``verbatim`` or ``current``.
 - ``history --json``: ``[{"index", "seq", "role", "content", "tokens", "occurred_at", "model_variant",
   "tool_calls", "tool_call_id", "event_id"}]``.
 - ``summaries --json``: one object per summary request with its outcome and lineage.
@@ -68,6 +69,7 @@ def _parser() -> argparse.ArgumentParser:
     c = command("context", help="print the assembled context for the next model call")
     c.add_argument("conversation")
     c.add_argument("--budget", type=int, default=None, help="token budget (default: no limit)")
+    c.add_argument("--query", default=None, help="what to recall older messages for (default: the current user message)")
     c.add_argument("--tenant", default="default")
     c.add_argument("--json", action="store_true")
 
@@ -215,7 +217,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 def cmd_context(args: argparse.Namespace) -> int:
     with _engine(args) as engine:
         _catch_up(engine)
-        messages = engine.context(args.conversation, budget=args.budget, tenant_id=args.tenant)
+        messages = engine.context(args.conversation, budget=args.budget, query=args.query, tenant_id=args.tenant)
     if args.json:
         _print_json([m.as_dict() for m in messages])
     else:

@@ -9,6 +9,8 @@ read-your-writes; ``wait_idle()`` waits for the summaries due as well.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import importlib
 import logging
 import time
@@ -106,6 +108,9 @@ class MemoryEngine:
         settings = _bind_log(settings)
         self.settings = settings
         self.counter = token_counter(settings.encoding)
+        # Plans count their memory text on every read; the same summary is read many times.
+        self._count_cached = functools.lru_cache(maxsize=1024)(self.counter.count)
+        self._read_contexts: dict[str, FoldContext] = {}
         self._closed = True
         log_ = open_log(settings.log_url(), partitions=settings.partitions, topic=settings.topic)
         try:
@@ -191,7 +196,9 @@ class MemoryEngine:
         """Return the ``MessageAppended`` event for ``message`` or raise a :class:`ValidationError`.
 
         Keys: conversation_id, role, content, tenant_id, model_variant,
-        metadata, importance, tool_calls, tool_call_id, name, ts/occurred_at.
+        metadata, importance, tool_calls, tool_call_id, name, and the time the
+        message was said: occurred_at (or ts, or created_at; default now),
+        kept and shown with recalled messages.
         """
         s = self.settings
         conversation_id = message.get("conversation_id")
@@ -227,7 +234,7 @@ class MemoryEngine:
                 )
         if role == "tool" and not message.get("tool_call_id"):
             raise ValidationError("a tool message needs the tool_call_id it answers", field="tool_call_id", line=line)
-        occurred_at = message.get("occurred_at") or message.get("ts") or utcnow()
+        occurred_at = message.get("occurred_at") or message.get("ts") or message.get("created_at") or utcnow()
         try:
             return MessageAppended(
                 event_id=message.get("event_id") or new_event_id(),
@@ -362,17 +369,30 @@ class MemoryEngine:
         return impl.plan(self.projector.state(name, tenant_id, conversation_id), ctx)
 
     def context(
-        self, conversation_id: str, *, budget: int | None = None, policy: str | None = None, tenant_id: str = "default"
+        self,
+        conversation_id: str,
+        *,
+        budget: int | None = None,
+        query: str | None = None,
+        policy: str | None = None,
+        tenant_id: str = "default",
     ) -> list[ContextMessage]:
         """Return the messages for the next model call, within ``budget`` tokens. Never calls a model.
 
-        When the policy reports a pending summary and its settings allow a lazy
-        wait (seed 000), wait at most ``lazy_timeout_ms`` for it, then fall back.
+        Order: system prompt, memory, recalled older messages, recent verbatim,
+        current user message. With a budget, what memory and the uncovered
+        messages leave goes to older messages most relevant to ``query``
+        (default: the current user message), then to the newest older ones
+        (``projections.context``). When the policy reports a pending summary
+        and its settings allow a lazy wait (seed 000), wait at most
+        ``lazy_timeout_ms`` for it, then fall back.
         """
         from memfold.projections.context import assemble
+        from memfold.projections.retrieval import OlderFromProjection
 
         name = self._policy_name(policy, tenant_id)
         impl, ctx = self.policies[name]
+        ctx = self._read_contexts.setdefault(name, dataclasses.replace(ctx, count_tokens=self._count_cached))
         plan = impl.plan(self.projector.state(name, tenant_id, conversation_id), ctx)
         lazy_ms = getattr(ctx.settings, "lazy_timeout_ms", 0)
         pending = plan.notes.get("pending_request") if plan.notes else None
@@ -382,8 +402,10 @@ class MemoryEngine:
                 time.sleep(0.01)
             plan = impl.plan(self.projector.state(name, tenant_id, conversation_id), ctx)
         verbatim = self._verbatim(plan, tenant_id, conversation_id, budget)
+        older = OlderFromProjection(self.projector.search, (tenant_id, conversation_id))
         return assemble(
-            plan, verbatim, budget=budget, system_prompt=self.settings.system_prompt, count_tokens=self.counter.count
+            plan, verbatim, budget=budget, system_prompt=self.settings.system_prompt, count_tokens=self.counter.count,
+            older=None if plan.fallback == "deleted" else older, query=query,
         )
 
     def _verbatim(self, plan, tenant_id: str, conversation_id: str, budget: int | None) -> list[MessageRecord]:

@@ -123,15 +123,20 @@ class ContextMessage:
 
     role: str
     content: str
-    kind: str  # "system_prompt" | "memory:<kind>" | "verbatim" | "current"
+    kind: str  # "system_prompt" | "memory:<kind>" | "recalled" | "verbatim" | "current"
     tokens: int = 0
     index: int | None = None
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = None
+    occurred_at: datetime | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        """Return the stable JSON shape: role, content, kind (+ tool fields when present)."""
-        out: dict[str, Any] = {"role": self.role, "content": self.content, "kind": self.kind}
+        """Return the stable JSON shape: role, content, kind, tokens (+ index, occurred_at, tool fields when set)."""
+        out: dict[str, Any] = {"role": self.role, "content": self.content, "kind": self.kind, "tokens": self.tokens}
+        if self.index is not None:
+            out["index"] = self.index
+        if self.occurred_at is not None:
+            out["occurred_at"] = self.occurred_at.isoformat()
         if self.tool_calls:
             out["tool_calls"] = [tc.model_dump() for tc in self.tool_calls]
         if self.tool_call_id:

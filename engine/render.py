@@ -13,7 +13,7 @@ from .ports import ContextMessage
 
 console = Console(highlight=False)
 
-_STYLE = {"system_prompt": "bold magenta", "verbatim": "white", "current": "bold green"}
+_STYLE = {"system_prompt": "bold magenta", "recalled": "cyan", "verbatim": "white", "current": "bold green"}
 
 
 def print_context(messages: Sequence[ContextMessage], *, title: str, budget: int | None, highlight: Sequence[str] = ()) -> None:

@@ -1,20 +1,54 @@
-"""Assemble the next prompt's messages from a policy's plan, trimmed to a token budget.
+"""Assemble the next prompt's messages from a policy's plan, filling a token budget.
 
-Order: [system prompt][memory system messages][recent verbatim][current user
-message]. The budget counts everything. Trimming removes the *oldest
-verbatim* messages first; the system prompt, the memory messages and the
-current user message are never trimmed (seed 000: leading SystemMessages are
-protected). A tool call and the tool results answering it are one unit: they
-are kept or dropped together, and a tool result whose call is not in the
-context is dropped (an API would reject it).
+Order: [system prompt][memory system messages][recalled older messages]
+[recent verbatim][current user message]. The budget counts everything.
+
+1. The system prompt, the memory messages and the current user message are
+   fixed: never trimmed (seed 000: leading SystemMessages are protected).
+2. The plan's verbatim messages (those the memory does not cover yet) come
+   next, newest first; what does not fit is trimmed from the oldest.
+3. What is left goes to older messages (*recall*): first the ones most
+   relevant to the query (a recalled question brings its answer, a recalled
+   answer its question, when they fit), then the newest ones not yet in.
+   Recalled messages are marked ``kind="recalled"``, sit in conversation
+   order between the memory and the verbatim messages, and carry their date
+   (``[2024-03-15] ...``) so "when" questions can be answered.
+
+A tool call and the tool results answering it are one unit everywhere: kept
+or dropped together; a tool result whose call is not in the context, or a
+call whose results are not, is never sent (an API would reject it).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Protocol
 
 from memfold.engine.ports import ContextMessage, ContextPlan, MessageRecord
 from memfold.engine.tokens import MESSAGE_OVERHEAD
+
+# Ranked hits considered per read: enough to fill an 8k budget with short turns.
+RANK_LIMIT = 64
+# How far around a recalled tool message to look for the rest of its group.
+TOOL_SPAN = 16
+# Rounds of "newest older messages" fetched to fill what relevance left.
+FILL_ROUNDS = 8
+
+
+class OlderMessages(Protocol):
+    """Where the assembler finds messages outside the plan (the engine binds it to the store and search index)."""
+
+    def ranked(self, query: str, limit: int) -> list[int]:
+        """Return message indices best matching ``query``, best first (none without a shared term)."""
+        ...
+
+    def at(self, indices: Sequence[int]) -> list[MessageRecord]:
+        """Return the messages at ``indices`` that exist, in index order."""
+        ...
+
+    def newest(self, before: int, budget: int) -> list[MessageRecord]:
+        """Return the newest messages with index < ``before`` whose tokens fit ``budget`` (at least one), in index order."""
+        ...
 
 
 def tool_groups(messages: Sequence[MessageRecord]) -> list[list[MessageRecord]]:
@@ -38,20 +72,33 @@ def tool_groups(messages: Sequence[MessageRecord]) -> list[list[MessageRecord]]:
     return groups
 
 
+def _complete(group: Sequence[MessageRecord]) -> bool:
+    """True when ``group`` can be sent alone: not an orphan result, every call answered."""
+    head = group[0]
+    if head.role == "tool":
+        return False
+    answered = {m.tool_call_id for m in group[1:]}
+    return all(tc.id in answered for tc in head.tool_calls)
+
+
 def assemble(
     plan: ContextPlan,
     verbatim: Sequence[MessageRecord],
     *,
     budget: int | None,
     system_prompt: str | None,
-    count_tokens,
+    count_tokens: Callable[[str], int],
+    older: OlderMessages | None = None,
+    query: str | None = None,
 ) -> list[ContextMessage]:
     """Return the context for ``plan`` given its ``verbatim`` messages (oldest first), within ``budget``.
 
     ``count_tokens(text)`` counts content tokens; each message also costs
     ``MESSAGE_OVERHEAD``. When the fixed part alone (system prompt, memory,
     current message) exceeds the budget, it is returned untrimmed: memory is
-    never dropped to make room.
+    never dropped to make room. Recall needs ``older`` and a budget (with no
+    budget every verbatim message is already in). ``query`` defaults to the
+    current user message (else the newest user message in ``verbatim``).
     """
     head: list[ContextMessage] = []
     if system_prompt:
@@ -75,21 +122,174 @@ def assemble(
                 break
             remaining -= cost
         kept.append(group)
-    out = head
-    for group in reversed(kept):
-        out.extend(_verbatim(m, "verbatim") for m in group)
+    kept_messages = [m for group in reversed(kept) for m in group]
+    recalled: list[ContextMessage] = []
+    if older is not None and remaining is not None and remaining > 0:
+        if query is None:
+            query = current.content if current else next((m.content for m in reversed(body) if m.role == "user"), "")
+        exclude = {m.index for m in kept_messages}
+        upper = current.index if current else max((m.index for m in verbatim), default=-1) + 1
+        if current:
+            exclude.add(current.index)
+        contiguous = plan.verbatim_indices is None
+        before = kept_messages[0].index if kept_messages and contiguous else upper
+        recalled = _Recall(older, count_tokens, exclude, upper, remaining).run(query, before)
+    out = head + recalled
+    out.extend(_message(m, "verbatim") for m in kept_messages)
     if current is not None:
-        out.append(_verbatim(current, "current"))
+        out.append(_message(current, "current"))
     return out
 
 
-def _verbatim(m: MessageRecord, kind: str) -> ContextMessage:
+class _Recall:
+    """Choose older messages for what the budget leaves: relevant units first, then the newest."""
+
+    def __init__(self, older: OlderMessages, count_tokens, exclude: set[int], upper: int, remaining: int):
+        self.older = older
+        self.count_tokens = count_tokens
+        self.exclude = exclude
+        self.upper = upper
+        self.remaining = remaining
+        self.chosen: dict[int, ContextMessage] = {}
+
+    def run(self, query: str, before: int) -> list[ContextMessage]:
+        """Return the recalled messages, in index order."""
+        if query.strip():
+            self._relevant(query)
+        self._newest(before)
+        return [self.chosen[i] for i in sorted(self.chosen)]
+
+    def _free(self, group: Sequence[MessageRecord]) -> bool:
+        return all(m.index not in self.chosen and m.index not in self.exclude and m.index < self.upper for m in group)
+
+    def _take(self, group: Sequence[MessageRecord]) -> bool:
+        """Add ``group`` if it is whole, new and fits; return whether it was added."""
+        if len(group) == 1:  # the common case, kept cheap: reads must stay well under 5 ms
+            m = group[0]
+            if m.tool_calls or m.role == "tool" or m.index in self.chosen or m.index in self.exclude or m.index >= self.upper:
+                return False
+            r = _recalled(m, self.count_tokens)
+            if r.tokens > self.remaining:
+                return False
+            self.remaining -= r.tokens
+            self.chosen[m.index] = r
+            return True
+        if not _complete(group) or not self._free(group):
+            return False
+        rendered = [_recalled(m, self.count_tokens) for m in group]
+        cost = sum(m.tokens for m in rendered)
+        if cost > self.remaining:
+            return False
+        self.remaining -= cost
+        for m in rendered:
+            self.chosen[m.index] = m
+        return True
+
+    def _relevant(self, query: str) -> None:
+        ranked = [i for i in self.older.ranked(query, RANK_LIMIT) if i not in self.exclude and i < self.upper]
+        if not ranked:
+            return
+        near = {j for i in ranked for j in (i - 1, i, i + 1) if j >= 0}
+        found = {m.index: m for m in self.older.at(sorted(near))}
+        if any(m.role == "tool" or m.tool_calls for m in found.values()):
+            wide = {j for m in found.values() if m.role == "tool" or m.tool_calls
+                    for j in range(max(0, m.index - TOOL_SPAN), m.index + TOOL_SPAN + 1)}
+            found.update((m.index, m) for m in self.older.at(sorted(wide - set(found))))
+        unit_of = _units(found)
+        for i in ranked:
+            if self.remaining <= MESSAGE_OVERHEAD:
+                return
+            unit = unit_of.get(i)
+            if unit is None or not self._take(unit):
+                continue
+            # The other half of the exchange: an answer's question, a question's answer.
+            if unit[0].role == "assistant":
+                neighbour = unit_of.get(unit[0].index - 1)
+            elif unit[0].role == "user":
+                neighbour = unit_of.get(unit[-1].index + 1)
+            else:
+                neighbour = None
+            if neighbour is not None:
+                self._take(neighbour)
+
+    def _newest(self, before: int) -> None:
+        for _ in range(FILL_ROUNDS):
+            if self.remaining <= MESSAGE_OVERHEAD or before <= 0:
+                return
+            batch = self.older.newest(before, self.remaining)
+            if not batch:
+                return
+            for group in reversed(tool_groups(batch)):
+                if not self._free(group):
+                    continue
+                if not self._take(group) and _complete(group):
+                    return  # the newest that does not fit ends the fill (newest-first, like takeLast)
+            before = batch[0].index
+
+
+def _units(found: dict[int, MessageRecord]) -> dict[int, list[MessageRecord]]:
+    """Map each index in ``found`` to its tool group among the contiguous runs fetched."""
+    runs: list[list[MessageRecord]] = []
+    for i in sorted(found):
+        if runs and runs[-1][-1].index == i - 1:
+            runs[-1].append(found[i])
+        else:
+            runs.append([found[i]])
+    unit_of: dict[int, list[MessageRecord]] = {}
+    for run in runs:
+        for group in tool_groups(run):
+            for m in group:
+                unit_of[m.index] = group
+    return unit_of
+
+
+def date_prefix(m: MessageRecord) -> str:
+    """Return the line put before a recalled message: its date, ``[2024-03-15]``, then a newline."""
+    return f"[{m.occurred_at.date().isoformat()}]\n"
+
+
+def _recalled(m: MessageRecord, count_tokens: Callable[[str], int]) -> ContextMessage:
+    """Render an older message with its date on a line of its own, so the model can place it in time.
+
+    The prefix ends in punctuation + newline, which tiktoken's pre-tokenizer
+    keeps as a chunk of its own when the content starts with a non-space
+    character: the rendered cost is then exactly the stored cost plus the
+    prefix's (tests check it), with no re-count of the content.
+    """
+    if not m.content:
+        return _message(m, "recalled")
+    prefix = date_prefix(m)
+    content = prefix + m.content
+    if m.content[0].isspace():
+        tokens = count_tokens(content) + MESSAGE_OVERHEAD
+    else:
+        tokens = m.tokens + _prefix_tokens(prefix, count_tokens)
+    return ContextMessage(
+        role=m.role, content=content, kind="recalled", tokens=tokens, index=m.index,
+        tool_calls=m.tool_calls, tool_call_id=m.tool_call_id, occurred_at=m.occurred_at,
+    )
+
+
+_PREFIX_TOKENS: dict[tuple[str, Callable[[str], int]], int] = {}
+
+
+def _prefix_tokens(prefix: str, count_tokens: Callable[[str], int]) -> int:
+    key = (prefix, count_tokens)
+    n = _PREFIX_TOKENS.get(key)
+    if n is None:
+        if len(_PREFIX_TOKENS) > 4096:
+            _PREFIX_TOKENS.clear()
+        n = _PREFIX_TOKENS[key] = count_tokens(prefix)
+    return n
+
+
+def _message(m: MessageRecord, kind: str) -> ContextMessage:
     return ContextMessage(
         role=m.role, content=m.content, kind=kind, tokens=m.tokens, index=m.index,
-        tool_calls=m.tool_calls, tool_call_id=m.tool_call_id,
+        tool_calls=m.tool_calls, tool_call_id=m.tool_call_id, occurred_at=m.occurred_at,
     )
 
 
 def take_last(messages: Sequence[MessageRecord], budget: int | None, system_prompt: str | None, count_tokens) -> list[ContextMessage]:
-    """Return the plain takeLast baseline: the newest messages that fit, no memory."""
+    """Return the plain takeLast baseline: the newest messages that fit, no memory, no recall."""
     return assemble(ContextPlan(fallback="takeLast"), messages, budget=budget, system_prompt=system_prompt, count_tokens=count_tokens)

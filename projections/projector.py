@@ -30,6 +30,7 @@ from memfold.engine.positions import LogRecord
 from memfold.engine.sealing import is_shredded
 from memfold.engine.tokens import MESSAGE_OVERHEAD, TokenCounter
 
+from . import retrieval
 from .fold import ConversationCounters, fold_event
 from .store import Changes, DuckDBProjectionStore
 from .tail import TailCache
@@ -71,6 +72,7 @@ class Projector:
         self.policies = policies
         self.counter = counter
         self.tail = TailCache()
+        self.search = retrieval.SearchIndex(store.search_rows, store.messages)
         self._conversations: dict[tuple[str, str], _Conversation] = {}
         self._states: dict[tuple[str, str, str], BaseModel] = {}
         self._facts: dict[tuple[str, str, str], dict[tuple[str, str], tuple[str, str]]] = {}
@@ -96,14 +98,18 @@ class Projector:
         """
         for key in changes.deleted:
             self.tail.drop(key)
+            self.search.drop(key)
         if changes.erased:
             self.store.compact()  # DuckDB leaves deleted rows' bytes in freed blocks
         deleted = changes.deleted
-        self.tail.extend(r for r in changes.records if (r.tenant_id, r.conversation_id) not in deleted)
+        records = [r for r in changes.records if (r.tenant_id, r.conversation_id) not in deleted]
+        self.tail.extend(records)
+        self.search.extend(changes.search, records)
 
     def forget(self) -> None:
         """Drop every in-memory cache; they reload from the store (after a failed transaction)."""
         self.tail.clear()
+        self.search.clear()
         self._conversations.clear()
         self._states.clear()
         self._facts.clear()
@@ -191,15 +197,19 @@ class Projector:
             if folded.message is not None:
                 self._message_row(ch, folded.message, conv.token_count, record)
                 ch.records.append(folded.message)
+                m = folded.message
+                retrieval.add_doc(ch.search, m.tenant_id, m.conversation_id, "message", m.event_id, m.index, m.content)
             elif isinstance(event, (SummaryRequested, SummaryProduced, SummaryFailed)):
                 self._summary_row(ch, event)
                 if isinstance(event, SummaryProduced):
                     self._facts_diff(ch, event)
+                    _index_summary(ch, event)
             elif isinstance(event, ConversationDeleted):
                 ch.deleted.add(conv_key)
                 if conv.message_count:  # its text was in this file: rewrite it once the deletion commits
                     ch.erased.add(conv_key)
                 _drop_message_rows(ch, conv_key)
+                retrieval.drop_conversation(ch.search, conv_key)
                 for policy in self.policies:
                     self._facts.pop((policy, *conv_key), None)
             for name, state in folded.states.items():
@@ -330,6 +340,16 @@ class Projector:
                     }
                 )
 
+
+
+def _index_summary(ch: Changes, event: SummaryProduced) -> None:
+    """Add a produced summary and each of its facts to ``search_docs`` (indexed at its covered end)."""
+    p = event.payload
+    key = (event.tenant_id, event.conversation_id)
+    if p.text.strip():
+        retrieval.add_doc(ch.search, *key, "summary", p.summary_id, p.covers_to, p.text, p.policy)
+    for n, fact in enumerate(p.facts):
+        retrieval.add_doc(ch.search, *key, "fact", f"{p.summary_id}/{n}", p.covers_to, f"{fact.key} {fact.value}", p.policy)
 
 
 def _drop_message_rows(ch: Changes, conv_key: tuple[str, str]) -> None:

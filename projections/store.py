@@ -27,6 +27,7 @@ from memfold.engine.events import ToolCall
 from memfold.engine.ports import MessageRecord
 from memfold.engine.positions import Position
 
+from .retrieval import SEARCH_COLUMNS, SEARCH_DDL, new_columns
 from .summary_cache import CACHE_TABLE_DDL, CACHE_TABLE_MIGRATIONS
 
 SCHEMA_VERSION = 1
@@ -69,6 +70,7 @@ _DDL = [
         PRIMARY KEY (policy, tenant_id, conversation_id))""",
     """CREATE TABLE IF NOT EXISTS policy_rows (
         policy VARCHAR, tbl VARCHAR, tenant_id VARCHAR, conversation_id VARCHAR, row JSON)""",
+    *SEARCH_DDL,
 ]
 
 _MESSAGE_COLUMNS = (
@@ -100,6 +102,7 @@ class Changes:
     fact_retirements: list[tuple[str, str, str, str, str, str]] = field(default_factory=list)
     policy_states: dict[tuple[str, str, str], str] = field(default_factory=dict)
     policy_rows: dict[tuple[str, str, str], dict[str, list[dict[str, Any]]]] = field(default_factory=dict)
+    search: dict[str, list[Any]] = field(default_factory=new_columns)  # search_docs rows (projections.retrieval)
     deleted: set[tuple[str, str]] = field(default_factory=set)
     erased: set[tuple[str, str]] = field(default_factory=set)  # deleted ones whose text was stored
     records: list[MessageRecord] = field(default_factory=list)  # for the hot tail, not written
@@ -193,7 +196,9 @@ class DuckDBProjectionStore:
             raise ProjectionError("this projection is open read-only")
         cur = self.connection
         with self._write_lock:
-            for table in ("positions", "events", "conversations", "messages", "summaries", "facts", "policy_state", "policy_rows"):
+            cur.execute("DROP VIEW IF EXISTS search_postings")
+            for table in ("positions", "events", "conversations", "messages", "summaries", "facts", "policy_state",
+                          "policy_rows", "search_docs"):
                 cur.execute(f"DROP TABLE IF EXISTS {table}")
             for ddl in _DDL:
                 cur.execute(ddl)
@@ -247,6 +252,8 @@ class DuckDBProjectionStore:
             _insert_columns(cur, "events", ch.events)
         if ch.messages["event_id"]:
             _insert_columns(cur, "messages", ch.messages)
+        if ch.search["doc_id"]:
+            _insert_columns(cur, "search_docs", ch.search)
         if ch.conversations:
             rows = list(ch.conversations.values())
             cols = list(rows[0].keys())
@@ -464,6 +471,13 @@ class DuckDBProjectionStore:
         ).fetchall()
         return _records(rows)
 
+    def search_rows(self, tenant_id: str, conversation_id: str) -> list[tuple[Any, ...]]:
+        """Return a conversation's ``search_docs`` rows (columns as ``retrieval.SEARCH_COLUMNS``), in insertion order."""
+        return self.connection.execute(
+            f"SELECT {', '.join(SEARCH_COLUMNS)} FROM search_docs WHERE tenant_id = ? AND conversation_id = ? ORDER BY rowid",
+            [tenant_id, conversation_id],
+        ).fetchall()
+
     def summary_rows(self, tenant_id: str, conversation_id: str, policy: str | None = None) -> list[dict[str, Any]]:
         """Return the conversation's summary chain (every request and its outcome), oldest first."""
         sql = "SELECT * FROM summaries WHERE tenant_id = ? AND conversation_id = ?"
@@ -526,7 +540,7 @@ class DuckDBProjectionStore:
         except duckdb.Error as exc:
             raise ProjectionError(f"query failed: {exc}") from exc
 
-    def dump(self, tables: Iterable[str] = ("events", "conversations", "messages", "summaries", "facts", "policy_state", "policy_rows", "positions")) -> dict[str, list[tuple[Any, ...]]]:
+    def dump(self, tables: Iterable[str] = ("events", "conversations", "messages", "summaries", "facts", "policy_state", "policy_rows", "search_docs", "positions")) -> dict[str, list[tuple[Any, ...]]]:
         """Return every row of ``tables`` in a canonical order (for determinism and parity checks)."""
         out: dict[str, list[tuple[Any, ...]]] = {}
         for table in tables:
@@ -571,7 +585,7 @@ def _erase(cur: duckdb.DuckDBPyConnection, tenant_id: str, conversation_id: str)
     """
     key = [tenant_id, conversation_id]
     count = 0
-    for table in ("messages", "summaries", "facts", "policy_rows", "llm_cache"):
+    for table in ("messages", "summaries", "facts", "policy_rows", "search_docs", "llm_cache"):
         count += cur.execute(f"DELETE FROM {table} WHERE tenant_id = ? AND conversation_id = ?", key).fetchone()[0]
     count += cur.execute(
         "UPDATE events SET payload = ? WHERE tenant_id = ? AND conversation_id = ? "

@@ -66,7 +66,8 @@ def test_append_context_sql_and_schema(tmp_path):
     run(data, "append", "c1", "assistant", "Sure, let me look that up.")
     run(data, "append", "c1", "user", "Thanks")
     ctx = json.loads(run(data, "context", "c1", "--json").stdout)
-    assert [set(m) for m in ctx] == [{"role", "content", "kind"}] * 3
+    assert [set(m) for m in ctx] == [{"role", "content", "kind", "tokens", "index", "occurred_at"}] * 3
+    assert [m["index"] for m in ctx] == [0, 1, 2] and all(m["tokens"] > 4 for m in ctx)
     assert [m["kind"] for m in ctx] == ["verbatim", "verbatim", "current"]
     assert ctx[0]["content"] == "Hello, I need help with invoice INV-2231"
     rows = json.loads(run(data, "sql", "SELECT role, count(*) AS n FROM messages GROUP BY role ORDER BY role", "--json").stdout)

@@ -1,0 +1,302 @@
+"""Lexical retrieval (BM25) over a conversation's messages, summaries and facts.
+
+The projection is one DuckDB table, ``search_docs``: a row per searchable
+document with its analyzed terms and their frequencies (parallel lists), so
+text is tokenized once, when the projector folds the event, in the same
+transaction as the rows it indexes and the log position. Everything in it is
+a pure function of the events, so a rebuild writes the same rows. The view
+``search_postings`` unnests it into (term, tf) rows for SQL.
+
+Why not DuckDB's ``fts`` extension: ``create_fts_index`` rebuilds the whole
+index from its table (no incremental update), and ``INSTALL fts`` needs the
+network. Own tables give an append-only, per-event update; one row per
+document (not per posting) keeps ingest cheap.
+
+Reads do not go through SQL: :class:`SearchIndex` mirrors a conversation's
+rows and messages in memory the first time it is searched (like the hot
+tail) and follows each committed batch, so a ranked read costs a fraction of
+a millisecond, not a DuckDB query.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import re
+import threading
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+Key = tuple[str, str]
+
+SEARCH_DDL = [
+    """CREATE TABLE IF NOT EXISTS search_docs (
+        tenant_id VARCHAR, conversation_id VARCHAR, kind VARCHAR, doc_id VARCHAR, idx BIGINT,
+        policy VARCHAR, length INTEGER, terms VARCHAR[], tfs INTEGER[])""",
+    """CREATE OR REPLACE VIEW search_postings AS
+        SELECT tenant_id, conversation_id, kind, doc_id, idx, policy, length,
+               unnest(terms) AS term, unnest(tfs) AS tf FROM search_docs""",
+]
+SEARCH_COLUMNS = ("tenant_id", "conversation_id", "kind", "doc_id", "idx", "policy", "length", "terms", "tfs")
+
+# Function words carry no topic: a question's "when did I" must not match every message.
+STOP_WORDS = frozenset(
+    """a about above after again against all am an and any are as at be because been before being below
+    between both but by can could did do does doing down during each few for from further had has have having
+    he her here hers herself him himself his how i if in into is it its itself just me more most my myself no
+    nor not now of off on once only or other our ours ourselves out over own same she should so some such than
+    that the their theirs them themselves then there these they this those through to too under until up very
+    was we were what when where which while who whom why will with would you your yours yourself yourselves
+    also am im ive id ill youre dont doesnt didnt cant wont isnt arent wasnt s t d ll m re ve o y
+    yes ok okay oh hi hello hey thanks thank please sure really well like get got let lets""".split()
+)
+_WORD = re.compile(r"[^\W_]+", re.UNICODE)
+K1 = 1.2
+B = 0.75
+# Postings scored exactly per read; rarer terms first, commoner ones only re-score those candidates.
+_EXACT_POSTINGS = 20_000
+
+
+def stem(word: str) -> str:
+    """Return ``word`` with common English inflections removed, so "move", "moves", "moved", "moving" meet."""
+    if len(word) > 4 and word.endswith("ies"):
+        return word[:-3] + "y"
+    if len(word) > 3 and word.endswith("s") and not word.endswith(("ss", "us", "is")):
+        word = word[:-1]
+    elif len(word) > 5 and word.endswith("ing"):
+        word = word[:-3]
+    elif len(word) > 3 and word.endswith("ed"):
+        word = word[:-2]
+    else:
+        return word[:-1] if len(word) >= 3 and word.endswith("e") else word
+    if len(word) > 2 and word[-1] == word[-2] and word[-1] not in "lsz" and not word[-1].isdigit():
+        return word[:-1]  # stopped -> stop, running -> run
+    return word[:-1] if len(word) >= 3 and word.endswith("e") else word
+
+
+def analyze(text: str) -> list[str]:
+    """Return the index terms of ``text``: lower-cased words, stop words dropped, lightly stemmed, numbers kept."""
+    out = []
+    for word in _WORD.findall(text.lower()):
+        if word in STOP_WORDS or (len(word) == 1 and not word.isdigit()):
+            continue
+        out.append(stem(word))
+    return out
+
+
+def new_columns() -> dict[str, list[Any]]:
+    """Return empty ``search_docs`` columns for one batch of changes."""
+    return {c: [] for c in SEARCH_COLUMNS}
+
+
+def add_doc(
+    cols: dict[str, list[Any]], tenant_id: str, conversation_id: str, kind: str, doc_id: str, idx: int,
+    text: str, policy: str | None = None,
+) -> None:
+    """Append the ``search_docs`` row of one document (terms sorted, so rows are canonical)."""
+    counts = Counter(analyze(text))
+    terms = sorted(counts)
+    cols["tenant_id"].append(tenant_id)
+    cols["conversation_id"].append(conversation_id)
+    cols["kind"].append(kind)
+    cols["doc_id"].append(doc_id)
+    cols["idx"].append(idx)
+    cols["policy"].append(policy)
+    cols["length"].append(sum(counts.values()))
+    cols["terms"].append(terms)
+    cols["tfs"].append([counts[t] for t in terms])
+
+
+def drop_conversation(cols: dict[str, list[Any]], key: Key) -> None:
+    """Remove a batch's pending rows of a conversation deleted later in the same batch."""
+    keep = [i for i, k in enumerate(zip(cols["tenant_id"], cols["conversation_id"])) if k != key]
+    if len(keep) != len(cols["tenant_id"]):
+        for name, values in cols.items():
+            cols[name] = [values[i] for i in keep]
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    """One ranked document: kind ("message" | "summary" | "fact"), id, message index (or covered end), score."""
+
+    kind: str
+    doc_id: str
+    idx: int
+    score: float
+    policy: str | None = None
+
+
+class _Docs:
+    """One conversation in memory: its documents, postings (term -> {doc number: tf}) and messages by index."""
+
+    __slots__ = ("meta", "lengths", "postings", "total", "seen", "messages")
+
+    def __init__(self) -> None:
+        self.meta: list[tuple[str, str, int, str | None]] = []
+        self.lengths: list[int] = []
+        self.postings: dict[str, dict[int, int]] = {}
+        self.total = 0
+        self.seen: set[tuple[str, str]] = set()
+        self.messages: list[Any] = []
+
+    def add(self, kind: str, doc_id: str, idx: int, policy: str | None, length: int, terms: Sequence[str], tfs: Sequence[int]) -> None:
+        if (kind, doc_id) in self.seen:
+            return  # loaded from the store after this batch committed: already here
+        self.seen.add((kind, doc_id))
+        n = len(self.meta)
+        self.meta.append((kind, doc_id, idx, policy))
+        self.lengths.append(length)
+        self.total += length
+        postings = self.postings
+        for term, tf in zip(terms, tfs):
+            p = postings.get(term)
+            if p is None:
+                postings[term] = {n: tf}
+            else:
+                p[n] = tf
+
+    def add_message(self, record: Any) -> bool:
+        """Append a committed message; False when it does not follow the last one (reload needed)."""
+        if record.index < len(self.messages):
+            return True  # loaded from the store after its batch committed
+        if record.index != len(self.messages):
+            return False
+        self.messages.append(record)
+        return True
+
+
+class SearchIndex:
+    """Conversations being recalled from, in memory: BM25 over their ``search_docs`` rows and their messages.
+
+    A conversation is loaded from the store the first time it is searched
+    (rows and messages), then follows each committed batch, so reads never
+    wait on DuckDB (a point query costs milliseconds there). LRU over
+    conversations; thread-safe.
+    """
+
+    def __init__(self, load_rows, load_messages, max_conversations: int = 64):
+        """``load_rows(t, c)`` returns ``search_docs`` rows in ``SEARCH_COLUMNS`` order; ``load_messages(t, c)`` every message."""
+        self._load_rows = load_rows
+        self._load_messages = load_messages
+        self.max_conversations = max_conversations
+        self._convs: dict[Key, _Docs] = {}
+        self._lock = threading.Lock()
+
+    def extend(self, cols: dict[str, list[Any]], records: Iterable[Any] = ()) -> None:
+        """Add a committed batch: its ``search_docs`` columns and its messages (index order per conversation)."""
+        with self._lock:
+            if not self._convs:
+                return
+            for row in zip(*(cols[c] for c in SEARCH_COLUMNS)):
+                docs = self._convs.get((row[0], row[1]))
+                if docs is not None:
+                    docs.add(*row[2:])
+            for r in records:
+                key = (r.tenant_id, r.conversation_id)
+                docs = self._convs.get(key)
+                if docs is not None and not docs.add_message(r):
+                    del self._convs[key]  # a gap (restart in between): reload on next use
+
+    def drop(self, key: Key) -> None:
+        """Forget a conversation (deleted)."""
+        with self._lock:
+            self._convs.pop(key, None)
+
+    def clear(self) -> None:
+        """Forget everything (after a failed transaction or a rebuild)."""
+        with self._lock:
+            self._convs.clear()
+
+    def _docs(self, key: Key) -> _Docs:
+        docs = self._convs.pop(key, None)
+        if docs is None:
+            docs = _Docs()
+            for row in self._load_rows(*key):
+                docs.add(*row[2:])
+            docs.messages = list(self._load_messages(*key))
+            while len(self._convs) >= self.max_conversations:
+                self._convs.pop(next(iter(self._convs)))
+        self._convs[key] = docs  # most recently used last
+        return docs
+
+    def messages_at(self, key: Key, indices: Iterable[int]) -> list[Any]:
+        """Return the committed messages at ``indices`` (sorted), skipping those that do not exist."""
+        with self._lock:
+            messages = self._docs(key).messages
+            return [messages[i] for i in indices if 0 <= i < len(messages)]
+
+    def newest(self, key: Key, before: int, budget: int) -> list[Any]:
+        """Return the newest messages with index < ``before`` whose tokens fit ``budget`` (at least one), in index order."""
+        with self._lock:
+            messages = self._docs(key).messages
+            end = min(before, len(messages))
+            start, used = end, 0
+            while start > 0 and (start == end or used + messages[start - 1].tokens <= budget):
+                start -= 1
+                used += messages[start].tokens
+            return messages[start:end]
+
+    def rank(
+        self, key: Key, query: str, *, kinds: Iterable[str] = ("message",), policy: str | None = None, limit: int = 50
+    ) -> list[Hit]:
+        """Return up to ``limit`` documents of ``kinds`` best matching ``query`` by BM25, best first.
+
+        Documents with no query term are never returned. Ties break on the
+        newer document. Summaries and facts are restricted to ``policy`` when given.
+        """
+        terms = set(analyze(query))
+        if not terms:
+            return []
+        kinds = set(kinds)
+        with self._lock:
+            docs = self._docs(key)
+            n = len(docs.meta)
+            if n == 0:
+                return []
+            lists = sorted((p for t in terms if (p := docs.postings.get(t))), key=len)
+            scores: dict[int, float] = {}
+            scored = 0
+            lengths = docs.lengths
+            base = K1 * (1.0 - B)
+            per_length = K1 * B * n / docs.total if docs.total else 0.0
+            for postings in lists:
+                df = len(postings)
+                idf = math.log(1.0 + (n - df + 0.5) / (df + 0.5))
+                if scored + df <= _EXACT_POSTINGS or not scores:
+                    items = postings.items()
+                    scored += df
+                else:  # a common term: it only re-orders the candidates rarer terms found
+                    items = [(d, postings[d]) for d in scores if d in postings]
+                for d, tf in items:
+                    scores[d] = scores.get(d, 0.0) + idf * tf * (K1 + 1.0) / (tf + base + per_length * lengths[d])
+            meta = docs.meta
+            best = heapq.nsmallest(
+                limit,
+                (
+                    (-s, -meta[d][2], d) for d, s in scores.items()
+                    if meta[d][0] in kinds and (policy is None or meta[d][3] in (None, policy))
+                ),
+            )
+            return [Hit(meta[d][0], meta[d][1], meta[d][2], -s, meta[d][3]) for s, _, d in best]
+
+
+class OlderFromProjection:
+    """Older messages of one conversation for the context assembler, ranked and read from the :class:`SearchIndex`."""
+
+    def __init__(self, index: SearchIndex, key: Key):
+        self.index = index
+        self.key = key
+
+    def ranked(self, query: str, limit: int) -> list[int]:
+        """Return the indices of the messages best matching ``query``, best first."""
+        return [h.idx for h in self.index.rank(self.key, query, limit=limit)]
+
+    def at(self, indices: Sequence[int]) -> list[Any]:
+        """Return the messages at ``indices``, in index order."""
+        return self.index.messages_at(self.key, indices)
+
+    def newest(self, before: int, budget: int) -> list[Any]:
+        """Return the newest messages before index ``before`` within ``budget`` tokens (at least one)."""
+        return self.index.newest(self.key, before, budget)

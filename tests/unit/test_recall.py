@@ -1,0 +1,160 @@
+"""Recall: the context fills its budget with older messages, relevant ones first, dated, whole, in order."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from memfold.engine.events import ToolCall
+from memfold.engine.ports import ContextPlan, MemoryMessage, MessageRecord
+from memfold.engine.tokens import MESSAGE_OVERHEAD, counter
+from memfold.projections import retrieval
+from memfold.projections.context import assemble, date_prefix
+from memfold.projections.retrieval import OlderFromProjection, SearchIndex, analyze
+
+COUNT = counter().count
+T0 = datetime(2024, 3, 1, 9, 30, tzinfo=timezone.utc)
+FILLER = ["the weather was grey again today", "we talked about the football match", "lunch was a sandwich",
+          "the train was late this morning", "a long meeting about budgets", "new shoes arrived by post"]
+
+
+def msg(index: int, role: str, content: str, **kw) -> MessageRecord:
+    return MessageRecord(
+        tenant_id="t", conversation_id="c", index=index, seq=index + 1, event_id=f"e{index}", role=role,
+        content=content, tokens=counter().count_message(content), occurred_at=T0 + timedelta(days=index), **kw,
+    )
+
+
+def chat(n: int, planted: dict[int, str] | None = None) -> list[MessageRecord]:
+    planted = planted or {}
+    return [
+        msg(i, "user" if i % 2 == 0 else "assistant", planted.get(i, f"{FILLER[i % len(FILLER)]} ({i})"))
+        for i in range(n)
+    ]
+
+
+def older(messages: list[MessageRecord]) -> OlderFromProjection:
+    """The real search index, loaded from rows built exactly as the projector builds them."""
+    cols = retrieval.new_columns()
+    for m in messages:
+        retrieval.add_doc(cols, m.tenant_id, m.conversation_id, "message", m.event_id, m.index, m.content)
+    rows = list(zip(*(cols[c] for c in retrieval.SEARCH_COLUMNS)))
+    index = SearchIndex(lambda t, c: rows, lambda t, c: messages)
+    return OlderFromProjection(index, ("t", "c"))
+
+
+def plan_after(cut: int, memory: str = "Summary: small talk.") -> ContextPlan:
+    return ContextPlan(memory=(MemoryMessage(memory, "summary", COUNT(memory) + MESSAGE_OVERHEAD),), verbatim_from=cut)
+
+
+def context(messages, plan, budget, query=None):
+    return assemble(plan, messages[plan.verbatim_from:], budget=budget, system_prompt="Be brief.",
+                    count_tokens=COUNT, older=older(messages), query=query)
+
+
+def test_budget_left_after_memory_goes_to_older_messages_newest_first_without_query():
+    messages = chat(200)
+    out = context(messages, plan_after(190), budget=600, query="")
+    kinds = [m.kind for m in out]
+    assert kinds[:2] == ["system_prompt", "memory:summary"]
+    recalled = [m for m in out if m.kind == "recalled"]
+    assert recalled, "the budget left after memory and the recent messages must be used"
+    assert [m.index for m in out if m.kind == "verbatim"] == list(range(190, 200))
+    assert [m.index for m in recalled] == list(range(190 - len(recalled), 190))  # the newest older ones
+    used = sum(m.tokens for m in out)
+    following = messages[190 - len(recalled) - 1]
+    assert used <= 600 < used + following.tokens + COUNT(date_prefix(following))  # full: the next one would not fit
+
+
+def test_relevant_messages_are_recalled_with_their_neighbour_dated_and_in_order():
+    planted = {40: "Where should I go for my sister Dana's birthday dinner?",
+               41: "Try the Lisbon tram tour and then dinner at Cervejaria Ramiro.",
+               120: "My sister Dana moved to Lisbon in 2019."}
+    messages = chat(200, planted)
+    out = context(messages, plan_after(190), budget=400, query="Which city did Dana move to?")
+    recalled = [m for m in out if m.kind == "recalled"]
+    idx = [m.index for m in recalled]
+    assert 120 in idx and 40 in idx and 41 in idx  # 41 answers 40; 121 is 120's answer
+    assert idx == sorted(idx)
+    kinds = [m.kind for m in out]
+    assert kinds.index("recalled") > kinds.index("memory:summary")
+    assert max(i for i, k in enumerate(kinds) if k == "recalled") < kinds.index("verbatim")
+    dana = next(m for m in recalled if m.index == 120)
+    assert dana.content == "[2024-06-29]\nMy sister Dana moved to Lisbon in 2019."
+    assert dana.occurred_at == messages[120].occurred_at
+    assert sum(m.tokens for m in out) <= 400
+
+
+def test_no_query_uses_the_current_user_message():
+    planted = {30: "The wifi password is kumquat-77.", 198: "what was the wifi password again?"}
+    messages = chat(199, planted)
+    plan = plan_after(195)
+    without = context(messages, plan, budget=200)
+    explicit = context(messages, plan, budget=200, query=planted[198])
+    assert [m.as_dict() for m in without] == [m.as_dict() for m in explicit]
+    assert 30 in [m.index for m in without if m.kind == "recalled"]
+    assert without[-1].kind == "current" and without[-1].index == 198
+
+
+def test_rendered_cost_is_exact():
+    for text in ["Hello there", "'s odd", "42 is the answer", "!!! wow", "émigré café", " leading space", "\nnewline"]:
+        m = msg(3, "user", text)
+        out = context([msg(0, "user", "x"), msg(1, "assistant", "y"), msg(2, "user", "z"), m, msg(4, "user", "now")],
+                      ContextPlan(verbatim_from=4), budget=500, query=text)
+        r = next(c for c in out if c.index == 3)
+        assert r.content == date_prefix(m) + text
+        assert r.tokens == COUNT(r.content) + MESSAGE_OVERHEAD
+
+
+def tool_chat(n: int, tool_at: int) -> list[MessageRecord]:
+    messages = chat(n)
+    call = ToolCall(id="call-1", name="lookup_order", arguments='{"id": 7}')
+    messages[tool_at] = msg(tool_at, "assistant", "", tool_calls=(call,))
+    messages[tool_at + 1] = msg(tool_at + 1, "tool", "order 7 shipped to Porto warehouse", tool_call_id="call-1")
+    return messages
+
+
+def test_a_recalled_tool_result_brings_its_call():
+    messages = tool_chat(100, 51)
+    out = context(messages, plan_after(95), budget=300, query="where was order 7 shipped? Porto?")
+    idx = [m.index for m in out if m.kind == "recalled"]
+    assert 52 in idx and 51 in idx
+    call = next(m for m in out if m.index == 51)
+    assert call.tool_calls and call.kind == "recalled"
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    n=st.integers(min_value=2, max_value=80),
+    cut=st.integers(min_value=0, max_value=80),
+    budget=st.integers(min_value=0, max_value=900),
+    tool_at=st.one_of(st.none(), st.integers(min_value=0, max_value=77)),
+    query=st.sampled_from([None, "", "Porto order shipped", "football match weather", "train"]),
+)
+def test_never_over_budget_ordered_marked_and_tool_groups_whole(n, cut, budget, tool_at, query):
+    messages = tool_chat(n, tool_at) if tool_at is not None and tool_at + 1 < n else chat(n)
+    plan = plan_after(min(cut, n - 1))
+    out = context(messages, plan, budget=budget, query=query)
+    fixed = sum(m.tokens for m in out if m.kind in ("system_prompt", "memory:summary", "current"))
+    assert sum(m.tokens for m in out) <= max(budget, fixed)
+    kinds = [m.kind for m in out]
+    order = {"system_prompt": 0, "memory:summary": 1, "recalled": 2, "verbatim": 3, "current": 4}
+    assert [order[k] for k in kinds] == sorted(order[k] for k in kinds)
+    recalled = [m.index for m in out if m.kind == "recalled"]
+    assert recalled == sorted(set(recalled))
+    present = {m.index for m in out if m.index is not None}
+    assert len(present) == len([m for m in out if m.index is not None])  # nothing twice
+    for m in out:
+        if m.tool_calls:
+            assert all(any(o.tool_call_id == tc.id for o in out) for tc in m.tool_calls)
+        if m.role == "tool":
+            assert any(tc.id == m.tool_call_id for o in out for tc in o.tool_calls)
+
+
+def test_analyzer_drops_stop_words_and_meets_word_forms():
+    assert analyze("When did I move to Lisbon?") == ["mov", "lisbon"]
+    assert analyze("I moved my 2 cats") == ["mov", "2", "cat"]
+    assert analyze("move moves moved moving") == ["mov"] * 4
+    assert analyze("stopped stop running run") == ["stop", "stop", "run", "run"]
