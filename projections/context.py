@@ -50,6 +50,10 @@ class OlderMessages(Protocol):
         """Return the newest messages with index < ``before`` whose tokens fit ``budget`` (at least one), in index order."""
         ...
 
+    def end(self) -> int:
+        """Return the number of messages (the index the next one will get)."""
+        ...
+
 
 def tool_groups(messages: Sequence[MessageRecord]) -> list[list[MessageRecord]]:
     """Split messages into units that must stay together: a tool-calling message plus its answers.
@@ -128,7 +132,7 @@ def assemble(
         if query is None:
             query = current.content if current else next((m.content for m in reversed(body) if m.role == "user"), "")
         exclude = {m.index for m in kept_messages}
-        upper = current.index if current else max((m.index for m in verbatim), default=-1) + 1
+        upper = current.index if current else max(older.end(), max((m.index + 1 for m in verbatim), default=0))
         if current:
             exclude.add(current.index)
         contiguous = plan.verbatim_indices is None

@@ -238,6 +238,11 @@ class SearchIndex:
                 used += messages[start].tokens
             return messages[start:end]
 
+    def count(self, key: Key) -> int:
+        """Return how many committed messages the conversation has."""
+        with self._lock:
+            return len(self._docs(key).messages)
+
     def rank(
         self, key: Key, query: str, *, kinds: Iterable[str] = ("message",), policy: str | None = None, limit: int = 50
     ) -> list[Hit]:
@@ -300,3 +305,7 @@ class OlderFromProjection:
     def newest(self, before: int, budget: int) -> list[Any]:
         """Return the newest messages before index ``before`` within ``budget`` tokens (at least one)."""
         return self.index.newest(self.key, before, budget)
+
+    def end(self) -> int:
+        """Return the number of committed messages."""
+        return self.index.count(self.key)

@@ -87,6 +87,14 @@ def test_relevant_messages_are_recalled_with_their_neighbour_dated_and_in_order(
     assert sum(m.tokens for m in out) <= 400
 
 
+def test_recall_fills_a_context_whose_memory_covers_every_message():
+    messages = chat(60, {10: "The boiler service is booked for the 14th."})
+    plan = plan_after(60)  # nothing left uncovered, no current message
+    out = context(messages, plan, budget=300, query="when is the boiler service?")
+    recalled = [m.index for m in out if m.kind == "recalled"]
+    assert 10 in recalled and recalled[-1] == 59
+
+
 def test_no_query_uses_the_current_user_message():
     planted = {30: "The wifi password is kumquat-77.", 198: "what was the wifi password again?"}
     messages = chat(199, planted)
