@@ -84,7 +84,8 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true")
 
     q = command("sql", help="run SQL over the projections (read-only)")
-    q.add_argument("query")
+    q.add_argument("query", nargs="?")
+    q.add_argument("--views", action="store_true", help="list the documented SQL views instead")
     fmt = q.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true")
     fmt.add_argument("--csv", action="store_true")
@@ -265,6 +266,10 @@ def cmd_summaries(args: argparse.Namespace) -> int:
 def cmd_sql(args: argparse.Namespace) -> int:
     from memfold.projections.store import DuckDBProjectionStore
 
+    if args.views:
+        return cli_memory.print_views(args)
+    if not args.query:
+        raise ValidationError("give a SQL query, or --views to list the documented views", field="query")
     settings = _settings(args)
     with _engine(args) as engine:  # bring the projection up to date, then release the writer lock
         _catch_up(engine)

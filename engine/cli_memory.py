@@ -18,6 +18,12 @@ def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
     f.add_argument("--tenant", default="default")
     f.add_argument("--reason", default=None, help="recorded on the ConversationDeleted event")
 
+    a = command("audit", help="how a conversation's memory evolved: summary versions, facts, settings, erasure")
+    a.add_argument("conversation")
+    a.add_argument("--tenant", default="default")
+    a.add_argument("--json", action="store_true", help="print the whole audit as JSON")
+    a.add_argument("--html", metavar="FILE", help="also write a self-contained HTML page with a timeline")
+
 
 def cmd_forget(args: argparse.Namespace) -> int:
     from .cli import _engine
@@ -31,4 +37,66 @@ def cmd_forget(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {"forget": cmd_forget}
+def cmd_audit(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from .cli import _catch_up, _engine, _print_json
+
+    with _engine(args) as engine:
+        _catch_up(engine)
+        report = engine.audit(args.conversation, tenant_id=args.tenant)
+    if args.html:
+        from .audit_page import render
+
+        Path(args.html).write_text(render(report), encoding="utf-8")
+    if args.json:
+        _print_json(report)
+    else:
+        _print_audit(report)
+        if args.html:
+            print(f"HTML page written to {args.html}")
+    return 0
+
+
+def _print_audit(report: dict[str, Any]) -> None:
+    from .render import print_table
+
+    c = report["conversation"]
+    print(f"{c['tenant_id']}/{c['conversation_id']}: {c['status']}, {c['message_count']} messages, "
+          f"{c['token_count']} tokens, {c['first_at'] or '-'} .. {c['last_at'] or '-'}")
+    if report["erasure"]:
+        e = report["erasure"]
+        print(f"erased at {e['occurred_at']} (seq {e['seq']}, position {e['position']})"
+              + (f": {e['reason']}" if e["reason"] else "") + "; its content in the log is sealed with a destroyed key")
+    print("events: " + ", ".join(f"{t} {n}" for t, n in report["events"].items()))
+    print_table(
+        ["policy", "ver", "status", "covers", "base", "settings", "model", "tok in", "tok out", "ms", "cached", "resolved at"],
+        [(s["policy"], s["version"], s["status"], f"{s['covers'][0]}-{s['covers'][1]}", s["base_version"],
+          s["settings_hash"], s["model"], s["tokens_in"], s["tokens_out"], s["latency_ms"], s["cached"],
+          s["resolved_position"]) for s in report["summaries"]],
+    )
+    print_table(
+        ["policy", "key", "value", "stated at", "learned", "retired", "superseded by"],
+        [(f["policy"], f["key"], f["value"], f["stated_at"], f["learned_version"], f["retired_version"],
+          f["superseded_by"]) for f in report["facts"]],
+    )
+    changes = report["settings"]["changes"]
+    print("settings in force: " + ", ".join(f"{p}={h}" for p, h in report["settings"]["in_force"].items())
+          + (f"; {len(changes)} change(s) in the log" if changes else ""))
+
+
+def print_views(args: argparse.Namespace) -> int:
+    """Print the documented SQL views (``memfold sql --views``): name, description, definition with --json."""
+    from memfold.projections.views import VIEWS
+
+    from .cli import _print_json
+
+    if getattr(args, "json", False):
+        _print_json([{"name": v.name, "description": v.doc, "sql": " ".join(v.sql.split())} for v in VIEWS])
+        return 0
+    for v in VIEWS:
+        print(f"{v.name}\n    {v.doc}")
+    return 0
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {"forget": cmd_forget, "audit": cmd_audit}

@@ -424,6 +424,16 @@ class MemoryEngine:
         """Return the summary chain(s): every request with its outcome and lineage, oldest first."""
         return self.store.summary_rows(tenant_id, conversation_id, policy)
 
+    def audit(self, conversation_id: str, *, tenant_id: str = "default") -> dict[str, Any]:
+        """Return the memory evolution of a conversation: summary versions, facts, settings, erasure.
+
+        Shape: :mod:`memfold.projections.audit`. Reads the projection only; an
+        erased conversation shows that it existed and when it was erased.
+        """
+        from memfold.projections.audit import audit
+
+        return audit(self.store, tenant_id, conversation_id)
+
     def sql(self, query: str, params: Sequence[Any] | None = None) -> tuple[list[str], list[tuple[Any, ...]]]:
         """Run SQL over the projection tables; return (columns, rows)."""
         return self.store.query(query, params)

@@ -29,6 +29,7 @@ from memfold.engine.positions import Position
 
 from .retrieval import SEARCH_COLUMNS, SEARCH_DDL, new_columns
 from .summary_cache import CACHE_TABLE_DDL, CACHE_TABLE_MIGRATIONS
+from .views import view_ddl
 
 SCHEMA_VERSION = 1
 
@@ -145,7 +146,7 @@ class DuckDBProjectionStore:
         self._generation = 0
         self._write_lock = threading.Lock()
         if not read_only:
-            for ddl in (*_DDL, CACHE_TABLE_DDL, *CACHE_TABLE_MIGRATIONS):
+            for ddl in (*_DDL, CACHE_TABLE_DDL, *CACHE_TABLE_MIGRATIONS, *view_ddl()):
                 self._con.execute(ddl)
             self._con.execute(
                 "INSERT OR IGNORE INTO store_meta VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)]
@@ -200,7 +201,7 @@ class DuckDBProjectionStore:
             for table in ("positions", "events", "conversations", "messages", "summaries", "facts", "policy_state",
                           "policy_rows", "search_docs"):
                 cur.execute(f"DROP TABLE IF EXISTS {table}")
-            for ddl in _DDL:
+            for ddl in (*_DDL, *view_ddl()):
                 cur.execute(ddl)
             self._positions = {}
 
