@@ -98,8 +98,13 @@ def _parser() -> argparse.ArgumentParser:
     pj.add_argument("--until-caught-up", action="store_true", help="exit once the replica has caught up")
     pj.add_argument("--status-every", type=float, default=10.0, help="seconds between status lines")
 
-    w = command("worker", help="run a distributed-mode worker: policy fold + summarizer agents on the Kafka log")
-    w.add_argument("--commit-interval", type=float, default=1.0, help="seconds between consumer offset commits")
+    w = command("worker", help="run a distributed-mode worker: fold + summarize the Kafka partitions it owns")
+    w.add_argument("--partitions", default=None,
+                   help="a fixed partition list such as 0,1,2 (default: share the topic through a consumer group)")
+    w.add_argument("--group", default=None, help="consumer group id (default memfold-worker.TOPIC)")
+    w.add_argument("--session-timeout", type=float, default=10.0,
+                   help="seconds before a dead worker's partitions go to the others (default 10)")
+    w.add_argument("--commit-interval", type=float, default=1.0, help="seconds between advisory offset commits")
     w.add_argument("--log-level", default="INFO", help="DEBUG, INFO (default), WARNING")
     w.add_argument("--connect-timeout", type=float, default=15.0, help="seconds to wait for the broker at start")
 
@@ -342,15 +347,76 @@ def _lag(engine) -> int:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    from urllib.parse import urlsplit
+    import logging
+    import logging.config
+    import signal
 
-    from memfold.streams.kafka_worker import run_worker
+    from memfold.streams.kafka_worker import PartitionWorker, logging_config, peak_rss_mb
 
-    settings = _settings(args)
+    from .engine import MemoryEngine, _bind_log
+
+    settings = _bind_log(_settings(args))
     if not settings.log_url().startswith("kafka://"):
         raise ValidationError("the worker runs on a Kafka log: pass --log kafka://HOST:PORT", field="log")
-    return run_worker(settings, urlsplit(settings.log_url()).netloc, Path(args.data_dir),
-                      commit_interval=args.commit_interval, loglevel=args.log_level, timeout=args.connect_timeout)
+    fixed = _partition_list(args.partitions) if args.partitions else None
+    logging.config.dictConfig(logging_config(args.log_level))
+    log = logging.getLogger("memfold.worker")
+    started = time.perf_counter()
+    engine = ownership = None
+    try:
+        engine = MemoryEngine(settings, role="worker", log_timeout=args.connect_timeout)
+        worker = PartitionWorker(engine.runner, engine.worker, _NoOwnership(), commit_interval=args.commit_interval)
+        ownership = _ownership(args, settings, engine, fixed, worker)
+        worker.ownership = ownership
+    except MemfoldError as exc:
+        log.error("cannot start the worker: %s", exc)
+        if engine is not None:
+            engine.close()
+        return 1
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: worker.stop())
+    log.info("worker starting on %s topic %s (%s; policies %s)", settings.log_url(), settings.topic,
+             f"partitions {fixed}" if fixed else f"group {ownership.group_id}", ",".join(settings.active_policies))
+    try:
+        worker.run()
+    finally:
+        folded, calls = engine.runner.folded, engine.worker.calls
+        ownership.close()
+        engine.close()
+    log.info("worker stopped (exit 0) after %.1fs: folded %d events, %d summarizer calls, peak RSS %.0f MiB",
+             time.perf_counter() - started, folded, calls, peak_rss_mb())
+    return 0
+
+
+def _partition_list(text: str) -> list[int]:
+    try:
+        return sorted({int(p) for p in text.split(",") if p.strip()})
+    except ValueError:
+        raise ValidationError(f"--partitions takes numbers separated by commas, got {text!r}", field="partitions") from None
+
+
+class _NoOwnership:
+    def poll(self, timeout: float) -> set[int]:
+        return set()
+
+    def committed(self, positions: dict[int, int]) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _ownership(args: argparse.Namespace, settings, engine, fixed: list[int] | None, worker):
+    from urllib.parse import urlsplit
+
+    from memfold.streams.ownership import ConsumerGroup, StaticPartitions
+
+    if fixed is not None:
+        return StaticPartitions(fixed, engine.log.partition_count)
+    return ConsumerGroup(
+        urlsplit(settings.log_url()).netloc, settings.topic, args.group or f"memfold-worker.{settings.topic}",
+        session_timeout_s=args.session_timeout, timeout=args.connect_timeout, on_revoke=worker.release,
+    )
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

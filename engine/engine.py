@@ -82,21 +82,33 @@ def fold_contexts(settings: Settings) -> dict[str, tuple[Policy, FoldContext]]:
 class MemoryEngine:
     """Append messages, read assembled context, query projections. Use :meth:`open`; close when done."""
 
-    ROLES = ("embedded", "projector", "client")
+    ROLES = ("embedded", "worker", "projector", "client")
 
-    def __init__(self, settings: Settings, *, start: bool = True, role: str = "embedded"):
+    def __init__(
+        self, settings: Settings, *, start: bool = True, role: str = "embedded", log_timeout: float | None = None
+    ):
         """Wire log, projection, policies and summarizer for ``role``.
 
-        ``embedded`` (default): one process does everything. ``projector``: a
-        projector node; folds the log into this data dir's DuckDB replica but
-        appends nothing and runs no summarizer (the faust worker does).
-        ``client``: validates and appends only; no projection is opened.
+        Every role but ``client`` runs the same pipeline (runner, projector,
+        policies, store); they differ in which partitions they fold and who
+        appends decided events:
+
+        - ``embedded`` (default): one process does everything, every partition.
+        - ``worker``: a distributed worker; folds and summarizes the partitions
+          it is given (:meth:`memfold.streams.runner.Runner.own`, driven by
+          :class:`memfold.streams.kafka_worker.PartitionWorker`); nothing runs
+          until then.
+        - ``projector``: a read replica of every partition; appends nothing and
+          runs no summarizer (the workers do).
+        - ``client``: validates and appends only; no projection is opened.
+
+        ``log_timeout`` bounds every wait on a Kafka log (default: the log's own).
         """
         from memfold.projections.projector import Projector
         from memfold.projections.store import DuckDBProjectionStore
         from memfold.projections.summarizers import build_summarizer
-        from memfold.streams.embedded import EmbeddedRunner
         from memfold.streams.logs import open_log
+        from memfold.streams.runner import Runner
         from memfold.streams.sealed_log import sealed
         from memfold.streams.worker import SummarizerWorker
 
@@ -112,7 +124,7 @@ class MemoryEngine:
         self._count_cached = functools.lru_cache(maxsize=1024)(self.counter.count)
         self._read_contexts: dict[str, FoldContext] = {}
         self._closed = True
-        log_ = open_log(settings.log_url(), partitions=settings.partitions, topic=settings.topic)
+        log_ = open_log(settings.log_url(), partitions=settings.partitions, topic=settings.topic, timeout=log_timeout)
         try:
             self.log, self.sealer = sealed(log_, settings.keystore_location())
         except BaseException:
@@ -133,19 +145,20 @@ class MemoryEngine:
         self.projector = Projector(self.store, self.policies, self.counter)
         self.summarizer = build_summarizer(settings, cache_conn=self.store)
         self.worker = SummarizerWorker(
-            self.log, self.store, self.store, self.summarizer, settings, on_appended=self._wake
+            self.log, self.store, self.store, self.summarizer, settings, on_appended=self._wake,
+            concurrency=settings.summarizer.concurrency, max_pending=settings.summarizer.max_pending,
         )
-        embedded = role == "embedded"
-        self.runner = EmbeddedRunner(
-            self.log, self.store, self.projector, on_requests=self.worker.submit if embedded else (lambda r: None),
-            emit_requests=embedded,
+        summarizes = role in ("embedded", "worker")
+        self.runner = Runner(
+            self.log, self.store, self.projector, on_requests=self.worker.submit if summarizes else (lambda r: None),
+            emit_requests=summarizes, partitions=[] if role == "worker" else None,
         )
-        if start:
-            if embedded:
-                self.worker.start()
+        # Requests left open by an earlier process (crash, --no-wait) are handed
+        # over once the runner has caught up with their partitions.
+        if summarizes and (start or role == "worker"):
+            self.worker.start()
+        if start and role != "worker":
             self.runner.start()
-            if embedded:  # requests left open by an earlier process (crash, --no-wait) are answered now
-                self.worker.submit(self._open_requests())
 
     @classmethod
     def open(cls, data_dir: str | Path | None = None, settings: Settings | None = None, **overrides: Any) -> "MemoryEngine":
@@ -179,16 +192,6 @@ class MemoryEngine:
 
     def _wake(self) -> None:
         self.runner.notify()
-
-    def _open_requests(self) -> list:
-        """Return the SummaryRequested events the projection still shows as 'processing'."""
-        from memfold.engine.events import decode
-
-        cols, rows = self.store.query(
-            "SELECT e.* FROM summaries s JOIN events e ON e.event_id = s.request_id "
-            "WHERE s.status = 'processing' ORDER BY e.partition, e.offset"
-        )
-        return [decode(_event_json(dict(zip(cols, row)))) for row in rows]
 
     # ----------------------------------------------------------------- writing
 
@@ -339,7 +342,7 @@ class MemoryEngine:
         deadline = time.monotonic() + timeout
         if self.store is None:
             return  # a client has nothing to wait for locally
-        idle = self.worker.idle if self.role == "embedded" else (lambda: True)
+        idle = self.worker.idle if self.role in ("embedded", "worker") else (lambda: True)
         while True:
             self.runner.notify()
             if self.runner.caught_up() and idle():
@@ -509,19 +512,6 @@ class MemoryEngine:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _event_json(row: Mapping[str, Any]) -> str:
-    """Rebuild the stored JSON of an event from its ``events`` table row."""
-    import json
-
-    body = {
-        "event_id": row["event_id"], "type": row["type"], "schema_version": row["schema_version"],
-        "tenant_id": row["tenant_id"], "conversation_id": row["conversation_id"], "seq": row["seq"],
-        "occurred_at": row["occurred_at"].isoformat(), "causation_id": row["causation_id"],
-        "payload": json.loads(row["payload"]),
-    }
-    return json.dumps(body)
 
 
 LOG_BINDING = "log.json"

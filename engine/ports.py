@@ -244,7 +244,7 @@ class Embedder(Protocol):
 
 
 class MessageSource(Protocol):
-    """Where a summarizer worker reads original messages from (a projection, a faust table)."""
+    """Where a summarizer worker reads original messages from (a projection store)."""
 
     def messages(self, tenant_id: str, conversation_id: str, start: int, end: int) -> list[MessageRecord]:
         """Return messages with ``start <= index <= end`` in index order."""

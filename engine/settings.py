@@ -113,6 +113,9 @@ class SummarizerSettings(BaseModel):
     backoff_max_s: float = Field(8.0, ge=0)
     # Use the Responses API with the hosted prompt (seed 001) for the chunked policy.
     chunked_use_responses: bool = True
+    # The summarizer pool: calls in flight at once, and requests that may wait before the fold is held back.
+    concurrency: int = Field(4, ge=1, le=256)
+    max_pending: int = Field(10_000, ge=1)
 
 
 class EmbedderSettings(BaseModel):

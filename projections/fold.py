@@ -1,9 +1,9 @@
 """Drive a policy fold one item at a time, and build deterministic derived events.
 
-``step`` is the only way policies are run (projector, faust agent, tests), so
+``step`` is the only way policies are run (projector, tests), so
 every runner folds decided requests the same way and replays stay identical;
 ``fold_event`` is the per-log-event rule around it (which policies see an
-event, message indices) that the projector and the faust agent share.
+event, message indices) that the projector applies in every mode.
 """
 
 from __future__ import annotations
@@ -255,8 +255,8 @@ def fold_event(
 ) -> EventFold:
     """Fold one log event (its ``seq`` assigned) into every policy it concerns; pure.
 
-    The per-event rule every runner shares (the projector, the faust policy
-    agent), so embedded and distributed modes fold identically:
+    The per-event rule the projector applies in every mode (embedded,
+    distributed worker, projector node, replay), so they fold identically:
 
     1. A ``MessageAppended`` becomes the :class:`MessageRecord` at index
        ``counters.message_count`` costing ``tokens`` (content plus

@@ -114,6 +114,16 @@ class Projector:
         self._states.clear()
         self._facts.clear()
 
+    def forget_partitions(self, partitions: set[int]) -> None:
+        """Drop the cached state of conversations living in ``partitions`` (given up to another worker)."""
+        gone = [key for key, conv in self._conversations.items() if conv.partition in partitions]
+        for key in gone:
+            del self._conversations[key]
+            self.tail.drop(key)
+            for name in self.policies:
+                self._states.pop((name, *key), None)
+                self._facts.pop((name, *key), None)
+
     def _conversation(self, tenant_id: str, conversation_id: str, partition: int) -> _Conversation:
         key = (tenant_id, conversation_id)
         conv = self._conversations.get(key)

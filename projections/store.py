@@ -23,7 +23,7 @@ import duckdb
 import pyarrow as pa
 
 from memfold.engine.errors import ProjectionBusyError, ProjectionError
-from memfold.engine.events import ToolCall
+from memfold.engine.events import SummaryRequested, ToolCall
 from memfold.engine.ports import MessageRecord
 from memfold.engine.positions import Position
 
@@ -521,6 +521,29 @@ class DuckDBProjectionStore:
         rows = cur.execute("SELECT * FROM summaries WHERE status = 'processing' ORDER BY requested_seq").fetchall()
         cols = [d[0] for d in cur.description]
         return [dict(zip(cols, r)) for r in rows]
+
+    def open_request_events(self, partitions: Sequence[int] | None = None) -> list[SummaryRequested]:
+        """Return the ``SummaryRequested`` events still 'processing' (of ``partitions``; None = all), in log order."""
+        from memfold.engine.events import decode_dict
+
+        sql = (
+            "SELECT e.event_id, e.type, e.schema_version, e.tenant_id, e.conversation_id, e.seq, e.occurred_at, "
+            "e.causation_id, e.payload FROM summaries s JOIN events e ON e.event_id = s.request_id "
+            "WHERE s.status = 'processing'"
+        )
+        params: list[Any] = []
+        if partitions is not None:
+            sql += ' AND e."partition" IN (SELECT unnest(?::INTEGER[]))'
+            params.append(list(partitions))
+        rows = self.connection.execute(sql + ' ORDER BY e."partition", e."offset"', params).fetchall()
+        keys = ("event_id", "type", "schema_version", "tenant_id", "conversation_id", "seq", "occurred_at",
+                "causation_id", "payload")
+        out = []
+        for row in rows:
+            raw = dict(zip(keys, row))
+            raw["payload"] = json.loads(raw["payload"])
+            out.append(decode_dict(raw))
+        return out  # type: ignore[return-value]
 
     def active_facts(self, policy: str, tenant_id: str, conversation_id: str) -> list[tuple[str, str, str, str]]:
         """Return (key, value, category, introduced_by) of facts not yet retired."""

@@ -1,1 +1,1 @@
-"""Moving events: SQLite and Kafka logs, the embedded runner, the summarizer worker, the faust app."""
+"""Moving events: SQLite and Kafka logs, the runner (one fold loop for every mode), the summarizer pool, partition ownership."""

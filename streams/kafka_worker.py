@@ -1,18 +1,34 @@
-"""Run a memfold worker (``memfold worker``): the faust app's agents in this process until told to stop."""
+"""The distributed worker loop (``memfold worker``): the embedded pipeline over the partitions this worker owns.
+
+A worker is the same runner, projector, policies and summarizer pool as
+embedded mode, over the Kafka :class:`~memfold.engine.ports.EventLog`; the
+only addition is :mod:`partition ownership <memfold.streams.ownership>`.
+The loop, in one thread:
+
+1. poll the ownership (a consumer group rebalance happens here, between
+   fold steps, so no batch of a partition is in flight when it moves);
+2. fold one batch per owned partition (the runner reads from the positions
+   stored with the projection rows, appends decided requests, commits rows
+   + positions in one DuckDB transaction);
+3. mirror the committed positions as the group's offsets (advisory).
+
+Summaries run on the pool's threads, off this loop. Why not faust-streaming:
+see README "Distributed mode" (faust-streaming #596, #606, #502).
+"""
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import logging.config
-import os
-import signal
+import resource
+import threading
 import time
-from pathlib import Path
 from typing import Any
 
 from memfold.engine.errors import MemfoldError
-from memfold.engine.settings import Settings
+
+from .ownership import PartitionOwnership
+from .runner import Runner
+from .worker import SummarizerWorker
 
 log = logging.getLogger("memfold.worker")
 
@@ -20,88 +36,81 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
 def logging_config(level: str = "INFO") -> dict[str, Any]:
-    """Return a dictConfig: plain one-line records on stderr; faust, mode and the Kafka clients only from WARNING."""
-    quiet = "DEBUG" if level.upper() == "DEBUG" else "WARNING"
+    """Return a dictConfig: plain one-line records on stderr; the Kafka client only when DEBUG."""
     return {
         "version": 1,
         "disable_existing_loggers": False,
         "formatters": {"plain": {"format": LOG_FORMAT}},
         "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "plain", "stream": "ext://sys.stderr"}},
         "root": {"handlers": ["stderr"], "level": level.upper()},
-        # kafka-python (under KafkaEventLog) logs every failed connection attempt and a busy GIL as
-        # errors; KafkaEventLog turns what matters into one LogUnavailableError, logged by us.
-        "loggers": {
-            **{name: {"level": quiet} for name in ("faust", "mode", "aiokafka")},
-            "kafka": {"level": "DEBUG" if quiet == "DEBUG" else "CRITICAL"},
-        },
+        # kafka-python logs every failed connection attempt and a busy GIL as errors; the
+        # log and the group turn what matters into one LogUnavailableError, logged by us.
+        "loggers": {"kafka": {"level": "DEBUG" if level.upper() == "DEBUG" else "CRITICAL"}},
     }
 
 
-def run_worker(
-    settings: Settings,
-    bootstrap: str,
-    data_dir: str | Path,
-    *,
-    stop_after: float | None = None,
-    loglevel: str = "INFO",
-    **app_options: Any,
-) -> int:
-    """Run the policy and summarizer agents until SIGTERM/SIGINT (or ``stop_after`` seconds); return an exit code.
-
-    1. Connect to Kafka at ``bootstrap`` (creating the events topic if
-       missing) and open the local replica in ``data_dir``. An unreachable
-       broker or a topic that does not fit the settings ends here: one
-       plain log line, exit code 1.
-    2. Start the faust worker (plain logging, no web server). SIGTERM and
-       SIGINT stop it cleanly: the agents finish the event in hand, the
-       changelog is flushed and the consumed offsets committed. After
-       ``stop_after`` seconds the worker stops the same way.
-    3. Close the replica and the log.
-
-    A worker killed at any point (kill -9) loses nothing and duplicates
-    nothing once restarted: see :mod:`memfold.streams.faust_app`.
-    ``app_options`` go to :func:`~memfold.streams.faust_app.create_app`.
-    """
-    logging.config.dictConfig(logging_config(loglevel))
-    started = time.perf_counter()
-    from .faust_app import create_app  # imports faust: only workers pay for it
-
-    app = create_app(settings, bootstrap, data_dir=data_dir, **app_options)
-    runtime = app.memfold_runtime
-    try:
-        runtime.open()
-    except MemfoldError as exc:
-        log.error("cannot start the worker: %s", exc)
-        runtime.close()
-        return 1
-    log.info("worker %s starting (%d policies: %s)", app.conf.id, len(settings.active_policies),
-             ",".join(settings.active_policies))
-    loop = asyncio.new_event_loop()
-    asyncio.set_event_loop(loop)
-    worker = _worker(app, loop, loglevel, started)
-    if stop_after is not None:
-        loop.call_later(stop_after, os.kill, os.getpid(), signal.SIGTERM)
-    code = 0
-    try:
-        worker.execute_from_commandline()
-    except SystemExit as exc:  # how faust's worker reports its end
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    finally:
-        stats = f"{app.memfold_folder.stats()}; {runtime.stats()}"
-        runtime.close()
-    log.info("worker stopped (exit %d) after %.1fs: %s", code, time.perf_counter() - started, stats)
-    return code
+def peak_rss_mb() -> float:
+    """Return this process's peak resident set size in MiB (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def _worker(app: Any, loop: asyncio.AbstractEventLoop, loglevel: str, started: float) -> Any:
-    import faust
+class PartitionWorker:
+    """Fold and summarize the partitions ``ownership`` assigns, until :meth:`stop`."""
 
-    class Worker(faust.Worker):
-        async def on_startup_finished(self) -> None:
-            await super().on_startup_finished()
-            log.info("worker ready in %.2fs (partitions assigned, table recovered)", time.perf_counter() - started)
+    def __init__(
+        self,
+        runner: Runner,
+        summarizer: SummarizerWorker,
+        ownership: PartitionOwnership,
+        *,
+        commit_interval: float = 1.0,
+        idle_poll: float = 0.05,
+    ):
+        self.runner = runner
+        self.summarizer = summarizer
+        self.ownership = ownership
+        self.commit_interval = commit_interval
+        self.idle_poll = idle_poll
+        self._stop = threading.Event()
+        self._uncommitted: dict[int, int] = {}
+        self.runner.on_committed = self._note
 
-    return Worker(
-        app, loop=loop, loglevel=loglevel, logging_config=logging_config(loglevel), quiet=True,
-        redirect_stdouts=False, blocking_timeout=None,
-    )
+    def stop(self) -> None:
+        """Ask the loop to end after the step in progress (safe from a signal handler)."""
+        self._stop.set()
+
+    def release(self, partitions: set[int]) -> None:
+        """Give up ``partitions`` (a rebalance revokes them): record their offsets, stop answering them."""
+        self._commit()
+        keep = set(self.runner.partitions) - partitions
+        self.summarizer.retain(keep)
+        self.runner.own(keep)
+
+    def run(self, stop_after: float | None = None) -> None:
+        """Run the loop until :meth:`stop` (or ``stop_after`` seconds); errors of one step are retried."""
+        deadline = None if stop_after is None else time.monotonic() + stop_after
+        busy = False
+        last_commit = time.monotonic()
+        while not self._stop.is_set() and (deadline is None or time.monotonic() < deadline):
+            owned = self.ownership.poll(0 if busy else self.idle_poll)
+            if owned != set(self.runner.partitions):
+                self.summarizer.retain(owned)
+                self.runner.own(owned)
+            try:
+                busy = bool(self.runner.run_once(drain=False))
+            except MemfoldError as exc:
+                log.error("fold step failed (will retry): %s", exc)
+                busy = False
+                self._stop.wait(0.5)
+            if time.monotonic() - last_commit >= self.commit_interval or not busy:
+                self._commit()
+                last_commit = time.monotonic()
+        self._commit()
+
+    def _note(self, positions: dict[int, int]) -> None:
+        self._uncommitted.update(positions)
+
+    def _commit(self) -> None:
+        if self._uncommitted:
+            positions, self._uncommitted = self._uncommitted, {}
+            self.ownership.committed(positions)

@@ -20,14 +20,15 @@ BACKENDS: dict[str, str] = {
 }
 
 
-def open_log(url: str, *, partitions: int = 8, topic: str = "memfold.events") -> EventLog:
+def open_log(url: str, *, partitions: int = 8, topic: str = "memfold.events", timeout: float | None = None) -> EventLog:
     """Open the event log ``url`` names, with ``partitions`` partitions.
 
     - ``sqlite:///relative/path`` and ``sqlite:////absolute/path`` (the
       SQLAlchemy convention: what follows ``sqlite:///`` is the file path);
       the file is created when missing. ``topic`` is ignored.
     - ``kafka://host:port[,host:port...]``: the bootstrap servers of a Kafka
-      cluster; events go to ``topic``.
+      cluster; events go to ``topic``; ``timeout`` (seconds, default the
+      backend's) bounds every wait on the cluster.
 
     Raises :class:`~memfold.engine.errors.ConfigError` for an unknown scheme
     or a URL without a path or host; backend errors (``LogUnavailableError``,
@@ -48,7 +49,7 @@ def open_log(url: str, *, partitions: int = 8, topic: str = "memfold.events") ->
     bootstrap = urlsplit(url).netloc
     if not bootstrap:
         raise ConfigError(f"event log URL {url!r} names no broker; use kafka://host:9092[,host:9092]")
-    return backend(bootstrap, topic=topic, partitions=partitions)
+    return backend(bootstrap, topic=topic, partitions=partitions, **({} if timeout is None else {"timeout": timeout}))
 
 
 def _supported() -> str:

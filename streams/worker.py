@@ -1,4 +1,4 @@
-"""The summarizer worker: takes ``SummaryRequested`` events, calls the summarizer, appends the outcome.
+"""The summarizer pool: takes ``SummaryRequested`` events, calls the summarizer, appends the outcome.
 
 The model is called here and only here, outside every fold. Each request
 gets exactly one outcome event with a deterministic id: ``SummaryProduced``
@@ -15,9 +15,11 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 from memfold.engine.errors import MemfoldError, SummarizerError, SummarizerTimeoutError
 from memfold.engine.events import Event, Fact, SummaryRequested
+from memfold.engine.partitioner import partition_for
 from memfold.engine.ports import EventLog, MessageSource, Summarizer, SummaryInput
 from memfold.engine.settings import Settings
 from memfold.projections.fold import failed, produced
@@ -114,7 +116,17 @@ def answer(request: SummaryRequested, summary_input: SummaryInput, summarizer: S
 
 
 class SummarizerWorker:
-    """Answers summary requests on a background thread, newest-wins per (policy, conversation, topic)."""
+    """A bounded summarizer pool: answers summary requests off the fold's critical path.
+
+    One dispatcher thread takes what is queued, keeps the newest request per
+    (policy, conversation, topic) lane (older ones are recorded as
+    superseded), and runs up to ``concurrency`` summarizer calls at a time;
+    outcomes are appended in request order, so the log does not depend on
+    which call finishes first. At most ``max_pending`` requests wait: beyond
+    that :meth:`submit` blocks (backpressure on the fold that decided them,
+    never an unbounded queue). Nothing here waits for a projection: the
+    outcome is an event like any other, folded when the runner reads it.
+    """
 
     def __init__(
         self,
@@ -124,6 +136,9 @@ class SummarizerWorker:
         summarizer: Summarizer,
         settings: Settings,
         on_appended: Callable[[], None] = lambda: None,
+        *,
+        concurrency: int = 1,
+        max_pending: int = 10_000,
     ):
         self.log = log_
         self.messages = messages
@@ -131,22 +146,58 @@ class SummarizerWorker:
         self.summarizer = summarizer
         self.settings = settings
         self.on_appended = on_appended
+        self.concurrency = max(1, concurrency)
+        self.max_pending = max(1, max_pending)
         self._queue: OrderedDict[str, SummaryRequested] = OrderedDict()
         self._cond = threading.Condition()
         self._busy = False
         self._stop = False
+        self._owned: set[int] | None = None  # None: every partition
         self._thread: threading.Thread | None = None
+        self._pool: ThreadPoolExecutor | None = None
         self.calls = 0
         self.errors: list[str] = []
 
     def submit(self, requests: list[SummaryRequested]) -> None:
-        """Queue requests (duplicates by id are ignored)."""
+        """Queue requests (duplicates by id are ignored); block while ``max_pending`` are waiting."""
         if not requests:
             return
         with self._cond:
             for r in requests:
-                self._queue.setdefault(r.event_id, r)
+                while len(self._queue) >= self.max_pending and not self._stop:
+                    self._cond.wait(0.5)
+                if self._stop:
+                    return  # not answered now: the request stays open in the log for the next run
+                if self._mine(r):
+                    self._queue.setdefault(r.event_id, r)
+                    self._cond.notify_all()
+
+    def retain(self, partitions: set[int], timeout: float = 60.0) -> None:
+        """Answer only requests of ``partitions`` from now on; wait for calls on the others to be recorded.
+
+        Queued requests of other partitions are dropped (they stay open in
+        the log for their new owner). Returns once no call for a released
+        partition is in flight and its outcome, if any, is appended, or after
+        ``timeout`` seconds.
+        """
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            released = self._owned is None or bool(self._owned - partitions)
+            self._owned = set(partitions)
+            for key in [k for k, r in self._queue.items() if not self._mine(r)]:
+                del self._queue[key]
             self._cond.notify_all()
+            while released and self._busy and time.monotonic() < deadline:
+                self._cond.wait(0.05)
+
+    def _mine(self, request: SummaryRequested) -> bool:
+        owned = self._owned
+        return owned is None or partition_for(request.key, self.log.partition_count) in owned
+
+    def pending(self) -> int:
+        """Return how many requests wait (not counting the batch in progress)."""
+        with self._cond:
+            return len(self._queue)
 
     def idle(self) -> bool:
         """True when nothing is queued or running."""
@@ -154,17 +205,21 @@ class SummarizerWorker:
             return not self._queue and not self._busy
 
     def start(self) -> None:
-        """Start the background thread."""
+        """Start the dispatcher thread (and the call pool when ``concurrency`` > 1)."""
+        if self.concurrency > 1:
+            self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="memfold-summarize")
         self._thread = threading.Thread(target=self._run, name="memfold-summarizer", daemon=True)
         self._thread.start()
 
     def stop(self, timeout: float = 10.0) -> None:
-        """Stop after the request in progress; queued requests stay open in the log for next time."""
+        """Stop after the calls in progress; queued requests stay open in the log for next time."""
         with self._cond:
             self._stop = True
             self._cond.notify_all()
         if self._thread is not None:
             self._thread.join(timeout)
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
 
     def _take(self) -> list[SummaryRequested] | None:
         """Wait for work; return everything queued (oldest first), or None when stopping."""
@@ -176,6 +231,7 @@ class SummarizerWorker:
             batch = list(self._queue.values())
             self._queue.clear()
             self._busy = True
+            self._cond.notify_all()
             return batch
 
     def _run(self) -> None:
@@ -198,16 +254,16 @@ class SummarizerWorker:
                     self._cond.notify_all()
 
     def _handle(self, batch: list[SummaryRequested], max_calls: int = 16) -> None:
-        """Answer a batch: newest request per lane runs, older ones are superseded; one log append per slice.
+        """Answer a batch: newest request per lane runs, older ones are superseded; outcomes in request order.
 
-        Steps: (1) drop requests already answered; (2) per (policy,
-        conversation, topic) lane keep the newest, record the others as
-        superseded; (3) summarize the survivors, appending outcomes every
-        ``max_calls`` calls so results reach readers without waiting for the
-        whole batch.
+        Steps: (1) drop requests already answered or no longer owned; (2) per
+        (policy, conversation, topic) lane keep the newest, record the others
+        as superseded; (3) summarize the survivors, ``concurrency`` at a time,
+        appending outcomes in request order every ``max_calls`` calls so
+        results reach readers without waiting for the whole batch.
         """
         known = self.summaries.outcomes([r.payload.request_id for r in batch])
-        open_ = [r for r in batch if known.get(r.payload.request_id, "processing") == "processing"]
+        open_ = [r for r in batch if known.get(r.payload.request_id, "processing") == "processing" and self._mine(r)]
         newest: dict[tuple[str, str, str, str | None], SummaryRequested] = {}
         for r in open_:
             newest[_lane(r)] = r
@@ -216,16 +272,28 @@ class SummarizerWorker:
                    summarizer=getattr(self.summarizer, "name", ""))
             for r in open_ if newest[_lane(r)] is not r
         ]
-        for request in newest.values():
+        todo = list(newest.values())
+        for i in range(0, len(todo), max_calls):
+            chunk = todo[i : i + max_calls]
+            if self._pool is not None:
+                answers = list(self._pool.map(self._answer, chunk))
+            else:
+                answers = [self._answer(r) for r in chunk]
+            outcomes.extend(a for a in answers if a is not None)
+            self._record(outcomes)
+            outcomes = []
             if self._stop:  # shutting down: what is not answered stays open in the log for next time
                 break
-            summary_input = build_input(request, self.messages, self.summaries, self.settings)
-            self.calls += 1
-            outcomes.append(answer(request, summary_input, self.summarizer))
-            if len(outcomes) >= max_calls:
-                self._record(outcomes)
-                outcomes = []
         self._record(outcomes)
+
+    def _answer(self, request: SummaryRequested) -> Event | None:
+        """Return the outcome of one request, or None when it is no longer ours to answer (or we stop)."""
+        if self._stop or not self._mine(request):
+            return None
+        summary_input = build_input(request, self.messages, self.summaries, self.settings)
+        with self._cond:
+            self.calls += 1
+        return answer(request, summary_input, self.summarizer)
 
     def _record(self, outcomes: list[Event]) -> None:
         if outcomes:

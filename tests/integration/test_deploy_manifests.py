@@ -178,10 +178,15 @@ def test_k8s_memfold_workloads_use_the_cli_against_the_kafka_service(k8s, kind, 
     assert [s["configMapRef"]["name"] for s in container["envFrom"]] == ["memfold-config"]
 
 
-def test_k8s_worker_never_runs_twice(k8s):
+def test_k8s_workers_share_the_topic_through_their_consumer_group(k8s):
     worker = k8s[("Deployment", "memfold-worker")]
-    assert worker["spec"]["replicas"] == 1
-    assert worker["spec"]["strategy"]["type"] == "Recreate"
+    (container,) = _containers(worker)
+    # No fixed --partitions: replicas split the partitions among themselves, so any count up to them is safe.
+    assert 1 <= worker["spec"]["replicas"] <= int(k8s[("ConfigMap", "memfold-config")]["data"]["MEMFOLD_PARTITIONS"])
+    assert "--partitions" not in container["command"]
+    data_dir = container["command"][container["command"].index("--data-dir") + 1]
+    mount = next(m for m in container["volumeMounts"] if m["mountPath"] == data_dir)
+    assert mount["name"] in [v["name"] for v in worker["spec"]["template"]["spec"]["volumes"]]
 
 
 def test_k8s_projector_replicas_each_get_their_own_volume_at_the_data_dir(k8s):

@@ -17,7 +17,7 @@ from memfold.engine.settings import POLICY_NAMES, Settings
 from memfold.engine.tokens import counter
 from memfold.projections.projector import Projector
 from memfold.projections.store import DuckDBProjectionStore
-from memfold.streams.embedded import EmbeddedRunner
+from memfold.streams.runner import Runner
 from memfold.streams.logs import open_log
 
 
@@ -42,7 +42,7 @@ def main() -> None:
     log = open_log(url, partitions=4, topic=topic)
     store = CrashingStore(store_path)
     store.crash_at = crash_at
-    runner = EmbeddedRunner(
+    runner = Runner(
         log, store, Projector(store, fold_contexts(settings), counter()), batch_size=batch_size,
         emit_requests=not url.startswith("kafka://"),
     )

@@ -1,12 +1,19 @@
-"""The embedded runner: reads the log, projects into DuckDB, appends decided requests, feeds the worker.
+"""The runner: the one loop that folds an event log into a projection store, in every mode.
 
-One background thread. Per partition it reads *from the store's position*
-(so restarts resume where the committed data ends), lets the projector fold
+Embedded mode runs it on a background thread over every partition of the
+SQLite log; a distributed worker runs it over the Kafka partitions its
+consumer group assigns it (:mod:`memfold.streams.ownership`); a projector
+node runs it over every partition without appending; a replay runs it into
+its own store. Same projector, same policies, same store: one fold path.
+
+Per owned partition it reads *from the store's position* (so restarts and
+take-overs resume where the committed data ends), lets the projector fold
 the batch, appends the requests the policies decided to the log, then
-commits rows + positions in one transaction (their ids are deterministic, so
-a crash between append and commit re-decides and re-appends the same events,
-which the log de-duplicates), and hands requests seen in the log to the
-summarizer worker once caught up.
+commits rows + positions in one transaction. Request ids are deterministic,
+so a crash between append and commit re-decides and re-appends the same
+events, which the log de-duplicates. Requests are handed to the summarizer
+only once their partition is caught up (an outcome further down the log
+must not send a request to the model again).
 """
 
 from __future__ import annotations
@@ -15,10 +22,11 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from memfold.engine.errors import MemfoldError, ProjectionLagTimeout
 from memfold.engine.events import SummaryRequested
+from memfold.engine.partitioner import partition_for
 from memfold.engine.ports import EventLog
 from memfold.engine.positions import Position
 from memfold.projections.projector import Projector
@@ -27,8 +35,14 @@ from memfold.projections.store import DuckDBProjectionStore
 log = logging.getLogger("memfold.runner")
 
 
-class EmbeddedRunner:
-    """Keep a DuckDB projection caught up with an event log, in-process."""
+class Runner:
+    """Keep a projection store caught up with (some partitions of) an event log.
+
+    ``emit_requests`` False makes a read replica: decided requests are folded
+    but never appended (the worker owning the partition appends them).
+    ``on_requests`` receives open requests of owned, caught-up partitions;
+    ``on_committed`` the positions (partition -> next offset) of each commit.
+    """
 
     def __init__(
         self,
@@ -37,19 +51,23 @@ class EmbeddedRunner:
         projector: Projector,
         *,
         on_requests: Callable[[list[SummaryRequested]], None] = lambda reqs: None,
+        on_committed: Callable[[dict[int, int]], None] = lambda positions: None,
         batch_size: int = 5000,
         poll_interval: float = 0.05,
         emit_requests: bool = True,
+        partitions: Iterable[int] | None = None,
     ):
         self.log = event_log
         self.store = store
         self.projector = projector
         self.on_requests = on_requests
+        self.on_committed = on_committed
         self.batch_size = batch_size
         self.poll_interval = poll_interval
-        # Projector nodes in distributed mode fold requests but never append them:
-        # the faust policy agent is the one writer of decided events there.
         self.emit_requests = emit_requests
+        self._owned: list[int] = sorted(partitions) if partitions is not None else list(event_log.partitions())
+        # Partitions whose open requests (left by an earlier owner or process) are not handed over yet.
+        self._rescan: set[int] = set(self._owned)
         self._wake = threading.Event()
         self._progress = threading.Condition()
         self._stop = False
@@ -57,17 +75,45 @@ class EmbeddedRunner:
         self._step_lock = threading.Lock()
         self.last_error: BaseException | None = None
         self._seen: dict[str, SummaryRequested] = {}
+        self.folded = 0
+
+    # ----------------------------------------------------------------- ownership
+
+    @property
+    def partitions(self) -> list[int]:
+        """Return the partitions this runner folds, ascending."""
+        return list(self._owned)
+
+    def own(self, partitions: Iterable[int]) -> None:
+        """Fold exactly ``partitions`` from the next step on (called between steps, e.g. on a rebalance).
+
+        A newly owned partition resumes at the store's position for it, and
+        its open requests are handed over once it is caught up. The
+        projector's cached conversations of a partition given up are dropped.
+        """
+        with self._step_lock:
+            wanted = sorted(set(partitions))
+            gone = set(self._owned) - set(wanted)
+            self._rescan |= set(wanted) - set(self._owned)
+            self._rescan -= gone
+            self._owned = wanted
+            if gone:
+                self.projector.forget_partitions(gone)
+                n = self.log.partition_count
+                self._seen = {k: r for k, r in self._seen.items() if partition_for(r.key, n) not in gone}
 
     # ----------------------------------------------------------------- stepping
 
-    def run_once(self) -> int:
-        """Project every record available now, partition by partition; return how many were applied.
+    def run_once(self, *, drain: bool = True) -> int:
+        """Project the records available now in owned partitions; return how many events were applied.
 
-        Safe to call from any thread (serialised); the background loop calls it too.
+        ``drain`` False folds at most one batch per partition (a worker's loop
+        stays responsive to rebalances). Safe to call from any thread
+        (serialised); the background loop calls it too.
         """
         total = 0
         with self._step_lock:
-            for partition in self.log.partitions():
+            for partition in self._owned:
                 while True:
                     start = self.store.position().get(partition, 0)
                     records = self.log.read(partition, start, self.batch_size)
@@ -90,43 +136,59 @@ class EmbeddedRunner:
                     for r in records:
                         if isinstance(r.event, SummaryRequested):
                             self._seen[r.event.event_id] = r.event
+                    self.on_committed(positions)
                     with self._progress:
                         self._progress.notify_all()
-                    if len(records) < self.batch_size:
+                    if not drain or len(records) < self.batch_size:
                         break
-            if self._seen and self.caught_up():
+            self.folded += total
+            if (self._seen or self._rescan) and self.caught_up():
                 self._hand_over()
         return total
 
     def _hand_over(self) -> None:
         # Only once caught up: a request whose outcome is already further down
         # the log (a replay, a restart) must not reach the model again.
-        known = self.store.outcomes(list(self._seen))
-        open_ = [r for r in self._seen.values() if known.get(r.event_id) == "processing"]
+        requests = dict(self._seen)
+        if self._rescan:
+            for request in self.store.open_request_events(sorted(self._rescan)):
+                requests.setdefault(request.event_id, request)
         self._seen.clear()
+        self._rescan.clear()
+        known = self.store.outcomes(list(requests))
+        open_ = [r for r in requests.values() if known.get(r.event_id) == "processing"]
         if open_:
             self.on_requests(open_)
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
-        """Hold the projection loop still (no batch in flight) for the duration of the block."""
+        """Hold the loop still (no batch in flight); open requests are rescanned afterwards."""
         with self._step_lock:
             self._seen.clear()
             yield
+            self._rescan = set(self._owned)
 
     def caught_up(self) -> bool:
-        """True when the store has applied everything the log holds right now."""
+        """True when the store has applied everything the log holds right now in owned partitions."""
         ends = self.log.end_positions()
         pos = self.store.position()
         # A Kafka log drops a duplicate event on read but counts its offset in
         # end_positions, so "nothing left to read" also counts as caught up.
-        return all(pos.get(p, 0) >= end or not self.log.read(p, pos.get(p, 0), 1) for p, end in ends.items())
+        return all(
+            pos.get(p, 0) >= ends.get(p, 0) or not self.log.read(p, pos.get(p, 0), 1) for p in self._owned
+        )
+
+    def lag(self) -> int:
+        """Return how many log offsets of owned partitions the store has not applied yet."""
+        ends = self.log.end_positions()
+        pos = self.store.position()
+        return sum(max(0, ends.get(p, 0) - pos.get(p, 0)) for p in self._owned)
 
     # ----------------------------------------------------------------- background loop
 
     def start(self) -> None:
         """Start the background projection thread."""
-        self._thread = threading.Thread(target=self._loop, name="memfold-projector", daemon=True)
+        self._thread = threading.Thread(target=self._loop, name="memfold-runner", daemon=True)
         self._thread.start()
 
     def notify(self) -> None:

@@ -1,0 +1,180 @@
+"""Partition ownership in distributed mode: which worker folds and summarizes which partitions.
+
+Ownership is all that distributed mode adds to the pipeline. Two ways to
+decide it:
+
+- :class:`StaticPartitions`: a fixed list per worker (one pod per slice of
+  partitions; nothing moves unless you redeploy);
+- :class:`ConsumerGroup`: a kafka-python consumer group on the events topic.
+  The group only assigns partitions: they are paused at once, so the group
+  consumer never fetches a record (the runner reads through the
+  :class:`~memfold.engine.ports.EventLog` from the positions stored with the
+  projection rows). Kafka's committed offsets are advisory: they mirror the
+  store's positions so ``kafka-consumer-groups.sh`` shows each worker's lag.
+
+Exclusivity: a rebalance revokes partitions inside :meth:`ConsumerGroup.poll`,
+which the worker calls between fold steps, so no batch of a revoked
+partition is in flight when the group hands it to another member. A member
+that dies (SIGKILL) loses its partitions when its session times out.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
+
+from kafka import ConsumerRebalanceListener, KafkaConsumer, TopicPartition
+from kafka.errors import KafkaError
+from kafka.structs import OffsetAndMetadata
+
+from memfold.engine.errors import ConfigError, LogUnavailableError
+
+log = logging.getLogger("memfold.ownership")
+
+
+class PartitionOwnership(Protocol):
+    """Tells a worker which partitions it owns right now."""
+
+    def poll(self, timeout: float) -> set[int]:
+        """Wait up to ``timeout`` seconds for membership changes; return the partitions owned now."""
+        ...
+
+    def committed(self, positions: dict[int, int]) -> None:
+        """Record that the store has applied every offset below ``positions[partition]`` (advisory)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class StaticPartitions:
+    """A fixed partition list (``memfold worker --partitions 0,1,2``)."""
+
+    def __init__(self, partitions: Iterable[int], partition_count: int):
+        owned = set(partitions)
+        bad = sorted(p for p in owned if not 0 <= p < partition_count)
+        if not owned or bad:
+            raise ConfigError(
+                f"partitions {sorted(owned)} do not fit a log of {partition_count} partitions "
+                f"(0..{partition_count - 1}); name at least one that exists"
+            )
+        self._owned = owned
+
+    def poll(self, timeout: float) -> set[int]:
+        """Return the fixed list (never changes)."""
+        return set(self._owned)
+
+    def committed(self, positions: dict[int, int]) -> None:
+        """Nothing to record: the store's positions are the only ones."""
+
+    def close(self) -> None:
+        """Nothing to close."""
+
+
+class ConsumerGroup:
+    """Partition ownership by a Kafka consumer group (kafka-python), records never fetched.
+
+    ``on_revoke(partitions)`` runs inside :meth:`poll` before the partitions
+    go to another member: the worker stops answering their requests there.
+    """
+
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        group_id: str,
+        *,
+        client_id: str = "memfold-worker",
+        session_timeout_s: float = 10.0,
+        timeout: float = 15.0,
+        on_revoke: Callable[[set[int]], None] = lambda partitions: None,
+    ):
+        self.topic = topic
+        self.group_id = group_id
+        self._on_revoke = on_revoke
+        self._owned: set[int] = set()
+        self._lock = threading.Lock()
+        session_ms = int(session_timeout_s * 1000)
+        try:
+            self._consumer = KafkaConsumer(
+                bootstrap_servers=bootstrap,
+                group_id=group_id,
+                client_id=client_id,
+                enable_auto_commit=False,
+                auto_offset_reset="earliest",
+                session_timeout_ms=session_ms,
+                heartbeat_interval_ms=max(100, session_ms // 5),
+                # A fold step is short, but a backlog batch on a loaded machine may not be:
+                # losing the group over a slow step would only cost a rebalance.
+                max_poll_interval_ms=300_000,
+                request_timeout_ms=max(int(timeout * 1000), session_ms + 5000),
+                bootstrap_timeout_ms=int(timeout * 1000),
+                reconnect_backoff_max_ms=1000,
+            )
+            self._consumer.subscribe([topic], listener=_Listener(self))
+        except (KafkaError, OSError) as exc:
+            raise LogUnavailableError(
+                f"cannot join consumer group {group_id!r} on {bootstrap} within {timeout}s: {exc}; "
+                "check the address and that the broker is up"
+            ) from exc
+
+    def poll(self, timeout: float) -> set[int]:
+        """Drive the group protocol for up to ``timeout`` seconds; return the partitions owned now."""
+        try:
+            self._consumer.poll(timeout_ms=int(timeout * 1000), max_records=1)
+        except (KafkaError, OSError) as exc:  # the coordinator moved or the broker restarts: retry next poll
+            log.warning("consumer group %s: %s", self.group_id, exc)
+        with self._lock:
+            return set(self._owned)
+
+    def committed(self, positions: dict[int, int]) -> None:
+        """Commit ``positions`` of owned partitions as the group's offsets (advisory; failures are ignored)."""
+        with self._lock:
+            offsets = {
+                TopicPartition(self.topic, p): OffsetAndMetadata(o, "", -1)
+                for p, o in positions.items() if p in self._owned
+            }
+        if not offsets:
+            return
+        try:
+            self._consumer.commit(offsets)
+        except (KafkaError, OSError) as exc:  # a rebalance in progress: the next commit says the same
+            log.debug("advisory offset commit skipped: %s", exc)
+
+    def close(self) -> None:
+        """Leave the group (its partitions go to the other members at once) and close the consumer."""
+        try:
+            self._consumer.close(autocommit=False)
+        except Exception:  # closing must not hide the error that made the caller close
+            pass
+
+    # ------------------------------------------------------------------ rebalance callbacks
+
+    def _assigned(self, partitions: set[int], tps: list[Any]) -> None:
+        if tps:
+            self._consumer.pause(*tps)  # ownership only: the runner reads through the EventLog
+        with self._lock:
+            self._owned |= partitions
+        log.info("consumer group %s: assigned %s, owning %s", self.group_id, sorted(partitions), sorted(self._owned))
+
+    def _revoked(self, partitions: set[int]) -> None:
+        with self._lock:
+            self._owned -= partitions
+        if partitions:
+            self._on_revoke(partitions)
+            log.info("consumer group %s: revoked %s, owning %s", self.group_id, sorted(partitions), sorted(self._owned))
+
+
+class _Listener(ConsumerRebalanceListener):
+    def __init__(self, group: ConsumerGroup):
+        self._group = group
+
+    def on_partitions_revoked(self, revoked: Any) -> None:
+        self._group._revoked({tp.partition for tp in revoked})
+
+    def on_partitions_assigned(self, assigned: Any) -> None:
+        self._group._assigned({tp.partition for tp in assigned}, list(assigned))
+
+    def on_partitions_lost(self, lost: Any) -> None:
+        self._group._revoked({tp.partition for tp in lost})

@@ -1,0 +1,154 @@
+"""Distributed workers (``memfold worker``) on a real broker: parity with embedded mode, SIGKILL, rebalance.
+
+Every test runs workers as subprocesses through the real CLI, on a fresh
+topic, with all five policies active, and appends messages one at a time
+with the workers idle in between (as the embedded reference does), so the
+log and the projections must come out identical to embedded mode's.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from fixtures.kafka_broker import free_port
+from support.worker_kit import (
+    MEMFOLD,
+    Topic,
+    WorkerProcess,
+    conversation,
+    embedded_reference,
+    interleaved,
+    new_topic,
+    ownership_overlaps,
+    projection,
+    run_with_kills,
+    settings_for,
+)
+
+from memfold.engine.events import MessageAppended
+
+pytestmark = pytest.mark.kafka
+
+MESSAGES = conversation("support-4711", 40)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """Embedded mode's log and projection for the 40-message conversation (4 partitions)."""
+    return embedded_reference(tmp_path_factory.mktemp("embedded"), MESSAGES, 4)
+
+
+def outcome_counts(events) -> Counter:
+    return Counter(e.payload.request_id for e in events if e.type in ("SummaryProduced", "SummaryFailed"))
+
+
+def assert_same_run(run_events, run_projection, raw, ref_events, ref_projection) -> None:
+    """The distributed run logged and projected exactly what embedded mode did, each summary once."""
+    assert [(e.event_id, e.seq) for e in run_events] == [(e.event_id, e.seq) for e in ref_events]
+    produced = [e.event_id for e in run_events if e.type == "SummaryProduced"]
+    assert len(produced) >= 10  # every policy summarized something
+    assert all(raw[i] == 1 for i in produced), "a summary was stored twice"
+    assert all(n == 1 for n in outcome_counts(run_events).values())
+    for table, rows in ref_projection.items():
+        assert run_projection[table] == rows, f"table {table} differs from embedded mode"
+
+
+def test_worker_projects_what_embedded_mode_projects(kafka_bootstrap, tmp_path, reference):
+    run = run_with_kills(kafka_bootstrap, tmp_path, MESSAGES, set(), partitions=4)
+    assert_same_run(run["events"], run["projection"], run["raw"], *reference)
+    assert "Traceback" not in run["log"].read_text()
+
+
+def test_sigkill_mid_stream_and_restart_loses_and_repeats_nothing(kafka_bootstrap, tmp_path, reference):
+    # Three kill points here; tests/support/kill_points.py runs twenty or more.
+    run = run_with_kills(kafka_bootstrap, tmp_path, MESSAGES, {7, 19, 31}, partitions=4, seed=11)
+    assert_same_run(run["events"], run["projection"], run["raw"], *reference)
+
+
+def test_two_workers_share_partitions_and_one_takes_over_from_a_killed_one(kafka_bootstrap, tmp_path):
+    messages = interleaved(*(conversation(c, 16) for c in ("support-4711", "travel-2208", "saas-3390")))
+    ref_events, ref_projection = embedded_reference(tmp_path / "embedded", messages, 8)
+    settings = settings_for(new_topic(), tmp_path / "reader", 8)
+    topic = Topic(kafka_bootstrap, settings)
+    logs = {"a": tmp_path / "a.log", "b": tmp_path / "b.log"}
+    a = WorkerProcess(kafka_bootstrap, settings.topic, 8, tmp_path / "a", logs["a"])
+    b = None
+    deaths = {}
+    try:
+        for i, event in enumerate(messages):
+            topic.log.append([event])
+            if i == 12:  # a second worker joins: the group rebalances mid-stream
+                b = WorkerProcess(kafka_bootstrap, settings.topic, 8, tmp_path / "b", logs["b"])
+            if i == 30:  # and the first dies: its partitions go to the second after its session times out
+                deaths["a"] = a.kill()
+            topic.wait_idle(*[w for w in (a, b) if w is not None and w.alive()])
+            if i == 12:
+                _wait_for_both_owning(logs)
+        events, raw = topic.events(), topic.raw_ids()
+        assert b is not None and b.terminate() == 0, b.tail()
+    finally:
+        for w in (a, b):
+            if w is not None:
+                w.close()
+        topic.close()
+    assert ownership_overlaps(logs, deaths) == []
+    # b ends up owning every partition: its projection is the whole topic's, as embedded mode has it.
+    assert_same_run(events, projection(tmp_path / "b" / "projections.duckdb"), raw, ref_events, ref_projection)
+
+
+def _wait_for_both_owning(logs: dict[str, Path]) -> None:
+    deadline = time.monotonic() + 60
+    while "assigned [" not in logs["b"].read_text() or "revoked [" not in logs["a"].read_text():
+        assert time.monotonic() < deadline, "the second worker never got partitions"
+        time.sleep(0.1)
+
+
+def test_an_unreachable_broker_ends_the_worker_with_one_clear_line(tmp_path):
+    import os
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMFOLD_")}
+    done = subprocess.run(
+        [MEMFOLD, "worker", "--log", f"kafka://127.0.0.1:{free_port()}", "--data-dir", str(tmp_path / "w"),
+         "--connect-timeout", "2"],
+        capture_output=True, text=True, timeout=120, env=env,
+    )
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    (line,) = [ln for ln in done.stderr.splitlines() if "ERROR" in ln]
+    assert "cannot start the worker" in line and "cannot reach Kafka" in line
+
+
+def test_static_partition_lists_split_the_topic(kafka_bootstrap, tmp_path):
+    """Two workers with fixed, disjoint partition lists fold the whole topic between them, no group needed."""
+    settings = settings_for(new_topic(), tmp_path / "reader", 4)
+    topic = Topic(kafka_bootstrap, settings)
+    a = WorkerProcess(kafka_bootstrap, settings.topic, 4, tmp_path / "a", tmp_path / "a.log", "--partitions", "0,1")
+    b = WorkerProcess(kafka_bootstrap, settings.topic, 4, tmp_path / "b", tmp_path / "b.log", "--partitions", "2,3")
+    messages = interleaved(*(conversation(c, 6) for c in ("support-4711", "travel-2208", "saas-3390")))
+    try:
+        topic.log.append(messages)
+        deadline = time.monotonic() + 60
+        while topic.count("SummaryProduced") < 3 or not _all_answered(topic):
+            assert a.alive() and b.alive() and time.monotonic() < deadline, a.tail() + b.tail()
+            time.sleep(0.1)
+        assert a.terminate() == 0 and b.terminate() == 0
+    finally:
+        a.close()
+        b.close()
+        topic.close()
+    convs = {
+        name: {r[1] for r in projection(tmp_path / name / "projections.duckdb")["conversations"]} for name in ("a", "b")
+    }
+    assert convs["a"].isdisjoint(convs["b"])
+    assert convs["a"] | convs["b"] == {m.conversation_id for m in messages if isinstance(m, MessageAppended)}
+
+
+def _all_answered(topic: Topic) -> bool:
+    events = topic.events()
+    answered = {e.payload.request_id for e in events if e.type in ("SummaryProduced", "SummaryFailed")}
+    return all(e.event_id in answered for e in events if e.type == "SummaryRequested")
