@@ -1,18 +1,20 @@
 """Benchmark: distributed mode end to end on the local Kafka broker.
 
-    python benchmarks/kafka_pipeline.py [--messages 100000] [--conversations 500] [--partitions 8]
+    python benchmarks/kafka_pipeline.py [--messages 100000] [--conversations 500] [--partitions 8] [--workers 1]
 
 Starts its own broker (deploy/kafka/local-broker.sh, free ports, temp dir),
 appends MESSAGES messages over CONVERSATIONS conversations to a fresh topic,
-runs a `memfold worker` (faust: policy fold + summarizer) in a subprocess and
-a projector node in this process, and prints:
+runs WORKERS `memfold worker` subprocesses (one consumer group: fold +
+summaries of the partitions each owns) and a projector node in this
+process, and prints:
 
 - end-to-end messages/s: from the first append until the projection holds
   every message and no summary request is left open (append -> fold ->
   summaries -> projection);
 - the raw kafka-python consume rate of the same topic, measured in the same
   run (no decoding), for comparison;
-- projector lag (events behind the topic end) p50/p99/max, sampled every 100 ms.
+- projector lag (events behind the topic end) p50/p99/max, sampled every 100 ms;
+- peak RSS of each worker and of this process (client + projector node).
 
 Figures, not assertions.
 """
@@ -21,6 +23,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
+import resource
 import socket
 import statistics
 import subprocess
@@ -69,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--messages", type=int, default=100_000)
     p.add_argument("--conversations", type=int, default=500)
     p.add_argument("--partitions", type=int, default=8)
+    p.add_argument("--workers", type=int, default=1)
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="memfold-kafka-bench-") as tmp:
         root = Path(tmp)
@@ -78,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         t = time.perf_counter()
         subprocess.run(["bash", str(BROKER), "start"], env=env, check=True, capture_output=True, text=True)
         print(f"local broker up at {bootstrap} in {time.perf_counter() - t:.1f}s")
-        worker = None
+        workers: list[subprocess.Popen] = []
         try:
             topic = f"memfold.bench.{uuid.uuid4().hex[:8]}"
             settings = Settings.load(None, log=f"kafka://{bootstrap}", topic=topic, partitions=args.partitions,
@@ -87,12 +92,13 @@ def main(argv: list[str] | None = None) -> int:
             node = MemoryEngine(settings, role="projector")  # creates the topic; projects in a thread
             wenv = {k: v for k, v in os.environ.items() if not k.startswith("MEMFOLD_")} | {
                 "MEMFOLD_TOPIC": topic, "MEMFOLD_PARTITIONS": str(args.partitions)}
-            worker = subprocess.Popen(
-                [str(Path(sys.executable).with_name("memfold")), "worker", "--log", f"kafka://{bootstrap}",
-                 "--data-dir", str(root / "worker"), "--log-level", "WARNING"],
-                env=wenv, stdout=subprocess.DEVNULL, stderr=open(root / "worker.log", "w"),
-            )
-            time.sleep(3)  # let the worker join its group before the load starts
+            for i in range(args.workers):
+                workers.append(subprocess.Popen(
+                    [str(Path(sys.executable).with_name("memfold")), "worker", "--log", f"kafka://{bootstrap}",
+                     "--data-dir", str(root / f"worker{i}"), "--log-level", "INFO"],
+                    env=wenv, stdout=subprocess.DEVNULL, stderr=open(root / f"worker{i}.log", "w"),
+                ))
+            _wait_assigned(root, args.workers, workers)
             lags: list[int] = []
             started = time.perf_counter()
             batch: list = []
@@ -119,8 +125,9 @@ def main(argv: list[str] | None = None) -> int:
                         break
                 else:
                     stable_since = None
-                if worker.poll() is not None:
-                    raise SystemExit(f"worker exited with {worker.returncode}; see {root / 'worker.log'}")
+                for i, w in enumerate(workers):
+                    if w.poll() is not None:
+                        raise SystemExit(f"worker {i} exited with {w.returncode}:\n{(root / f'worker{i}.log').read_text()}")
                 time.sleep(0.1)
             finished = stable_since
             summaries = node.sql("SELECT status, count(*) FROM summaries GROUP BY 1 ORDER BY 1")[1]
@@ -128,23 +135,50 @@ def main(argv: list[str] | None = None) -> int:
             node.close()
             client.close()
             raw = _raw_consume_rate(bootstrap, topic, total_events)
+            for w in workers:
+                w.terminate()
+                w.wait(60)
+            worker_rss = [_peak_rss(root / f"worker{i}.log") for i in range(len(workers))]
         finally:
-            if worker is not None and worker.poll() is None:
-                worker.terminate()
-                worker.wait(30)
+            for w in workers:
+                if w.poll() is None:
+                    w.kill()
+                    w.wait(30)
             subprocess.run(["bash", str(BROKER), "stop"], env=env, capture_output=True, text=True)
     lags.sort()
     p99 = lags[min(len(lags) - 1, int(len(lags) * 0.99))]
     print(f"kafka pipeline: {args.messages:,} messages over {args.conversations} conversations, "
           f"{args.partitions} partitions, policy {settings.policy}")
     print(f"  append to Kafka      : {args.messages / (appended - started):>10,.0f} messages/s")
-    print(f"  end to end           : {args.messages / (finished - started):>10,.0f} messages/s  "
-          f"({finished - started:.1f} s: append -> fold -> summaries -> projection)")
+    e2e = args.messages / (finished - started)
+    print(f"  end to end           : {e2e:>10,.0f} messages/s  "
+          f"({finished - started:.1f} s: append -> fold -> summaries -> projection, {args.workers} worker(s))")
     print(f"  raw kafka-python read: {raw:>10,.0f} records/s  ({total_events:,} records incl. derived events)")
+    print(f"  ratio                : {e2e / raw:>10.2f}  (end to end / raw consume; target >= 0.30)")
     print(f"  projector lag        : p50 {statistics.median(lags):,.0f}  p99 {p99:,}  max {lags[-1]:,} events "
           f"({len(lags)} samples)")
     print(f"  summaries            : {dict(summaries)}")
+    print(f"  peak RSS             : " + ", ".join(f"worker{i} {mb:,.0f} MiB" for i, mb in enumerate(worker_rss))
+          + f", client + projector node {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MiB")
     return 0
+
+
+def _wait_assigned(root: Path, count: int, workers: list) -> None:
+    """Wait until every worker logged a partition assignment (the group is formed), at most 60 s."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if all("assigned [" in (root / f"worker{i}.log").read_text() for i in range(count)):
+            return
+        if any(w.poll() is not None for w in workers):
+            break
+        time.sleep(0.2)
+    raise SystemExit("the workers did not join their group: " + (root / "worker0.log").read_text()[-2000:])
+
+
+def _peak_rss(log_path: Path) -> float:
+    """Return the peak RSS (MiB) a worker printed when it stopped, or NaN."""
+    found = re.findall(r"peak RSS (\d+) MiB", log_path.read_text())
+    return float(found[-1]) if found else float("nan")
 
 
 if __name__ == "__main__":

@@ -252,16 +252,48 @@ class MessageSource(Protocol):
 
 
 class ProjectionStore(Protocol):
-    """Folds log records into queryable tables, with the log position in the same transaction."""
+    """Projection tables plus the log positions they cover, always written together.
 
-    def apply(self, records: Sequence[LogRecord]) -> int:
-        """Fold ``records``; return how many were new. Records at or before the stored position are no-ops."""
+    Invariants every store keeps (tests/contract/projection_store_contract.py):
+    - :meth:`apply` writes row changes *and* positions in one transaction: after
+      a failure (or a crash) the store holds both or neither;
+    - positions only move forward, per partition, and survive reopening;
+    - :meth:`reset` forgets every row and position (cached model outputs stay).
+
+    Skipping records the store already covers is the projector's job: it
+    reads :meth:`position` and folds only what lies at or after it.
+    """
+
+    def apply(self, changes: Any, positions: Mapping[int, int]) -> None:
+        """Write the projector's row ``changes`` and advance ``positions`` (partition -> next offset) in ONE transaction.
+
+        On failure raise :class:`~memfold.engine.errors.ProjectionError` and
+        leave the store exactly as before the call.
+        """
         ...
 
     def position(self) -> dict[int, int]:
-        """Return, per partition, the next offset this store will apply (= offsets applied)."""
+        """Return, per partition, the next offset to apply (offsets below it are applied)."""
         ...
 
     def has_reached(self, position: Position) -> bool:
         """True once the event *at* ``position`` has been applied."""
         ...
+
+    def reset(self) -> None:
+        """Drop every projection row and position; the next apply starts at offset 0."""
+        ...
+
+    def outcomes(self, request_ids: Sequence[str]) -> dict[str, str]:
+        """Return the status ('processing', 'completed', 'failed', 'superseded') of each known request id."""
+        ...
+
+    def open_request_events(self, partitions: Sequence[int] | None = None) -> list[SummaryRequested]:
+        """Return the requests still 'processing' in ``partitions`` (None = all), in log order."""
+        ...
+
+    def messages(self, tenant_id: str, conversation_id: str, start: int = 0, end: int | None = None) -> list[MessageRecord]:
+        """Return messages with ``start <= index <= end`` (``end`` None = to the last), in index order."""
+        ...
+
+    def close(self) -> None: ...

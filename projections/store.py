@@ -224,9 +224,16 @@ class DuckDBProjectionStore:
         (3) upsert conversations, summaries, facts, policy state; (4) write the
         positions; (5) commit. On any error roll back and raise
         :class:`ProjectionError`; the store is then exactly as before the call.
+        A position behind the stored one is refused (positions only move forward).
         """
         if self.read_only:
             raise ProjectionError("this projection is open read-only")
+        behind = {p: o for p, o in positions.items() if o < self._positions.get(p, 0)}
+        if behind:
+            raise ProjectionError(
+                f"positions may only move forward: {behind} is behind the stored "
+                f"{ {p: self._positions[p] for p in behind} } (a runner folded records twice?)"
+            )
         cur = self.connection
         with self._write_lock:
             try:

@@ -27,10 +27,9 @@ from collections.abc import Callable, Iterable, Iterator
 from memfold.engine.errors import MemfoldError, ProjectionLagTimeout
 from memfold.engine.events import SummaryRequested
 from memfold.engine.partitioner import partition_for
-from memfold.engine.ports import EventLog
+from memfold.engine.ports import EventLog, ProjectionStore
 from memfold.engine.positions import Position
 from memfold.projections.projector import Projector
-from memfold.projections.store import DuckDBProjectionStore
 
 log = logging.getLogger("memfold.runner")
 
@@ -47,7 +46,7 @@ class Runner:
     def __init__(
         self,
         event_log: EventLog,
-        store: DuckDBProjectionStore,
+        store: ProjectionStore,
         projector: Projector,
         *,
         on_requests: Callable[[list[SummaryRequested]], None] = lambda reqs: None,

@@ -395,6 +395,16 @@ class EventLogContract:
                 assert_same_event(record.event, event)
                 assert record.position == returned[event.event_id]
 
+    # ------------------------------------------------------------------ the one fold path over this log
+
+    def test_the_runner_folds_this_log_as_it_folds_a_plain_list(self, make_log: MakeLog, tmp_path) -> None:
+        """Runner, projector, all five policies, summarizer pool and DuckDB store: same projection on every log."""
+        from contract.fold_path import ListLog, fold_through_pipeline
+
+        expected = fold_through_pipeline(ListLog(4), tmp_path / "list")
+        assert len(expected["summaries"]) >= 5  # the scenario makes every policy decide something
+        assert fold_through_pipeline(make_log(4), tmp_path / "log") == expected
+
 
 def _event_of_kind(kind: int, tenant: str, conversation: str, n: int) -> Event:
     """Return event number ``n``: a plain message for ``kind`` < 6, else sample ``kind - 6`` of every type."""
