@@ -1,4 +1,8 @@
-"""The ``memfold`` command line: append, ingest, context, history, summaries, sql, schema, demo.
+"""The ``memfold`` command line: append, ingest, context, history, summaries, sql, schema, demo, serve, keys.
+
+``--url`` (env ``MEMFOLD_URL``) runs append, ingest, context, history,
+summaries and sql against a running ``memfold serve`` instead of a data dir
+(see cli_remote.py), with ``--api-key`` (env ``MEMFOLD_API_KEY``).
 
 Every command takes ``--data-dir`` (env ``MEMFOLD_DATA_DIR``, default
 ``./.memfold``). Errors are one plain line on stderr and a non-zero exit
@@ -42,10 +46,14 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--config", default=None, help="memfold.toml (env MEMFOLD_CONFIG, default ./memfold.toml if present)")
     p.add_argument("--policy", default=None, help="policy to read/keep (env MEMFOLD_POLICY, default hierarchical)")
     p.add_argument("--log", default=None, help="event log URL: sqlite:///FILE (default) or kafka://HOST:PORT")
+    p.add_argument("--url", default=os.environ.get("MEMFOLD_URL"),
+                   help="talk to a running 'memfold serve' at this URL instead of a data dir (env MEMFOLD_URL)")
+    p.add_argument("--api-key", default=os.environ.get("MEMFOLD_API_KEY"),
+                   help="API key for --url (env MEMFOLD_API_KEY)")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     # The global options are accepted after the command too (`memfold project --log URL --data-dir DIR`).
     common = argparse.ArgumentParser(add_help=False)
-    for flag in ("--data-dir", "--config", "--policy", "--log"):
+    for flag in ("--data-dir", "--config", "--policy", "--log", "--url", "--api-key"):
         common.add_argument(flag, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     command = functools.partial(sub.add_parser, parents=[common])
 
@@ -111,6 +119,27 @@ def _parser() -> argparse.ArgumentParser:
     d = command("demo", help="ingest the bundled sample and show what memfold keeps")
     d.add_argument("--budget", type=int, default=600)
     cli_memory.add_commands(command)
+
+    sv = command("serve", help="serve this data dir over HTTP (API keys, /docs, /metrics, /ui)")
+    sv.add_argument("--host", default="127.0.0.1")
+    sv.add_argument("--port", type=int, default=8080)
+    sv.add_argument("--max-body-bytes", type=int, default=4 * 1024 * 1024, help="largest request body (413 above)")
+    sv.add_argument("--max-batch", type=int, default=1000, help="most messages in one append (413 above)")
+    sv.add_argument("--rate", type=float, default=200.0, help="requests per second per key (429 above; 0 = no limit)")
+    sv.add_argument("--burst", type=int, default=400, help="requests a key may send at once before --rate applies")
+    sv.add_argument("--log-level", default="warning", help="uvicorn log level")
+
+    k = command("keys", help="create, list or revoke the service's API keys")
+    ksub = k.add_subparsers(dest="keys_command", required=True, metavar="ACTION")
+    kc = ksub.add_parser("create", help="create a key and print it (shown once)")
+    kc.add_argument("--tenant", required=True)
+    kc.add_argument("--role", required=True, choices=("admin", "writer", "reader"))
+    kc.add_argument("--name", default=None, help="a label to recognise the key by")
+    kc.add_argument("--json", action="store_true")
+    kl = ksub.add_parser("list", help="list keys (never their secrets)")
+    kl.add_argument("--json", action="store_true")
+    kr = ksub.add_parser("revoke", help="revoke a key by its id (or the whole key)")
+    kr.add_argument("key_id")
     return p
 
 
@@ -118,6 +147,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; return the process exit code."""
     args = _parser().parse_args(argv)
     try:
+        if args.url and args.command in _REMOTE:
+            from .cli_remote import run_remote
+
+            return run_remote(args)
         return _COMMANDS[args.command](args)
     except ProjectionBusyError as exc:
         print(f"memfold: busy: {exc}", file=sys.stderr)
@@ -425,6 +458,48 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(Path(args.data_dir), budget=args.budget, config=args.config)
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    from memfold.service.limits import Limits
+    from memfold.service.server import serve
+
+    from .engine import _bind_log
+
+    limits = Limits(max_body_bytes=args.max_body_bytes, max_batch=args.max_batch, rate=args.rate, burst=args.burst)
+    serve(_bind_log(_settings(args)), host=args.host, port=args.port, limits=limits, log_level=args.log_level)
+    return 0
+
+
+def cmd_keys(args: argparse.Namespace) -> int:
+    from memfold.service.keys import KeyStore
+
+    store = KeyStore(Path(args.data_dir))
+    if args.keys_command == "create":
+        key, secret = store.create(args.tenant, args.role, args.name)
+        if args.json:
+            _print_json({"key": secret, "key_id": key.key_id, "tenant_id": key.tenant_id, "role": key.role})
+        else:
+            print(secret)
+            print(f"key {key.key_id}: tenant {key.tenant_id}, role {key.role} (the key is shown once; store it now)",
+                  file=sys.stderr)
+    elif args.keys_command == "list":
+        keys = store.list()
+        if args.json:
+            _print_json([{"key_id": k.key_id, "tenant_id": k.tenant_id, "role": k.role, "name": k.name,
+                          "created_at": k.created_at, "revoked_at": k.revoked_at} for k in keys])
+        else:
+            from .render import print_table
+
+            print_table(["key_id", "tenant", "role", "name", "created", "revoked"],
+                        [(k.key_id, k.tenant_id, k.role, k.name or "", k.created_at, k.revoked_at or "") for k in keys])
+    else:
+        key = store.revoke(args.key_id)
+        print(f"revoked key {key.key_id} (tenant {key.tenant_id}, role {key.role}) at {key.revoked_at}")
+    return 0
+
+
+# Commands that --url runs against a service instead of a data dir.
+_REMOTE = ("append", "ingest", "context", "history", "summaries", "sql")
+
 _COMMANDS = {
     "append": cmd_append,
     "ingest": cmd_ingest,
@@ -438,6 +513,8 @@ _COMMANDS = {
     "worker": cmd_worker,
     "demo": cmd_demo,
     **cli_memory.COMMANDS,
+    "serve": cmd_serve,
+    "keys": cmd_keys,
 }
 
 if __name__ == "__main__":  # pragma: no cover

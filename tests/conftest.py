@@ -3,4 +3,5 @@
 pytest_plugins = [
     "fixtures.kafka_broker",
     "fixtures.openai_server",
+    "fixtures.memfold_service",
 ]

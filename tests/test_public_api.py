@@ -37,6 +37,15 @@ PUBLIC = {
     "memfold.projections.store": ["DuckDBProjectionStore"],
     "memfold.projections.context": ["assemble", "take_last"],
     "memfold.projections.fold": ["step", "make_request", "produced", "failed", "run_sync"],
+    "memfold.client": [
+        "Client", "AsyncClient", "ApiError", "AuthenticationError", "PermissionDeniedError", "NotFoundError",
+        "RequestTooLargeError", "InvalidRequestError", "RateLimitedError", "ServiceUnavailableError",
+        "Appended", "Message", "Context", "ContextMessage", "Conversation", "Identity", "SqlResult",
+    ],
+    "memfold.service.app": ["create_app"],
+    "memfold.service.keys": ["KeyStore", "ApiKey", "ROLES"],
+    "memfold.service.limits": ["Limits"],
+    "memfold.service.server": ["serve"],
 }
 
 

@@ -1,4 +1,4 @@
-"""Packaging: a built wheel installs the three import packages under memfold.* and nothing generic."""
+"""Packaging: a built wheel installs its import packages under memfold.* and nothing generic."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def test_wheel_contains_only_memfold_packages_and_runs(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     top = {n.split("/")[0] for n in names}
     assert top == {"memfold", f"{wheel.name.split('-')[0]}-{wheel.name.split('-')[1]}.dist-info"}
-    for package in ("engine", "projections", "projections/policies", "streams"):
+    for package in ("engine", "projections", "projections/policies", "streams", "service", "client"):
         assert f"memfold/{package}/__init__.py" in names
     assert "memfold/engine/data/sample.jsonl" in names
     assert not any(n.startswith("memfold/__init__") for n in names)  # memfold is a namespace, nothing generic
@@ -37,6 +37,7 @@ def test_wheel_contains_only_memfold_packages_and_runs(tmp_path):
     out = subprocess.run(
         [sys.executable, "-c",
          "import memfold.engine.cli as c, memfold.streams.sqlite_log, memfold.projections.policies.topics;"
+         "import memfold.client, memfold.service.app;"
          "print(c.__file__)"],
         check=True, capture_output=True, text=True, env=env, cwd=tmp_path,
     ).stdout

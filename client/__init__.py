@@ -1,0 +1,32 @@
+"""memfold.client: talk to a running ``memfold serve`` from Python (httpx; sync and asyncio).
+
+    from memfold.client import Client
+    with Client("http://127.0.0.1:8080", api_key="mf_...") as mf:
+        mf.append("c1", [{"role": "user", "content": "hello"}])
+        print(mf.context("c1", budget=2000).messages)
+"""
+
+from ._http import AsyncClient, Client
+from .models import (
+    ApiError,
+    Appended,
+    AuthenticationError,
+    Context,
+    ContextMessage,
+    Conversation,
+    Identity,
+    InvalidRequestError,
+    Message,
+    NotFoundError,
+    PermissionDeniedError,
+    RateLimitedError,
+    RequestTooLargeError,
+    ServiceUnavailableError,
+    SqlResult,
+)
+
+__all__ = [
+    "ApiError", "Appended", "AsyncClient", "AuthenticationError", "Client", "Context", "ContextMessage",
+    "Conversation", "Identity", "InvalidRequestError", "Message", "NotFoundError", "PermissionDeniedError",
+    "RateLimitedError", "RequestTooLargeError", "ServiceUnavailableError", "SqlResult",
+]

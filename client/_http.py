@@ -1,0 +1,237 @@
+"""``Client`` and ``AsyncClient``: the memfold HTTP API over httpx, with safe retries.
+
+Retries: a request that got no answer (connection error, timeout), a 429 or a
+502/503/504 is sent again after a backoff (or the server's Retry-After), up
+to ``max_retries`` times. That is safe for appends too: the client gives
+every message without an ``id`` a fresh one *before* the first attempt, and
+the service stores a message id once per conversation, so a retry of an
+append that did land stores nothing twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+import uuid
+from collections.abc import Iterable, Mapping
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from .models import (
+    Appended,
+    Context,
+    Conversation,
+    Identity,
+    Message,
+    ServiceUnavailableError,
+    SqlResult,
+    error_for,
+)
+
+_RETRY_STATUS = {429, 502, 503, 504}
+
+
+def _messages_body(messages: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    out = []
+    for m in messages:
+        m = {k: v for k, v in m.items() if v is not None}
+        m.setdefault("id", uuid.uuid4().hex)  # fixed before the first attempt: retries are idempotent
+        if "occurred_at" in m and not isinstance(m["occurred_at"], str):
+            m["occurred_at"] = m["occurred_at"].isoformat()
+        out.append(m)
+    return {"messages": out}
+
+
+def _conv(conversation_id: str) -> str:
+    return f"/v1/conversations/{quote(conversation_id, safe='')}"
+
+
+def _params(**values: Any) -> dict[str, Any]:
+    return {k: (str(v).lower() if isinstance(v, bool) else v) for k, v in values.items() if v is not None}
+
+
+class _Base:
+    def __init__(self, url: str | None, api_key: str | None, timeout: float, max_retries: int, backoff: float):
+        self.url = (url or os.environ.get("MEMFOLD_URL") or "http://127.0.0.1:8080").rstrip("/")
+        key = api_key or os.environ.get("MEMFOLD_API_KEY")
+        self._headers = {"Authorization": f"Bearer {key}"} if key else {}
+        self.timeout = timeout
+        self.max_retries = max_retries
+        self.backoff = backoff
+
+    def _delay(self, attempt: int, response: httpx.Response | None) -> float:
+        header = response.headers.get("retry-after") if response is not None else None
+        if header:
+            try:
+                return float(header)
+            except ValueError:
+                pass
+        return self.backoff * (2 ** attempt)
+
+    @staticmethod
+    def _result(response: httpx.Response) -> Any:
+        if response.status_code >= 400:
+            try:
+                body = response.json()
+            except ValueError:
+                body = response.text
+            raise error_for(response.status_code, body, response.headers.get("retry-after"))
+        return response.json() if response.content else None
+
+
+class Client(_Base):
+    """A synchronous client of one memfold service; use as a context manager or call :meth:`close`.
+
+    ``url`` and ``api_key`` default to ``MEMFOLD_URL`` and ``MEMFOLD_API_KEY``.
+    Errors are :class:`memfold.client.ApiError` subclasses (all ``MemfoldError``).
+    """
+
+    def __init__(self, url: str | None = None, api_key: str | None = None, *, timeout: float = 30.0,
+                 max_retries: int = 3, backoff: float = 0.2, transport: httpx.BaseTransport | None = None):
+        super().__init__(url, api_key, timeout, max_retries, backoff)
+        self._http = httpx.Client(base_url=self.url, headers=self._headers, timeout=timeout, transport=transport)
+
+    def _request(self, method: str, path: str, **kw: Any) -> Any:
+        for attempt in range(self.max_retries + 1):
+            response = None
+            try:
+                response = self._http.request(method, path, **kw)
+                if response.status_code not in _RETRY_STATUS or attempt == self.max_retries:
+                    return self._result(response)
+            except httpx.TransportError as exc:
+                if attempt == self.max_retries:
+                    raise ServiceUnavailableError(0, type(exc).__name__, f"{self.url}: {exc}") from exc
+            time.sleep(self._delay(attempt, response))
+        raise AssertionError("unreachable")
+
+    def append(self, conversation_id: str, messages: Iterable[Mapping[str, Any]], *, wait: bool = True) -> list[Appended]:
+        """Append messages (dicts: role, content, id?, occurred_at?, metadata?, ...) in order, all or nothing.
+
+        ``wait`` returns once the service's projection holds them, so a read
+        that follows sees them. Retried safely (see the module docstring).
+        """
+        body = self._request("POST", _conv(conversation_id) + "/messages", json=_messages_body(messages),
+                             params=_params(wait=wait))
+        return [Appended.model_validate(m) for m in body["messages"]]
+
+    def add(self, conversation_id: str, role: str, content: str, **fields: Any) -> Appended:
+        """Append one message; ``fields`` are the optional message keys (id, metadata, name, ...)."""
+        return self.append(conversation_id, [{"role": role, "content": content, **fields}])[0]
+
+    def messages(self, conversation_id: str, *, start: int = 0, limit: int = 1000) -> list[Message]:
+        """Return stored messages from index ``start``, oldest first."""
+        body = self._request("GET", _conv(conversation_id) + "/messages", params=_params(start=start, limit=limit))
+        return [Message.model_validate(m) for m in body["messages"]]
+
+    def context(self, conversation_id: str, *, budget: int | None = None, policy: str | None = None, **extra: Any) -> Context:
+        """Return the context for the next model call (``extra``: further query parameters the service knows)."""
+        body = self._request("GET", _conv(conversation_id) + "/context", params=_params(budget=budget, policy=policy, **extra))
+        return Context.model_validate(body)
+
+    def summaries(self, conversation_id: str, *, policy: str | None = None) -> list[dict[str, Any]]:
+        """Return the summary requests and outcomes of a conversation, oldest first."""
+        return self._request("GET", _conv(conversation_id) + "/summaries", params=_params(policy=policy))["summaries"]
+
+    def facts(self, conversation_id: str, *, policy: str | None = None) -> list[dict[str, Any]]:
+        """Return the conversation's facts with the summary versions that introduced and retired them."""
+        return self._request("GET", _conv(conversation_id) + "/facts", params=_params(policy=policy))["facts"]
+
+    def conversations(self, *, limit: int = 100, offset: int = 0) -> list[Conversation]:
+        """Return the tenant's conversations, most recently active first."""
+        body = self._request("GET", "/v1/conversations", params=_params(limit=limit, offset=offset))
+        return [Conversation.model_validate(c) for c in body["conversations"]]
+
+    def sql(self, query: str, *, limit: int = 10_000) -> SqlResult:
+        """Run one read-only statement over the tenant's tables (admin keys only)."""
+        return SqlResult.model_validate(self._request("POST", "/v1/sql", json={"query": query, "limit": limit}))
+
+    def me(self) -> Identity:
+        """Return the key's id, tenant and role."""
+        return Identity.model_validate(self._request("GET", "/v1/me"))
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class AsyncClient(_Base):
+    """The asyncio twin of :class:`Client` (same methods, awaited)."""
+
+    def __init__(self, url: str | None = None, api_key: str | None = None, *, timeout: float = 30.0,
+                 max_retries: int = 3, backoff: float = 0.2, transport: httpx.AsyncBaseTransport | None = None,
+                 limits: httpx.Limits | None = None):
+        super().__init__(url, api_key, timeout, max_retries, backoff)
+        self._http = httpx.AsyncClient(base_url=self.url, headers=self._headers, timeout=timeout, transport=transport,
+                                       limits=limits or httpx.Limits(max_connections=100))
+
+    async def _request(self, method: str, path: str, **kw: Any) -> Any:
+        for attempt in range(self.max_retries + 1):
+            response = None
+            try:
+                response = await self._http.request(method, path, **kw)
+                if response.status_code not in _RETRY_STATUS or attempt == self.max_retries:
+                    return self._result(response)
+            except httpx.TransportError as exc:
+                if attempt == self.max_retries:
+                    raise ServiceUnavailableError(0, type(exc).__name__, f"{self.url}: {exc}") from exc
+            await asyncio.sleep(self._delay(attempt, response))
+        raise AssertionError("unreachable")
+
+    async def append(self, conversation_id: str, messages: Iterable[Mapping[str, Any]], *, wait: bool = True) -> list[Appended]:
+        """See :meth:`Client.append`."""
+        body = await self._request("POST", _conv(conversation_id) + "/messages", json=_messages_body(messages),
+                                   params=_params(wait=wait))
+        return [Appended.model_validate(m) for m in body["messages"]]
+
+    async def add(self, conversation_id: str, role: str, content: str, **fields: Any) -> Appended:
+        """See :meth:`Client.add`."""
+        return (await self.append(conversation_id, [{"role": role, "content": content, **fields}]))[0]
+
+    async def messages(self, conversation_id: str, *, start: int = 0, limit: int = 1000) -> list[Message]:
+        """See :meth:`Client.messages`."""
+        body = await self._request("GET", _conv(conversation_id) + "/messages", params=_params(start=start, limit=limit))
+        return [Message.model_validate(m) for m in body["messages"]]
+
+    async def context(self, conversation_id: str, *, budget: int | None = None, policy: str | None = None, **extra: Any) -> Context:
+        """See :meth:`Client.context`."""
+        body = await self._request("GET", _conv(conversation_id) + "/context",
+                                   params=_params(budget=budget, policy=policy, **extra))
+        return Context.model_validate(body)
+
+    async def summaries(self, conversation_id: str, *, policy: str | None = None) -> list[dict[str, Any]]:
+        """See :meth:`Client.summaries`."""
+        return (await self._request("GET", _conv(conversation_id) + "/summaries", params=_params(policy=policy)))["summaries"]
+
+    async def facts(self, conversation_id: str, *, policy: str | None = None) -> list[dict[str, Any]]:
+        """See :meth:`Client.facts`."""
+        return (await self._request("GET", _conv(conversation_id) + "/facts", params=_params(policy=policy)))["facts"]
+
+    async def conversations(self, *, limit: int = 100, offset: int = 0) -> list[Conversation]:
+        """See :meth:`Client.conversations`."""
+        body = await self._request("GET", "/v1/conversations", params=_params(limit=limit, offset=offset))
+        return [Conversation.model_validate(c) for c in body["conversations"]]
+
+    async def sql(self, query: str, *, limit: int = 10_000) -> SqlResult:
+        """See :meth:`Client.sql`."""
+        return SqlResult.model_validate(await self._request("POST", "/v1/sql", json={"query": query, "limit": limit}))
+
+    async def me(self) -> Identity:
+        """See :meth:`Client.me`."""
+        return Identity.model_validate(await self._request("GET", "/v1/me"))
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> "AsyncClient":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()

@@ -1,0 +1,148 @@
+"""Typed results and errors of the memfold HTTP client."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from memfold.engine.errors import MemfoldError, ValidationError
+
+
+class _Result(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class Appended(_Result):
+    """Where an appended message is in the log (``id`` is the message id the client sent)."""
+
+    id: str | None
+    event_id: str
+    partition: int
+    offset: int
+
+
+class Message(_Result):
+    """A stored message."""
+
+    id: str | None
+    event_id: str
+    index: int
+    seq: int
+    role: str
+    content: str
+    tokens: int
+    occurred_at: datetime
+    name: str | None = None
+    model_variant: str | None = None
+    tool_calls: list[dict[str, Any]] = []
+    tool_call_id: str | None = None
+    importance: float | None = None
+    metadata: dict[str, Any] = {}
+
+
+class ContextMessage(_Result):
+    """One message for the next model call; ``kind`` is system_prompt, memory:<...>, verbatim or current."""
+
+    role: str
+    content: str
+    kind: str
+    tokens: int
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
+
+    def as_openai(self) -> dict[str, Any]:
+        """Return the message in the OpenAI chat shape (role, content, tool fields when set)."""
+        out: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.tool_calls:
+            out["tool_calls"] = [
+                {"id": tc["id"], "type": "function", "function": {"name": tc["name"], "arguments": tc["arguments"]}}
+                for tc in self.tool_calls
+            ]
+        if self.tool_call_id:
+            out["tool_call_id"] = self.tool_call_id
+        return out
+
+
+class Context(_Result):
+    """The context for the next model call of one conversation."""
+
+    conversation_id: str
+    policy: str
+    budget: int | None
+    tokens: int
+    messages: list[ContextMessage]
+
+
+class Conversation(_Result):
+    conversation_id: str
+    message_count: int
+    token_count: int
+    first_at: datetime | None
+    last_at: datetime | None
+
+
+class Identity(_Result):
+    key_id: str
+    tenant_id: str
+    role: str
+
+
+class SqlResult(_Result):
+    columns: list[str]
+    rows: list[list[Any]]
+    truncated: bool
+
+
+class ApiError(MemfoldError):
+    """The service answered with an error; ``status``, ``type`` and ``field`` say which."""
+
+    def __init__(self, status: int, kind: str, message: str, *, field: str | None = None,
+                 retry_after: float | None = None):
+        super().__init__(f"{status} {kind}: {message}")  # first: ValidationError's init resets field
+        self.status = status
+        self.type = kind
+        self.field = field
+        self.retry_after = retry_after
+
+
+class AuthenticationError(ApiError):
+    """401: the key is missing, unknown or revoked."""
+
+
+class PermissionDeniedError(ApiError):
+    """403: the key's role does not allow this."""
+
+
+class NotFoundError(ApiError):
+    """404: no such conversation for this key's tenant."""
+
+
+class RequestTooLargeError(ApiError):
+    """413: a body, batch or message above the service's limits; nothing was written."""
+
+
+class InvalidRequestError(ApiError, ValidationError):
+    """422: the request is malformed or a message is invalid; nothing was written."""
+
+
+class RateLimitedError(ApiError):
+    """429: too many requests for this key; ``retry_after`` says when to try again."""
+
+
+class ServiceUnavailableError(ApiError):
+    """5xx or no connection: the service could not answer."""
+
+
+_BY_STATUS = {401: AuthenticationError, 403: PermissionDeniedError, 404: NotFoundError, 413: RequestTooLargeError,
+              422: InvalidRequestError, 429: RateLimitedError}
+
+
+def error_for(status: int, body: Any, retry_after: str | None) -> ApiError:
+    """Return the :class:`ApiError` subclass for an error response."""
+    err = body.get("error", {}) if isinstance(body, dict) else {}
+    cls = _BY_STATUS.get(status, ServiceUnavailableError if status >= 500 else ApiError)
+    delay = float(retry_after) if retry_after and retry_after.replace(".", "", 1).isdigit() else None
+    return cls(status, err.get("type", "HTTPError"), err.get("message", str(body)[:500]), field=err.get("field"),
+               retry_after=delay)

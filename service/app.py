@@ -1,0 +1,197 @@
+"""The HTTP service's app: one process owns the engine (the projection writer); every request goes through it.
+
+``create_app(engine, keys, limits)`` wires routes, API-key auth, limits,
+error bodies and metrics. Every error answers ``{"error": {"type",
+"message", "field"?, "line"?}}``; memfold's own errors keep their names.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+
+from memfold.engine.errors import (
+    ConfigError,
+    LogUnavailableError,
+    MemfoldError,
+    MessageTooLargeError,
+    ProjectionLagTimeout,
+    ValidationError,
+)
+
+from .keys import ApiKey, KeyStore
+from .limits import BodySizeLimit, Limits, RateLimiter
+from .metrics import ServiceMetrics
+
+log = logging.getLogger("memfold.service")
+
+
+@dataclass
+class Services:
+    """What the routes use, kept on ``app.state.memfold``."""
+
+    engine: object
+    keys: KeyStore
+    limits: Limits
+    limiter: RateLimiter
+    metrics: ServiceMetrics
+
+
+def services(request: Request) -> Services:
+    return request.app.state.memfold
+
+
+def _presented_key(request: Request) -> str | None:
+    auth = request.headers.get("authorization")
+    if auth and auth[:7].lower() == "bearer ":
+        return auth[7:].strip()
+    return request.headers.get("x-api-key")
+
+
+def require(permission: str):
+    """Return a dependency that authenticates the request's key and checks ``permission`` and the rate."""
+
+    def dependency(request: Request) -> ApiKey:
+        svc: Services = request.app.state.memfold
+        presented = _presented_key(request)
+        key = svc.keys.authenticate(presented) if presented else None
+        if key is None:
+            svc.metrics.rejected.labels("unauthenticated").inc()
+            raise HTTPException(
+                401, "missing, unknown or revoked API key: send 'Authorization: Bearer <key>' or 'X-API-Key: <key>'",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+        if not key.allows(permission):
+            svc.metrics.rejected.labels("forbidden").inc()
+            raise HTTPException(403, f"a {key.role} key may not {permission}; ask for a key with that role")
+        wait = svc.limiter.take(key.key_id)
+        if wait:
+            svc.metrics.rejected.labels("rate").inc()
+            raise HTTPException(
+                429, f"too many requests for this key (limit {svc.limits.rate:g}/s, burst {svc.limits.burst}); "
+                f"retry after {wait:.2f}s", headers={"Retry-After": f"{max(1, round(wait))}"},
+            )
+        return key
+
+    return dependency
+
+
+Reader = Annotated[ApiKey, Depends(require("read"))]
+Writer = Annotated[ApiKey, Depends(require("write"))]
+Admin = Annotated[ApiKey, Depends(require("admin"))]
+Forgetter = Annotated[ApiKey, Depends(require("forget"))]
+
+
+def _error(status: int, kind: str, message: str, *, field=None, line=None, headers=None) -> JSONResponse:
+    body = {"type": kind, "message": message}
+    if field is not None:
+        body["field"] = field
+    if line is not None:
+        body["line"] = line
+    return JSONResponse({"error": body}, status_code=status, headers=headers)
+
+
+_HTTP_KINDS = {401: "Unauthorized", 403: "Forbidden", 404: "NotFound", 413: "PayloadTooLarge", 429: "RateLimited"}
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException):
+        return _error(exc.status_code, _HTTP_KINDS.get(exc.status_code, "HTTPError"), str(exc.detail),
+                      headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(RequestValidationError)
+    async def malformed(request: Request, exc: RequestValidationError):
+        first = exc.errors()[0] if exc.errors() else {}
+        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e.get('loc', ()) if p != 'body') or 'body'}: {e.get('msg')}" for e in exc.errors()[:5]
+        )
+        return _error(422, "ValidationError", f"malformed request: {problems}", field=where or None)
+
+    @app.exception_handler(MemfoldError)
+    async def memfold_error(request: Request, exc: MemfoldError):
+        kind = type(exc).__name__
+        if isinstance(exc, MessageTooLargeError):
+            return _error(413, kind, str(exc), field=exc.field, line=exc.line)
+        if isinstance(exc, ValidationError):
+            return _error(422, kind, str(exc), field=exc.field, line=exc.line)
+        if isinstance(exc, ConfigError):
+            return _error(422, kind, str(exc))
+        if isinstance(exc, ProjectionLagTimeout):
+            return _error(504, kind, str(exc))
+        if isinstance(exc, LogUnavailableError):
+            return _error(503, kind, str(exc), headers={"Retry-After": "1"})
+        return _error(500, kind, str(exc))
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, exc: Exception):
+        log.exception("unexpected error on %s %s", request.method, request.url.path)
+        return _error(500, "InternalError", f"unexpected {type(exc).__name__}; the service log has the details")
+
+
+class _RequestMetrics:
+    """ASGI middleware timing every request by its route template (not its raw path: ids stay out of labels)."""
+
+    def __init__(self, app, metrics: ServiceMetrics):
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        started = time.perf_counter()
+        status = [500]
+
+        async def send_status(message):
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_status)
+        finally:
+            route = scope.get("route")
+            template = getattr(route, "path", "unmatched")
+            self.metrics.requests.labels(template, scope["method"], str(status[0])).observe(time.perf_counter() - started)
+
+
+def create_app(engine, keys: KeyStore, limits: Limits | None = None) -> FastAPI:
+    """Return the service app over a running ``engine`` and the data dir's ``keys``."""
+    from .routes import router
+
+    limits = limits or Limits()
+    app = FastAPI(
+        title="memfold",
+        summary="Event-sourced conversation memory over HTTP.",
+        description="Append messages, read the context for the next model call, inspect how memory evolved. "
+        "Every /v1 route needs an API key (`Authorization: Bearer <key>` or `X-API-Key`); the tenant "
+        "comes from the key.",
+        version="0.1.0",
+    )
+    metrics = ServiceMetrics(engine)
+    app.state.memfold = Services(engine, keys, limits, RateLimiter(limits.rate, limits.burst), metrics)
+    _install_error_handlers(app)
+    app.include_router(router)
+
+    @app.get("/healthz", tags=["operations"])
+    def healthz() -> dict:
+        """Answer 200 while the engine is open (no key needed)."""
+        return {"status": "ok"}
+
+    @app.get("/metrics", tags=["operations"], response_class=Response)
+    def prometheus_metrics() -> Response:
+        """Prometheus text format: ingest, projector lag, summary queue, summarizer outcomes, latencies (no key needed)."""
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    app.add_middleware(_RequestMetrics, metrics=metrics)
+    app.add_middleware(BodySizeLimit, limit=limits.max_body_bytes)
+    return app

@@ -1,0 +1,196 @@
+"""The /v1 routes. The tenant is always the key's; a conversation of another tenant is simply not found.
+
+Routes are plain ``def``: the engine's calls block (SQLite, DuckDB), so
+FastAPI runs them in its thread pool; the store gives each thread its own
+cursor.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from fastapi import APIRouter, HTTPException, Path, Query, Request
+
+from memfold.engine.ids import content_hash
+
+from .app import Admin, Reader, Writer, services
+from .schemas import (
+    AppendRequest,
+    AppendResponse,
+    ContextResponse,
+    ConversationsResponse,
+    ErrorResponse,
+    Identity,
+    MessagesResponse,
+    SqlRequest,
+    SqlResponse,
+)
+
+CLIENT_ID_KEY = "message_id"  # metadata key recording the caller's message id
+
+_ERRORS = {401: {"model": ErrorResponse}, 404: {"model": ErrorResponse}, 422: {"model": ErrorResponse},
+           429: {"model": ErrorResponse}}
+router = APIRouter(prefix="/v1", responses=_ERRORS)
+ConversationId = Path(min_length=1, max_length=200, description="the conversation, unique within the key's tenant")
+
+
+def event_id_for(tenant_id: str, conversation_id: str, message_id: str) -> str:
+    """Return the log event id of a caller's message id: the same inputs always give the same id.
+
+    Namespaced by tenant and conversation, so two tenants (or conversations)
+    using the same message id never collide, and a retry maps to the stored event.
+    """
+    return "m" + content_hash(tenant_id, conversation_id, message_id, length=31)
+
+
+def existing(request: Request, tenant_id: str, conversation_id: str) -> dict[str, Any]:
+    """Return the conversation's row, or raise 404 (the same answer for another tenant's and a missing one)."""
+    row = services(request).engine.store.conversation(tenant_id, conversation_id)
+    if row is None or row.get("deleted"):
+        raise HTTPException(404, f"no conversation {conversation_id!r}")
+    return row
+
+
+@router.get("/me", response_model=Identity, tags=["keys"])
+def me(key: Reader) -> Identity:
+    """Return the calling key's id, tenant and role."""
+    return Identity(key_id=key.key_id, tenant_id=key.tenant_id, role=key.role)
+
+
+@router.post("/conversations/{conversation_id}/messages", response_model=AppendResponse, status_code=201,
+             tags=["messages"], responses={413: {"model": ErrorResponse}})
+def append_messages(
+    request: Request, body: AppendRequest, key: Writer,
+    conversation_id: str = ConversationId,
+    wait: bool = Query(False, description="return once the projection holds the messages (read-your-writes)"),
+) -> AppendResponse:
+    """Append one message or a batch, all or nothing, in order.
+
+    A message with an ``id`` already stored in this conversation is not
+    stored again: the answer names the stored event, so retries are safe.
+    """
+    svc = services(request)
+    limit = svc.limits.max_batch
+    if limit and len(body.messages) > limit:
+        raise HTTPException(413, f"{len(body.messages)} messages in one append; the limit is {limit} "
+                                 "(split the batch, or memfold serve --max-batch)")
+    tenant = key.tenant_id
+    rows = []
+    for m in body.messages:
+        row = m.model_dump(exclude_none=True, exclude={"id"})
+        row.update(conversation_id=conversation_id, tenant_id=tenant)
+        if m.id is not None:
+            row["event_id"] = event_id_for(tenant, conversation_id, m.id)
+            row["metadata"] = {**(m.metadata or {}), CLIENT_ID_KEY: m.id}
+        rows.append(row)
+    engine = svc.engine
+    events = [engine.validate(r, line=i + 1) for i, r in enumerate(rows)]
+    positions = engine.append_events(events)
+    svc.metrics.appended.inc(len(events))
+    if wait:
+        engine.wait_for(max(positions))
+    return AppendResponse(conversation_id=conversation_id, messages=[
+        {"id": m.id, "event_id": e.event_id, "partition": p.partition, "offset": p.offset}
+        for m, e, p in zip(body.messages, events, positions)
+    ])
+
+
+@router.get("/conversations", response_model=ConversationsResponse, tags=["conversations"])
+def list_conversations(
+    request: Request, key: Reader, limit: int = Query(100, ge=1, le=1000), offset: int = Query(0, ge=0),
+) -> ConversationsResponse:
+    """List the tenant's conversations, most recently active first."""
+    _, rows = services(request).engine.store.query(
+        "SELECT conversation_id, message_count, token_count, first_at, last_at FROM conversations "
+        "WHERE tenant_id = ? AND NOT coalesce(deleted, false) ORDER BY last_at DESC, conversation_id LIMIT ? OFFSET ?",
+        [key.tenant_id, limit, offset],
+    )
+    keys = ("conversation_id", "message_count", "token_count", "first_at", "last_at")
+    return ConversationsResponse(conversations=[dict(zip(keys, r)) for r in rows])
+
+
+@router.get("/conversations/{conversation_id}/messages", response_model=MessagesResponse, tags=["messages"])
+def list_messages(
+    request: Request, key: Reader, conversation_id: str = ConversationId,
+    start: int = Query(0, ge=0, description="first message index (0-based)"),
+    limit: int = Query(1000, ge=1, le=10_000),
+) -> MessagesResponse:
+    """Return the stored messages of a conversation, oldest first."""
+    existing(request, key.tenant_id, conversation_id)
+    records = services(request).engine.store.messages(key.tenant_id, conversation_id, start, start + limit - 1)
+    return MessagesResponse(conversation_id=conversation_id, messages=[
+        {
+            "id": (m.metadata or {}).get(CLIENT_ID_KEY), "event_id": m.event_id, "index": m.index, "seq": m.seq,
+            "role": m.role, "content": m.content, "tokens": m.tokens, "occurred_at": m.occurred_at, "name": m.name,
+            "model_variant": m.model_variant, "tool_calls": [tc.model_dump() for tc in m.tool_calls],
+            "tool_call_id": m.tool_call_id, "importance": m.importance, "metadata": dict(m.metadata or {}),
+        }
+        for m in records
+    ])
+
+
+@router.get("/conversations/{conversation_id}/context", response_model=ContextResponse, tags=["context"])
+def get_context(
+    request: Request, key: Reader, conversation_id: str = ConversationId,
+    budget: int | None = Query(None, ge=1, description="token budget (default: no limit)"),
+    policy: str | None = Query(None, description="policy to read (default: the tenant's)"),
+) -> ContextResponse:
+    """Return the messages for the next model call within ``budget`` tokens. Never calls a model."""
+    svc = services(request)
+    existing(request, key.tenant_id, conversation_id)
+    engine = svc.engine
+    started = time.perf_counter()
+    name = policy or engine.settings.policy_for(key.tenant_id)
+    messages = engine.context(conversation_id, budget=budget, policy=name, tenant_id=key.tenant_id)
+    svc.metrics.context_seconds.observe(time.perf_counter() - started)
+    out = []
+    for m in messages:
+        item = m.as_dict()
+        item["tokens"] = m.tokens
+        out.append(item)
+    return ContextResponse(conversation_id=conversation_id, policy=name, budget=budget,
+                           tokens=sum(m.tokens for m in messages), messages=out)
+
+
+@router.get("/conversations/{conversation_id}/summaries", tags=["memory"])
+def list_summaries(
+    request: Request, key: Reader, conversation_id: str = ConversationId, policy: str | None = Query(None),
+) -> dict:
+    """Return every summary request of the conversation with its outcome and lineage, oldest first."""
+    existing(request, key.tenant_id, conversation_id)
+    rows = services(request).engine.summaries(conversation_id, tenant_id=key.tenant_id, policy=policy)
+    return {"conversation_id": conversation_id, "summaries": rows}
+
+
+@router.get("/conversations/{conversation_id}/facts", tags=["memory"])
+def list_facts(
+    request: Request, key: Reader, conversation_id: str = ConversationId, policy: str | None = Query(None),
+    include_retired: bool = Query(True),
+) -> dict:
+    """Return the conversation's facts with the summary version that introduced (and retired) each."""
+    existing(request, key.tenant_id, conversation_id)
+    sql = (
+        "SELECT f.policy, f.key, f.value, f.category, f.introduced_by, f.retired_by, "
+        "i.requested_at AS introduced_at, r.requested_at AS retired_at "
+        "FROM facts f LEFT JOIN summaries i ON i.summary_id = f.introduced_by "
+        "LEFT JOIN summaries r ON r.summary_id = f.retired_by "
+        "WHERE f.tenant_id = ? AND f.conversation_id = ?"
+    )
+    params: list[Any] = [key.tenant_id, conversation_id]
+    if policy:
+        sql += " AND f.policy = ?"
+        params.append(policy)
+    if not include_retired:
+        sql += " AND f.retired_by IS NULL"
+    cols, rows = services(request).engine.store.query(sql + " ORDER BY f.policy, introduced_at, f.key", params)
+    return {"conversation_id": conversation_id, "facts": [dict(zip(cols, r)) for r in rows]}
+
+
+@router.post("/sql", response_model=SqlResponse, tags=["analytics"], responses={403: {"model": ErrorResponse}})
+def run_sql(request: Request, body: SqlRequest, key: Admin) -> SqlResponse:
+    """Run one read-only statement over the tenant's tables (conversations, messages, summaries, facts, events)."""
+    from .sql import run_tenant_sql
+
+    columns, rows, truncated = run_tenant_sql(services(request).engine.store, key.tenant_id, body.query, body.limit)
+    return SqlResponse(columns=columns, rows=rows, truncated=truncated)

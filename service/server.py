@@ -1,0 +1,40 @@
+"""``memfold serve``: open the engine once in this process and serve it with uvicorn.
+
+One process, one uvicorn worker: DuckDB allows one writer per projection
+file, so the process that owns the engine answers every request (reads and
+appends). Scale reads with projector nodes in distributed mode, not with
+more workers on one data dir.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from memfold.engine.settings import Settings
+
+from .limits import Limits
+
+log = logging.getLogger("memfold.service")
+
+
+def serve(settings: Settings, *, host: str = "127.0.0.1", port: int = 8080, limits: Limits | None = None,
+          log_level: str = "warning") -> None:
+    """Run the service until SIGINT/SIGTERM; the engine is closed (threads stopped, files closed) on the way out."""
+    import uvicorn
+
+    from memfold.engine.engine import MemoryEngine
+
+    from .app import create_app
+    from .keys import KeyStore
+
+    role = "projector" if settings.log_url().startswith("kafka://") else "embedded"
+    engine = MemoryEngine(settings, role=role)
+    try:
+        app = create_app(engine, KeyStore(settings.data_dir), limits)
+        config = uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False,
+                                timeout_graceful_shutdown=5)
+        server = uvicorn.Server(config)
+        print(f"memfold serving {settings.data_dir} on http://{host}:{port} (API docs at /docs)", flush=True)
+        server.run()
+    finally:
+        engine.close()

@@ -1,0 +1,89 @@
+"""Tenant isolation, walked over the live service's whole route table (from its own /openapi.json).
+
+Every route that names a conversation is called with tenant A's admin key on
+tenant B's conversation and on a conversation that exists nowhere: the two
+answers must be identical (a 404 for reads; for an append, A's own new
+conversation), and B's data must be unchanged. Routes that name no
+conversation must appear in TENANT_SCOPED with a check of their own. A new
+route that fits neither fails this test, so no route can skip the check.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+
+pytestmark = pytest.mark.timeout(120)
+
+# Routes naming a conversation that create it for the caller's tenant (everything else must 404).
+CREATES = {("POST", "/v1/conversations/{conversation_id}/messages")}
+# Example bodies and query parameters, so a route is exercised past its validation.
+BODIES = {("POST", "/v1/conversations/{conversation_id}/messages"): {"messages": [{"role": "user", "content": "probe"}]}}
+UNSCOPED = {"/healthz", "/metrics", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"}
+
+
+def _checked_conversations(a, b_conv):
+    ids = [c["conversation_id"] for c in a.get("/v1/conversations", params={"limit": 1000}).json()["conversations"]]
+    assert b_conv not in ids
+
+
+def _checked_sql(a, b_conv):
+    rows = a.post("/v1/sql", json={"query": "SELECT DISTINCT tenant_id FROM messages UNION ALL "
+                                            "SELECT DISTINCT tenant_id FROM events"}).json()["rows"]
+    assert {r[0] for r in rows} <= {"tenant-a"}
+
+
+def _checked_me(a, b_conv):
+    assert a.get("/v1/me").json()["tenant_id"] == "tenant-a"
+
+
+# Routes naming no conversation: each has its own proof that B's data stays out.
+TENANT_SCOPED = {
+    ("GET", "/v1/conversations"): _checked_conversations,
+    ("POST", "/v1/sql"): _checked_sql,
+    ("GET", "/v1/me"): _checked_me,
+}
+
+
+def _b_state(b) -> tuple:
+    for _ in range(400):  # let B's summary settle first: its completion is not a change A made
+        if all(s["status"] != "processing" for s in b.get("/v1/conversations/b-private/summaries").json()["summaries"]):
+            break
+        time.sleep(0.05)
+    return (b.get("/v1/conversations/b-private/messages").json(), b.get("/v1/conversations/b-private/summaries").json())
+
+
+def test_every_route_hides_other_tenants(service):
+    a_key, b_key = service.key("tenant-a", "admin"), service.key("tenant-b", "admin")
+    with service.http(a_key) as a, service.http(b_key) as b:
+        b.post("/v1/conversations/b-private/messages", params={"wait": "true"},
+               json={"messages": [{"role": "user", "content": f"b secret {i}"} for i in range(25)]})
+        a.post("/v1/conversations/a-own/messages", params={"wait": "true"},
+               json={"messages": [{"role": "user", "content": "a's message"}]})
+        before = _b_state(b)
+        paths = a.get("/openapi.json").json()["paths"]
+        walked, scoped = 0, set()
+        routes = [(m.upper(), t) for t, ops in paths.items() for m in ops]
+        # Reads first: an append by A to "b-private" creates A's own conversation of that name.
+        for method, template in sorted(routes, key=lambda r: r in CREATES):
+            if template in UNSCOPED:
+                continue
+            if "{conversation_id}" not in template:
+                assert (method, template) in TENANT_SCOPED, f"{method} {template} has no tenant check"
+                TENANT_SCOPED[(method, template)](a, "b-private")
+                scoped.add((method, template))
+                continue
+            body = BODIES.get((method, template))
+            answers = []
+            for conv in ("b-private", f"nowhere-{walked}"):
+                r = a.request(method, template.replace("{conversation_id}", conv), json=body)
+                text = r.text.replace(conv, "<conv>")
+                answers.append((r.status_code, re.sub(r'"(event_id|offset|partition)":("?)[^,}"]*\2', "", text)))
+            assert answers[0] == answers[1], f"{method} {template}: B's conversation differs from a missing one"
+            expected = 201 if (method, template) in CREATES else 404
+            assert answers[0][0] == expected, f"{method} {template}: {answers[0]}"
+            walked += 1
+        assert walked >= 5 and scoped == set(TENANT_SCOPED)
+        assert _b_state(b) == before
