@@ -126,10 +126,16 @@ class Client(_Base):
         body = self._request("GET", _conv(conversation_id) + "/messages", params=_params(start=start, limit=limit))
         return [Message.model_validate(m) for m in body["messages"]]
 
-    def context(self, conversation_id: str, *, budget: int | None = None, policy: str | None = None, **extra: Any) -> Context:
-        """Return the context for the next model call (``extra``: further query parameters the service knows)."""
-        body = self._request("GET", _conv(conversation_id) + "/context", params=_params(budget=budget, policy=policy, **extra))
+    def context(self, conversation_id: str, *, budget: int | None = None, query: str | None = None,
+                policy: str | None = None) -> Context:
+        """Return the context for the next model call; ``query`` picks which older messages to recall."""
+        body = self._request("GET", _conv(conversation_id) + "/context",
+                             params=_params(budget=budget, query=query, policy=policy))
         return Context.model_validate(body)
+
+    def forget(self, conversation_id: str, *, reason: str | None = None) -> None:
+        """Erase a conversation (admin keys); afterwards it answers 404 and its log content is unreadable."""
+        self._request("DELETE", _conv(conversation_id), params=_params(reason=reason))
 
     def summaries(self, conversation_id: str, *, policy: str | None = None) -> list[dict[str, Any]]:
         """Return the summary requests and outcomes of a conversation, oldest first."""
@@ -200,11 +206,16 @@ class AsyncClient(_Base):
         body = await self._request("GET", _conv(conversation_id) + "/messages", params=_params(start=start, limit=limit))
         return [Message.model_validate(m) for m in body["messages"]]
 
-    async def context(self, conversation_id: str, *, budget: int | None = None, policy: str | None = None, **extra: Any) -> Context:
+    async def context(self, conversation_id: str, *, budget: int | None = None, query: str | None = None,
+                      policy: str | None = None) -> Context:
         """See :meth:`Client.context`."""
         body = await self._request("GET", _conv(conversation_id) + "/context",
-                                   params=_params(budget=budget, policy=policy, **extra))
+                                   params=_params(budget=budget, query=query, policy=policy))
         return Context.model_validate(body)
+
+    async def forget(self, conversation_id: str, *, reason: str | None = None) -> None:
+        """See :meth:`Client.forget`."""
+        await self._request("DELETE", _conv(conversation_id), params=_params(reason=reason))
 
     async def summaries(self, conversation_id: str, *, policy: str | None = None) -> list[dict[str, Any]]:
         """See :meth:`Client.summaries`."""

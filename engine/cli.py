@@ -470,9 +470,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_keys(args: argparse.Namespace) -> int:
-    from memfold.service.keys import KeyStore
+    from memfold.service.keys import ApiKeyStore
 
-    store = KeyStore(Path(args.data_dir))
+    store = ApiKeyStore(Path(args.data_dir))
     if args.keys_command == "create":
         key, secret = store.create(args.tenant, args.role, args.name)
         if args.json:

@@ -25,7 +25,7 @@ from memfold.engine.errors import (
     ValidationError,
 )
 
-from .keys import ApiKey, KeyStore
+from .keys import ApiKey, ApiKeyStore
 from .limits import BodySizeLimit, Limits, RateLimiter
 from .metrics import ServiceMetrics
 
@@ -37,7 +37,7 @@ class Services:
     """What the routes use, kept on ``app.state.memfold``."""
 
     engine: object
-    keys: KeyStore
+    keys: ApiKeyStore
     limits: Limits
     limiter: RateLimiter
     metrics: ServiceMetrics
@@ -162,7 +162,7 @@ class _RequestMetrics:
             self.metrics.requests.labels(template, scope["method"], str(status[0])).observe(time.perf_counter() - started)
 
 
-def create_app(engine, keys: KeyStore, limits: Limits | None = None) -> FastAPI:
+def create_app(engine, keys: ApiKeyStore, limits: Limits | None = None) -> FastAPI:
     """Return the service app over a running ``engine`` and the data dir's ``keys``."""
     from .routes import router
 

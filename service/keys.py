@@ -1,7 +1,7 @@
 """API keys: created once, stored hashed, each bound to one tenant and one role.
 
 A key reads ``mf_<key_id>_<secret>``. Only ``key_id`` and the sha256 of the
-secret are stored (in ``keys.db`` beside the projection); the secret is shown
+secret are stored (in ``api_keys.sqlite`` in the data dir); the secret is shown
 once, at creation. The secret is 32 random bytes, so a fast hash is enough:
 there is nothing to brute-force, unlike a password. Revocation is a
 timestamp; a revoked key is refused on its next request (every request looks
@@ -28,7 +28,7 @@ PERMISSIONS = {
     "writer": frozenset({"read", "write"}),
     "reader": frozenset({"read"}),
 }
-KEYS_FILE = "keys.db"
+KEYS_FILE = "api_keys.sqlite"
 
 _DDL = """CREATE TABLE IF NOT EXISTS api_keys (
     key_id TEXT PRIMARY KEY, secret_sha256 TEXT NOT NULL, tenant_id TEXT NOT NULL,
@@ -55,7 +55,7 @@ def _sha256(secret: str) -> str:
     return hashlib.sha256(secret.encode("utf-8")).hexdigest()
 
 
-class KeyStore:
+class ApiKeyStore:
     """The ``api_keys`` table of one data dir. Thread-safe: one SQLite connection per thread."""
 
     def __init__(self, data_dir: str | Path):

@@ -14,7 +14,7 @@ from fastapi import APIRouter, HTTPException, Path, Query, Request
 
 from memfold.engine.ids import content_hash
 
-from .app import Admin, Reader, Writer, services
+from .app import Admin, Forgetter, Reader, Writer, services
 from .schemas import (
     AppendRequest,
     AppendResponse,
@@ -135,14 +135,20 @@ def get_context(
     request: Request, key: Reader, conversation_id: str = ConversationId,
     budget: int | None = Query(None, ge=1, description="token budget (default: no limit)"),
     policy: str | None = Query(None, description="policy to read (default: the tenant's)"),
+    query: str | None = Query(None, max_length=10_000,
+                              description="what older messages to recall (default: the current user message)"),
 ) -> ContextResponse:
-    """Return the messages for the next model call within ``budget`` tokens. Never calls a model."""
+    """Return the messages for the next model call within ``budget`` tokens. Never calls a model.
+
+    Memory first, then recalled older messages most relevant to ``query``,
+    recent turns and the current message.
+    """
     svc = services(request)
     existing(request, key.tenant_id, conversation_id)
     engine = svc.engine
     started = time.perf_counter()
     name = policy or engine.settings.policy_for(key.tenant_id)
-    messages = engine.context(conversation_id, budget=budget, policy=name, tenant_id=key.tenant_id)
+    messages = engine.context(conversation_id, budget=budget, query=query, policy=name, tenant_id=key.tenant_id)
     svc.metrics.context_seconds.observe(time.perf_counter() - started)
     out = []
     for m in messages:
@@ -151,6 +157,22 @@ def get_context(
         out.append(item)
     return ContextResponse(conversation_id=conversation_id, policy=name, budget=budget,
                            tokens=sum(m.tokens for m in messages), messages=out)
+
+
+@router.delete("/conversations/{conversation_id}", tags=["conversations"])
+def forget_conversation(
+    request: Request, key: Forgetter, conversation_id: str = ConversationId,
+    reason: str | None = Query(None, max_length=1000, description="recorded on the ConversationDeleted event"),
+) -> dict:
+    """Erase a conversation (admin keys): its rows go, its data key is destroyed, so the log's copy is unreadable.
+
+    Returns once the projection no longer holds it. The deletion itself is
+    an event, so the audit trail keeps that the conversation existed.
+    """
+    existing(request, key.tenant_id, conversation_id)
+    position = services(request).engine.forget(conversation_id, tenant_id=key.tenant_id, reason=reason)
+    return {"conversation_id": conversation_id, "forgotten": True, "partition": position.partition,
+            "offset": position.offset}
 
 
 @router.get("/conversations/{conversation_id}/summaries", tags=["memory"])

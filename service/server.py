@@ -25,12 +25,12 @@ def serve(settings: Settings, *, host: str = "127.0.0.1", port: int = 8080, limi
     from memfold.engine.engine import MemoryEngine
 
     from .app import create_app
-    from .keys import KeyStore
+    from .keys import ApiKeyStore
 
     role = "projector" if settings.log_url().startswith("kafka://") else "embedded"
     engine = MemoryEngine(settings, role=role)
     try:
-        app = create_app(engine, KeyStore(settings.data_dir), limits)
+        app = create_app(engine, ApiKeyStore(settings.data_dir), limits)
         config = uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False,
                                 timeout_graceful_shutdown=5)
         server = uvicorn.Server(config)

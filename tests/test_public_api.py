@@ -43,7 +43,7 @@ PUBLIC = {
         "Appended", "Message", "Context", "ContextMessage", "Conversation", "Identity", "SqlResult",
     ],
     "memfold.service.app": ["create_app"],
-    "memfold.service.keys": ["KeyStore", "ApiKey", "ROLES"],
+    "memfold.service.keys": ["ApiKeyStore", "ApiKey", "ROLES"],
     "memfold.service.limits": ["Limits"],
     "memfold.service.server": ["serve"],
 }

@@ -77,6 +77,25 @@ def test_append_then_read_every_view(service):
         assert me["tenant_id"] == "acme" and me["role"] == "writer"
 
 
+def test_context_recalls_by_query_and_forget_erases(service):
+    admin, writer = service.key("acme", "admin"), service.key("acme", "writer")
+    turns = [{"role": "user", "content": f"note {i}: the weather is mild today"} for i in range(30)]
+    turns[4]["content"] = "note 4: my locker code is 7713 at the harbour gym"
+    with service.http(admin) as a, service.http(writer) as w:
+        w.post("/v1/conversations/recall-1/messages", params={"wait": "true"}, json={"messages": turns})
+        recalled = w.get("/v1/conversations/recall-1/context",
+                         params={"budget": 400, "query": "harbour gym locker code"}).json()["messages"]
+        assert any("7713" in m["content"] for m in recalled), recalled
+        assert w.delete("/v1/conversations/recall-1").status_code == 403  # forgetting needs an admin key
+        gone = a.delete("/v1/conversations/recall-1", params={"reason": "user asked"})
+        assert gone.status_code == 200 and gone.json()["forgotten"] is True
+        assert w.get("/v1/conversations/recall-1/messages").status_code == 404
+        assert w.get("/v1/conversations/recall-1/context").status_code == 404
+        assert a.delete("/v1/conversations/recall-1").status_code == 404
+        rows = a.post("/v1/sql", json={"query": "SELECT count(*) FROM messages WHERE content LIKE '%7713%'"}).json()
+        assert rows["rows"] == [[0]]
+
+
 def test_a_retried_append_with_the_same_id_is_stored_once(service):
     key = service.key("acme", "writer")
     body = {"messages": [{"id": "q-1", "role": "user", "content": "Is my refund through?"}]}
