@@ -145,6 +145,10 @@ class Client(_Base):
         """Return the conversation's facts with the summary versions that introduced and retired them."""
         return self._request("GET", _conv(conversation_id) + "/facts", params=_params(policy=policy))["facts"]
 
+    def audit(self, conversation_id: str) -> dict[str, Any]:
+        """Return the conversation's memory evolution (summary versions, bi-temporal facts, settings, erasure)."""
+        return self._request("GET", _conv(conversation_id) + "/audit")
+
     def conversations(self, *, limit: int = 100, offset: int = 0) -> list[Conversation]:
         """Return the tenant's conversations, most recently active first."""
         body = self._request("GET", "/v1/conversations", params=_params(limit=limit, offset=offset))
@@ -224,6 +228,10 @@ class AsyncClient(_Base):
     async def facts(self, conversation_id: str, *, policy: str | None = None) -> list[dict[str, Any]]:
         """See :meth:`Client.facts`."""
         return (await self._request("GET", _conv(conversation_id) + "/facts", params=_params(policy=policy)))["facts"]
+
+    async def audit(self, conversation_id: str) -> dict[str, Any]:
+        """See :meth:`Client.audit`."""
+        return await self._request("GET", _conv(conversation_id) + "/audit")
 
     async def conversations(self, *, limit: int = 100, offset: int = 0) -> list[Conversation]:
         """See :meth:`Client.conversations`."""

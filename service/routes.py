@@ -186,27 +186,24 @@ def list_summaries(
 
 
 @router.get("/conversations/{conversation_id}/facts", tags=["memory"])
-def list_facts(
-    request: Request, key: Reader, conversation_id: str = ConversationId, policy: str | None = Query(None),
-    include_retired: bool = Query(True),
-) -> dict:
-    """Return the conversation's facts with the summary version that introduced (and retired) each."""
+def list_facts(request: Request, key: Reader, conversation_id: str = ConversationId) -> dict:
+    """Return every fact memory held, bi-temporal: when it was stated, learned, changed (superseded) and retired."""
     existing(request, key.tenant_id, conversation_id)
-    sql = (
-        "SELECT f.policy, f.key, f.value, f.category, f.introduced_by, f.retired_by, "
-        "i.requested_at AS introduced_at, r.requested_at AS retired_at "
-        "FROM facts f LEFT JOIN summaries i ON i.summary_id = f.introduced_by "
-        "LEFT JOIN summaries r ON r.summary_id = f.retired_by "
-        "WHERE f.tenant_id = ? AND f.conversation_id = ?"
-    )
-    params: list[Any] = [key.tenant_id, conversation_id]
-    if policy:
-        sql += " AND f.policy = ?"
-        params.append(policy)
-    if not include_retired:
-        sql += " AND f.retired_by IS NULL"
-    cols, rows = services(request).engine.store.query(sql + " ORDER BY f.policy, introduced_at, f.key", params)
-    return {"conversation_id": conversation_id, "facts": [dict(zip(cols, r)) for r in rows]}
+    trail = services(request).engine.audit(conversation_id, tenant_id=key.tenant_id)
+    return {"conversation_id": conversation_id, "facts": trail["facts"]}
+
+
+@router.get("/conversations/{conversation_id}/audit", tags=["memory"])
+def get_audit(request: Request, key: Reader, conversation_id: str = ConversationId) -> dict:
+    """Return how the conversation's memory evolved: summary versions with lineage, facts, settings, erasure.
+
+    An erased conversation still answers here (it existed, and when it was
+    erased is part of the trail); one that never existed for this tenant is 404.
+    """
+    trail = services(request).engine.audit(conversation_id, tenant_id=key.tenant_id)
+    if trail["conversation"]["status"] == "unknown":
+        raise HTTPException(404, f"no conversation {conversation_id!r}")
+    return trail
 
 
 @router.post("/sql", response_model=SqlResponse, tags=["analytics"], responses={403: {"model": ErrorResponse}})

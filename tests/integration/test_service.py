@@ -67,8 +67,11 @@ def test_append_then_read_every_view(service):
 
         facts = http.get("/v1/conversations/support-1/facts").json()["facts"]
         assert any("ada@example.com" in f["value"] for f in facts), facts
-        assert all(f["introduced_by"] for f in facts)
-        assert all(f["introduced_at"] for f in facts)
+        assert all(f["introduced_by"] and f["learned_seq"] and f["stated_at"] for f in facts)
+
+        trail = http.get("/v1/conversations/support-1/audit").json()
+        assert trail["conversation"]["status"] == "active" and trail["conversation"]["message_count"] == 26
+        assert trail["summaries"][0]["summary_id"] == summaries[0]["summary_id"]
 
         listed = http.get("/v1/conversations").json()["conversations"]
         assert {"conversation_id": "support-1", "message_count": 26}.items() <= listed[0].items()
@@ -92,6 +95,8 @@ def test_context_recalls_by_query_and_forget_erases(service):
         assert w.get("/v1/conversations/recall-1/messages").status_code == 404
         assert w.get("/v1/conversations/recall-1/context").status_code == 404
         assert a.delete("/v1/conversations/recall-1").status_code == 404
+        erased = w.get("/v1/conversations/recall-1/audit").json()  # the trail keeps that it existed
+        assert erased["conversation"]["status"] == "erased" and erased["erasure"]["reason"] == "user asked"
         rows = a.post("/v1/sql", json={"query": "SELECT count(*) FROM messages WHERE content LIKE '%7713%'"}).json()
         assert rows["rows"] == [[0]]
 
