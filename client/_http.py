@@ -149,6 +149,11 @@ class Client(_Base):
         """Return the conversation's memory evolution (summary versions, bi-temporal facts, settings, erasure)."""
         return self._request("GET", _conv(conversation_id) + "/audit")
 
+    def search(self, query: str, *, conversation_ids: list[str] | None = None, limit: int = 10) -> list[dict[str, Any]]:
+        """Return the tenant's messages best matching ``query`` (the listed conversations, else the recent ones)."""
+        body = {"query": query, "limit": limit, "conversation_ids": conversation_ids}
+        return self._request("POST", "/v1/search", json={k: v for k, v in body.items() if v is not None})["hits"]
+
     def conversations(self, *, limit: int = 100, offset: int = 0) -> list[Conversation]:
         """Return the tenant's conversations, most recently active first."""
         body = self._request("GET", "/v1/conversations", params=_params(limit=limit, offset=offset))
@@ -232,6 +237,11 @@ class AsyncClient(_Base):
     async def audit(self, conversation_id: str) -> dict[str, Any]:
         """See :meth:`Client.audit`."""
         return await self._request("GET", _conv(conversation_id) + "/audit")
+
+    async def search(self, query: str, *, conversation_ids: list[str] | None = None, limit: int = 10) -> list[dict[str, Any]]:
+        """See :meth:`Client.search`."""
+        body = {"query": query, "limit": limit, "conversation_ids": conversation_ids}
+        return (await self._request("POST", "/v1/search", json={k: v for k, v in body.items() if v is not None}))["hits"]
 
     async def conversations(self, *, limit: int = 100, offset: int = 0) -> list[Conversation]:
         """See :meth:`Client.conversations`."""

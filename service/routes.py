@@ -23,6 +23,8 @@ from .schemas import (
     ErrorResponse,
     Identity,
     MessagesResponse,
+    SearchRequest,
+    SearchResponse,
     SqlRequest,
     SqlResponse,
 )
@@ -204,6 +206,37 @@ def get_audit(request: Request, key: Reader, conversation_id: str = Conversation
     if trail["conversation"]["status"] == "unknown":
         raise HTTPException(404, f"no conversation {conversation_id!r}")
     return trail
+
+
+@router.post("/search", response_model=SearchResponse, tags=["memory"])
+def search(request: Request, body: SearchRequest, key: Reader) -> SearchResponse:
+    """Return the tenant's messages best matching ``query`` (BM25 per conversation, merged by score).
+
+    Searches the listed conversations (unknown ids are skipped, exactly like
+    another tenant's), else the most recently active ones.
+    """
+    engine = services(request).engine
+    if body.conversation_ids:
+        ids = body.conversation_ids
+    else:
+        _, rows = engine.store.query(
+            "SELECT conversation_id FROM conversations WHERE tenant_id = ? AND NOT coalesce(deleted, false) "
+            "ORDER BY last_at DESC LIMIT ?", [key.tenant_id, body.conversations])
+        ids = [r[0] for r in rows]
+    hits = []
+    for conversation_id in dict.fromkeys(ids):
+        if engine.store.conversation(key.tenant_id, conversation_id) is None:
+            continue
+        index_key = (key.tenant_id, conversation_id)
+        ranked = engine.projector.search.rank(index_key, body.query, limit=body.limit)
+        found = {m.index: m for m in engine.projector.search.messages_at(index_key, sorted(h.idx for h in ranked))}
+        hits += [(h.score, conversation_id, found[h.idx]) for h in ranked if h.idx in found]
+    hits.sort(key=lambda h: -h[0])
+    return SearchResponse(query=body.query, hits=[
+        {"conversation_id": c, "index": m.index, "role": m.role, "content": m.content, "occurred_at": m.occurred_at,
+         "score": round(score, 4)}
+        for score, c, m in hits[: body.limit]
+    ])
 
 
 @router.post("/sql", response_model=SqlResponse, tags=["analytics"], responses={403: {"model": ErrorResponse}})

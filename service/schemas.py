@@ -114,6 +114,31 @@ class ConversationsResponse(BaseModel):
     conversations: list[ConversationOut]
 
 
+class SearchRequest(_Body):
+    """A query over the tenant's conversations: the listed ones, else the most recently active."""
+
+    query: str = Field(min_length=1, max_length=10_000)
+    conversation_ids: list[str] | None = Field(None, min_length=1, max_length=100)
+    conversations: int = Field(20, ge=1, le=100, description="how many recent conversations to search when none are listed")
+    limit: int = Field(10, ge=1, le=100)
+
+
+class SearchHit(BaseModel):
+    """A message matching the query; ``score`` is BM25 within its conversation."""
+
+    conversation_id: str
+    index: int
+    role: str
+    content: str
+    occurred_at: datetime
+    score: float
+
+
+class SearchResponse(BaseModel):
+    query: str
+    hits: list[SearchHit]
+
+
 class SqlRequest(_Body):
     """One read-only statement (SELECT, WITH ..., EXPLAIN) over the key's tenant's projection tables."""
 

@@ -43,6 +43,8 @@ PUBLIC = {
         "Appended", "Message", "Context", "ContextMessage", "Conversation", "Identity", "SqlResult",
     ],
     "memfold.service.app": ["create_app"],
+    "memfold.adapters.langchain": ["MemfoldChatMessageHistory", "MemfoldMiddleware"],
+    "memfold.adapters.mcp": ["build_server", "main"],
     "memfold.service.keys": ["ApiKeyStore", "ApiKey", "ROLES"],
     "memfold.service.limits": ["Limits"],
     "memfold.service.server": ["serve"],

@@ -20,7 +20,7 @@ def test_wheel_contains_only_memfold_packages_and_runs(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     top = {n.split("/")[0] for n in names}
     assert top == {"memfold", f"{wheel.name.split('-')[0]}-{wheel.name.split('-')[1]}.dist-info"}
-    for package in ("engine", "projections", "projections/policies", "streams", "service", "client"):
+    for package in ("engine", "projections", "projections/policies", "streams", "service", "client", "adapters"):
         assert f"memfold/{package}/__init__.py" in names
     assert "memfold/engine/data/sample.jsonl" in names
     assert not any(n.startswith("memfold/__init__") for n in names)  # memfold is a namespace, nothing generic

@@ -89,6 +89,12 @@ def test_context_recalls_by_query_and_forget_erases(service):
         recalled = w.get("/v1/conversations/recall-1/context",
                          params={"budget": 400, "query": "harbour gym locker code"}).json()["messages"]
         assert any("7713" in m["content"] for m in recalled), recalled
+        w.post("/v1/conversations/recall-2/messages", params={"wait": "true"},
+               json={"messages": [{"role": "user", "content": "the harbour gym opens at six"}]})
+        hits = w.post("/v1/search", json={"query": "harbour gym locker", "limit": 3}).json()["hits"]
+        assert [(h["conversation_id"], h["index"]) for h in hits][:2] == [("recall-1", 4), ("recall-2", 0)]
+        only = w.post("/v1/search", json={"query": "harbour", "conversation_ids": ["recall-2", "nowhere"]}).json()
+        assert [h["conversation_id"] for h in only["hits"]] == ["recall-2"]
         assert w.delete("/v1/conversations/recall-1").status_code == 403  # forgetting needs an admin key
         gone = a.delete("/v1/conversations/recall-1", params={"reason": "user asked"})
         assert gone.status_code == 200 and gone.json()["forgotten"] is True

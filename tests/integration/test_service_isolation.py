@@ -35,6 +35,12 @@ def _checked_sql(a, b_conv):
     assert {r[0] for r in rows} <= {"tenant-a"}
 
 
+def _checked_search(a, b_conv):
+    for body in ({"query": "b secret"}, {"query": "b secret", "conversation_ids": [b_conv, "a-own"]}):
+        hits = a.post("/v1/search", json=body).json()["hits"]
+        assert all(h["conversation_id"] != b_conv and "b secret" not in h["content"] for h in hits), hits
+
+
 def _checked_me(a, b_conv):
     assert a.get("/v1/me").json()["tenant_id"] == "tenant-a"
 
@@ -43,6 +49,7 @@ def _checked_me(a, b_conv):
 TENANT_SCOPED = {
     ("GET", "/v1/conversations"): _checked_conversations,
     ("POST", "/v1/sql"): _checked_sql,
+    ("POST", "/v1/search"): _checked_search,
     ("GET", "/v1/me"): _checked_me,
 }
 

@@ -1,0 +1,1 @@
+"""Adapters: memfold where users already keep memory (LangChain, OpenAI Agents SDK, MCP); each an optional extra."""
