@@ -400,15 +400,17 @@ UPCASTERS = UpcasterRegistry()
 # --------------------------------------------------------------------------- decoding
 
 
-def decode(data: str | bytes, upcasters: UpcasterRegistry | None = None) -> Event:
+def decode(data: str | bytes, upcasters: UpcasterRegistry | None = None, *, event_type: str | None = None) -> Event:
     """Decode one stored event, upcasting older schema versions.
 
-    Raises :class:`UnknownEventTypeError` for a type this code does not know,
-    :class:`UpcastError` for a version it cannot reach, and
-    :class:`EventDecodeError` for anything else malformed.
+    ``event_type``, when the log stores it beside the body (a SQLite column,
+    a Kafka header), saves looking for it in the JSON; a wrong one only costs
+    the slower general path. Raises :class:`UnknownEventTypeError` for a type
+    this code does not know, :class:`UpcastError` for a version it cannot
+    reach, and :class:`EventDecodeError` for anything else malformed.
     """
     if upcasters is None:
-        cls = _class_of(data)
+        cls = EVENT_CLASSES.get(event_type) if event_type is not None else _class_of(data)
         try:  # fast path: current version, known type, validated in pydantic-core by its own class
             return cls.model_validate_json(data) if cls is not None else _ADAPTER.validate_json(data)
         except pydantic.ValidationError:

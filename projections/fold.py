@@ -9,7 +9,7 @@ event, message indices) that the projector applies in every mode.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel
@@ -277,15 +277,13 @@ def fold_event(
         if counters.deleted:
             return EventFold(counters)
         message = item = record_from_event(event, counters.message_count, tokens)
-        counters = replace(
-            counters, message_count=counters.message_count + 1, token_count=counters.token_count + tokens
-        )
+        counters = ConversationCounters(counters.message_count + 1, counters.token_count + tokens, False)
     elif isinstance(event, (SummaryRequested, SummaryProduced, SummaryFailed)):
         owner = event.payload.policy
         if owner in policies and event.payload.settings_hash != policies[owner][1].settings_hash:
             owner = "<other settings>"  # recorded under other settings: audit rows only, no fold
     elif isinstance(event, ConversationDeleted):
-        counters = replace(counters, deleted=True)
+        counters = ConversationCounters(counters.message_count, counters.token_count, True)
     elif event.type.startswith("Topic"):
         owner = getattr(getattr(event, "payload", None), "policy", None)
     if counters.deleted and not isinstance(event, ConversationDeleted):

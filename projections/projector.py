@@ -9,9 +9,10 @@ positions to the store, which commits both in one transaction.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,8 +68,11 @@ class Projector:
         store: DuckDBProjectionStore,
         policies: dict[str, tuple[Policy, FoldContext]],
         counter: TokenCounter,
+        *,
+        max_conversations: int = 20_000,
     ):
         self.store = store
+        self.max_conversations = max_conversations
         self.policies = policies
         self.counter = counter
         self.tail = TailCache()
@@ -87,7 +91,8 @@ class Projector:
             impl, _ = self.policies[policy]
             raw = self.store.policy_state_json(policy, tenant_id, conversation_id)
             state = impl.State.model_validate_json(raw) if raw else impl.initial(tenant_id, conversation_id)
-            self._states[key] = state
+            if (tenant_id, conversation_id) in self._conversations:  # bounded with it; a cold read is not kept
+                self._states[key] = state
         return state
 
     def committed(self, changes: Changes) -> None:
@@ -105,6 +110,23 @@ class Projector:
         records = [r for r in changes.records if (r.tenant_id, r.conversation_id) not in deleted]
         self.tail.extend(records)
         self.search.extend(changes.search, records)
+        self._bound(changes.conversations)
+
+    def _bound(self, touched: Iterable[tuple[str, str]]) -> None:
+        """Keep at most ``max_conversations`` conversations' fold state in memory, least recently folded out.
+
+        Only committed state is evicted (it reloads from the store on next
+        use), so memory stays flat however many conversations the log holds.
+        """
+        convs = self._conversations
+        for key in touched:  # most recently folded last
+            conv = convs.pop(key, None)
+            if conv is not None:
+                convs[key] = conv
+        excess = len(convs) - self.max_conversations
+        if excess > 0:
+            for key in list(itertools.islice(convs, excess)):
+                self._drop(key)
 
     def forget(self) -> None:
         """Drop every in-memory cache; they reload from the store (after a failed transaction)."""
@@ -116,13 +138,16 @@ class Projector:
 
     def forget_partitions(self, partitions: set[int]) -> None:
         """Drop the cached state of conversations living in ``partitions`` (given up to another worker)."""
-        gone = [key for key, conv in self._conversations.items() if conv.partition in partitions]
-        for key in gone:
-            del self._conversations[key]
+        for key in [key for key, conv in self._conversations.items() if conv.partition in partitions]:
+            self._drop(key)
             self.tail.drop(key)
-            for name in self.policies:
-                self._states.pop((name, *key), None)
-                self._facts.pop((name, *key), None)
+            self.search.drop(key)
+
+    def _drop(self, key: tuple[str, str]) -> None:
+        del self._conversations[key]
+        for name in self.policies:
+            self._states.pop((name, *key), None)
+            self._facts.pop((name, *key), None)
 
     def _conversation(self, tenant_id: str, conversation_id: str, partition: int) -> _Conversation:
         key = (tenant_id, conversation_id)

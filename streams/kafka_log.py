@@ -414,7 +414,8 @@ class KafkaEventLog:
         index.add(record.offset, key, event_id)
 
     def _decode(self, partition: int, record: Any) -> Event:
-        event = decode(record.value)
+        event_type = next((v.decode("utf-8") for k, v in record.headers or () if k == HEADER_EVENT_TYPE), None)
+        event = decode(record.value, event_type=event_type)
         key, event_id = _identity(record)
         if event.key != key or event.event_id != event_id:
             raise LogCorruptionError(

@@ -98,7 +98,7 @@ _UPSERT_CONVERSATION = (
 )
 _UPDATE_PARTITION = "UPDATE partition_heads SET next_offset = ? WHERE partition_no = ?"
 _READ = (
-    "SELECT offset_no, body FROM events WHERE partition_no = ? AND offset_no >= ?"
+    "SELECT offset_no, type, body FROM events WHERE partition_no = ? AND offset_no >= ?"
     " ORDER BY offset_no LIMIT ?"
 )
 
@@ -227,13 +227,13 @@ class SQLiteEventLog:
             rows = self._connection().execute(_READ, (partition, start, limit)).fetchall()
         records = []
         expected = start
-        for offset, body in rows:
+        for offset, event_type, body in rows:
             if offset != expected:
                 raise LogCorruptionError(
                     f"event log {self._path} partition {partition} has a gap: expected offset {expected}, "
                     f"found {offset}"
                 )
-            records.append(LogRecord(Position(partition, offset), decode(body)))
+            records.append(LogRecord(Position(partition, offset), decode(body, event_type=event_type)))
             expected += 1
         return records
 

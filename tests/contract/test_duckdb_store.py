@@ -24,3 +24,34 @@ class TestDuckDBProjectionStore(ProjectionStoreContract):
         yield make
         for store in opened:
             store.close()
+
+
+def test_the_projector_keeps_a_bounded_number_of_conversations_and_folds_the_same(tmp_path: Path) -> None:
+    """Fold state evicted from memory reloads from the store: a bound of 2 gives the unbounded projection."""
+    from contract.projection_store_contract import records
+
+    from memfold.engine.engine import fold_contexts
+    from memfold.engine.settings import POLICY_NAMES, Settings
+    from memfold.engine.tokens import counter
+    from memfold.projections.projector import Projector
+
+    policies = fold_contexts(Settings.load(None, policies=POLICY_NAMES))
+    dumps = []
+    for bound in (2, 1000):
+        store = DuckDBProjectionStore(tmp_path / f"bound-{bound}.duckdb")
+        projector = Projector(store, policies, counter(), max_conversations=bound)
+        offset = 0
+        for round_ in range(3):  # every conversation comes back after being evicted
+            batch = []
+            for c in range(5):
+                batch += records(0, offset, 4, conversation=f"c{c}")
+                offset += 4
+            batch = [type(r)(r.position, r.event.model_copy(update={"event_id": f"{r.event.event_id}-{round_}"}))
+                     for r in batch]
+            changes, positions, _ = projector.project(batch)
+            store.apply(changes, positions)
+            projector.committed(changes)
+            assert len(projector._conversations) <= bound
+        dumps.append({t: rows for t, rows in store.dump().items() if t != "events"})
+        store.close()
+    assert dumps[0] == dumps[1]

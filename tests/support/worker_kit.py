@@ -276,6 +276,7 @@ def run_with_kills(
     import random
 
     rnd = random.Random(seed)
+    root.mkdir(parents=True, exist_ok=True)
     settings = settings_for(new_topic(), root / "reader", partitions)
     topic = Topic(bootstrap, settings)
     data_dir = root / "worker"
