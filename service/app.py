@@ -165,6 +165,7 @@ class _RequestMetrics:
 def create_app(engine, keys: ApiKeyStore, limits: Limits | None = None) -> FastAPI:
     """Return the service app over a running ``engine`` and the data dir's ``keys``."""
     from .routes import router
+    from .ui import router as ui_router
 
     limits = limits or Limits()
     app = FastAPI(
@@ -179,6 +180,7 @@ def create_app(engine, keys: ApiKeyStore, limits: Limits | None = None) -> FastA
     app.state.memfold = Services(engine, keys, limits, RateLimiter(limits.rate, limits.burst), metrics)
     _install_error_handlers(app)
     app.include_router(router)
+    app.include_router(ui_router)
 
     @app.get("/healthz", tags=["operations"])
     def healthz() -> dict:
