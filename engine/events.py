@@ -64,11 +64,28 @@ class ToolCall(_Frozen):
 
 
 class Fact(_Frozen):
-    """One structured fact (seed 000): ``order_id: #1234`` in category ENTITY."""
+    """One structured fact (seed 000): ``order_id: #1234`` in category ENTITY.
+
+    ``key`` names the subject: a later value of the same key supersedes the
+    earlier one (a knowledge update). A summary lists the current value of
+    each key and may also list earlier values, each with ``superseded_by`` set
+    to the value that replaced it (the lineage). ``stated_at`` is when the
+    value was first stated (the stating message's timestamp: event time),
+    ``stated_in`` that message's index; both None when unknown (a model's
+    summary, or a summary written before schema v2 of ``SummaryProduced``).
+    """
 
     key: str
     value: str
     category: FactCategory = "GENERAL"
+    stated_at: datetime | None = None
+    stated_in: int | None = None
+    superseded_by: str | None = None
+
+    @property
+    def current(self) -> bool:
+        """True unless a later value of the same key superseded this one."""
+        return self.superseded_by is None
 
 
 # --------------------------------------------------------------------------- payloads
@@ -279,9 +296,12 @@ class SummaryRequested(Event):
 
 
 class SummaryProduced(Event):
+    """v2: each fact may carry ``stated_at``, ``stated_in`` and ``superseded_by`` (see :class:`Fact`)."""
+
     TYPE: ClassVar[str] = "SummaryProduced"
+    VERSION: ClassVar[int] = 2
     type: Literal["SummaryProduced"] = "SummaryProduced"
-    schema_version: Literal[1] = 1
+    schema_version: Literal[2] = 2
     payload: SummaryProducedPayload
 
 
@@ -395,6 +415,17 @@ class UpcasterRegistry:
 
 
 UPCASTERS = UpcasterRegistry()
+
+
+@UPCASTERS.register(SummaryProduced.TYPE, 1)
+def _summary_produced_v1_to_v2(raw: dict[str, Any]) -> dict[str, Any]:
+    """v1 facts were stated at an unknown time and carry no lineage: say so explicitly."""
+    payload = dict(raw.get("payload") or {})
+    payload["facts"] = [
+        {**f, "stated_at": None, "stated_in": None, "superseded_by": None} for f in payload.get("facts") or ()
+    ]
+    raw["payload"] = payload
+    return raw
 
 
 # --------------------------------------------------------------------------- decoding

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime
 
 from memfold.engine.events import Fact
 from memfold.engine.ports import MessageRecord
@@ -23,6 +24,7 @@ from .fact_patterns import (
     AUX_RE,
     BEFORE_RE,
     BOUNDARY,
+    CODE_BLOCK_RE,
     CODE_KEYS,
     CONDITION_MARKER_RE,
     CONDITION_RE,
@@ -33,6 +35,7 @@ from .fact_patterns import (
     DECISION_VERB_RE,
     EMAIL_RE,
     FILLER_RE,
+    FIRST_PERSON_RULES,
     HASH_ID_RE,
     HYPOTHETICAL_RE,
     IDLE_IF_RE,
@@ -63,6 +66,7 @@ from .fact_patterns import (
 )
 
 MAX_FACTS = 40
+MAX_HISTORY = 2  # earlier values kept per key
 MAX_VALUE_CHARS = 160
 
 # --------------------------------------------------------------------------- sentences
@@ -131,27 +135,56 @@ class FactEntry:
     value: str
     category: str
     source: int | None  # index of the message that last mentioned it (None: from an earlier summary)
+    stated_at: datetime | None = None  # when this value was first stated
+    stated_in: int | None = None  # the message that first stated it
+    history: list["FactEntry"] = field(default_factory=list)  # earlier values of the key, oldest first
 
 
 class FactBook:
-    """Keyed facts in first-seen order: the latest mention of a key wins; retractions remove by stem."""
+    """Keyed facts in first-seen order: the latest mention of a key wins; retractions remove by stem.
+
+    A key whose value changes keeps its earlier values (at most
+    :data:`MAX_HISTORY`) as its lineage: :meth:`facts` lists them before the
+    current value, each marked ``superseded_by``. Reading a message notes its
+    timestamp (:meth:`note_date`), so a value is stamped with when it was
+    first stated.
+    """
 
     def __init__(self) -> None:
         self._entries: dict[str, FactEntry] = {}
+        self._dates: dict[int, datetime] = {}
 
-    def put(self, key: str, value: str, source: int | None, category: str | None = None) -> None:
-        """Set ``key`` (latest wins). An equal value (ignoring ``#`` and spaces) keeps its spelling."""
+    def note_date(self, source: int, at: datetime | None) -> None:
+        """Record that message ``source`` was written at ``at`` (values it states are stamped with it)."""
+        if at is not None:
+            self._dates[source] = at
+
+    def put(
+        self, key: str, value: str, source: int | None, category: str | None = None,
+        stated_at: datetime | None = None, stated_in: int | None = None,
+    ) -> None:
+        """Set ``key`` (latest wins; the old value joins the lineage). An equal value (ignoring ``#`` and spaces) keeps its spelling."""
         value = clip(value, MAX_VALUE_CHARS)
         if not value:
             return
+        if stated_in is None:
+            stated_in = source
+        if stated_at is None and source is not None:
+            stated_at = self._dates.get(source)
         old = self._entries.get(key)
         if old is not None and _norm(old.value) == _norm(value):
             old.source = source if source is not None else old.source
             return
         if old is not None:
-            old.value, old.source = value, source
+            earlier = FactEntry(old.key, old.value, old.category, old.source, old.stated_at, old.stated_in)
+            old.history = [*old.history, earlier][-MAX_HISTORY:]
+            old.value, old.source, old.stated_at, old.stated_in = value, source, stated_at, stated_in
             return
-        self._entries[key] = FactEntry(key, value, category or category_for(key), source)
+        self._entries[key] = FactEntry(key, value, category or category_for(key), source, stated_at, stated_in)
+
+    def put_fact(self, fact: Fact) -> None:
+        """Add a fact of an earlier summary; its superseded values, listed first, become the lineage again."""
+        self.put(fact.key, fact.value, None, fact.category, fact.stated_at, fact.stated_in)
 
     def put_once(self, key: str, value: str, source: int | None) -> None:
         """Set ``key`` only if it is not set yet (topic, the user's first request)."""
@@ -191,9 +224,21 @@ class FactBook:
         return list(self._entries.values())
 
     def facts(self) -> tuple[Fact, ...]:
-        """Return the facts, first-seen order, at most :data:`MAX_FACTS` (the most recently added win)."""
-        entries = self.entries()[-MAX_FACTS:]
-        return tuple(Fact(key=e.key, value=e.value, category=e.category) for e in entries)
+        """Return the current facts, first-seen order, at most :data:`MAX_FACTS` (the most recently added win).
+
+        Each key's earlier values come right before its current one, marked
+        ``superseded_by`` the value that replaced them.
+        """
+        out: list[Fact] = []
+        for e in self.entries()[-MAX_FACTS:]:
+            chain = [*e.history, e]
+            for older, newer in zip(chain, chain[1:]):
+                out.append(Fact(
+                    key=e.key, value=older.value, category=e.category, stated_at=older.stated_at,
+                    stated_in=older.stated_in, superseded_by=newer.value,
+                ))
+            out.append(Fact(key=e.key, value=e.value, category=e.category, stated_at=e.stated_at, stated_in=e.stated_in))
+        return tuple(out)
 
     def by_category(self, category: str) -> list[FactEntry]:
         return [e for e in self._entries.values() if e.category == category]
@@ -450,6 +495,35 @@ def _extract_topic(text: str, book: FactBook, source: int | None) -> None:
 
 
 
+def _extract_first_person(text: str, sentences: list[tuple[int, int]], book: FactBook, source: int | None) -> None:
+    """Read the user's statements about themselves: where they live, their people, plans, preferences, decisions.
+
+    A rule's key is one subject (a later value supersedes the earlier one) or,
+    ending in ``_``, numbered (every distinct plan or preference is kept).
+    """
+    for s, e in sentences:
+        sentence = text[s:e].strip()
+        if not sentence or _is_question(sentence):
+            continue
+        for pattern, key, category in FIRST_PERSON_RULES:
+            for m in pattern.finditer(sentence):
+                if HYPOTHETICAL_RE.search(_clause_before(sentence, m.start())):
+                    continue  # "if I move to Paris" states nothing yet
+                groups = m.groupdict()
+                value = (groups.get("name") or groups.get("value") or "").strip(" ,")
+                if not value:
+                    continue
+                name = key.format(**{k: _slug(v) for k, v in groups.items() if v and k in ("subject", "relation")})
+                if name.endswith("_"):
+                    book.put_numbered(name.rstrip("_"), value, source, category)
+                else:
+                    book.put(name, value, source, category)
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_")
+
+
 def _third_person(text: str) -> str:
     for pattern, repl in PRONOUNS:
         text = pattern.sub(repl, text)
@@ -507,10 +581,12 @@ def read_message(message: MessageRecord, book: FactBook, previous: str | None = 
 
     ``previous`` is the other side's last message: a bare "Deal, agreed." refers to it.
     """
-    text = message.content
+    text = CODE_BLOCK_RE.sub("\n", message.content)  # code is not what anyone said: no facts in it
     if message.tool_calls:
         text = f"{text}\n" + "\n".join(c.arguments for c in message.tool_calls)
     source = message.index if message.index >= 0 else None
+    if source is not None:
+        book.note_date(source, message.occurred_at)
     _retract(text, message.role, book)
     sentences = sentence_spans(text)
     spans = _Spans()
@@ -521,6 +597,7 @@ def read_message(message: MessageRecord, book: FactBook, previous: str | None = 
     if message.role in ("user", "assistant", "summary"):
         _extract_sentence_facts(text, sentences, message.role, book, source, previous)
     if message.role == "user":
+        _extract_first_person(text, sentences, book, source)
         _extract_topic(text, book, source)
         _extract_request(text, book, source)
 
@@ -534,7 +611,7 @@ def read_all(messages: Sequence[MessageRecord], existing: Iterable[Fact] = ()) -
     """Return a :class:`FactBook` of ``existing`` facts updated by ``messages`` in order."""
     book = FactBook()
     for f in existing:
-        book.put(f.key, f.value, None, f.category)
+        book.put_fact(f)
     previous: str | None = None
     for m in messages:
         read_message(m, book, previous)

@@ -294,3 +294,37 @@ PRONOUNS = [
     (re.compile(r"\bme\b", re.I), "them"),
     (re.compile(r"\bmyself\b", re.I), "themselves"),
 ]
+
+
+# --------------------------------------------------------------------------- the user's first-person statements
+
+CODE_BLOCK_RE = re.compile(r"```.*?(?:```|\Z)", re.S)
+
+# Where a first-person value ends: the end of its clause.
+VALUE = r"(?:now\s+)?(?P<value>[^.;!?\n]{2,120}?)(?=\s*(?:[.;!?\n]|,\s|\s(?:but|because|since|so that|and then|which)\s|$))"
+PLACE = r"(?P<value>[A-Z][\w'’-]*(?:\s+(?:[A-Z][\w'’-]*|(?:de|del|la|le|of|am|upon|on)(?=\s+[A-Z])))*)"
+RELATIONS = (
+    "sister|brother|wife|husband|partner|girlfriend|boyfriend|fianc[ée]e?|mother|father|mom|mum|dad|son|daughter"
+    "|kids?|children|friend|best friend|boss|manager|colleague|coworker|co-worker|roommate|dog|cat|cousin|aunt|uncle"
+    "|grandmother|grandfather|grandma|grandpa|mentor|teammate|landlord|doctor|therapist"
+)
+NAME_AFTER = r"(?:(?:'s|’s) name is|,? (?:is )?(?:named|called))?\s+(?P<name>[A-Z][a-z]+(?:\s[A-Z][a-z]+)?)\b"
+# (pattern, key, category): a key ending in "_" is numbered (every distinct value kept); others are one
+# subject each, so a later value supersedes the earlier one.
+FIRST_PERSON_RULES = [
+    (re.compile(rf"\bI(?:'ve|’ve| have)?\s+(?:just\s+|recently\s+|finally\s+)?(?:moved|relocated)\s+(?:back\s+)?to\s+{PLACE}"), "lives_in", "ENTITY"),
+    (re.compile(rf"\bI\s+(?:currently\s+|now\s+|still\s+)?live\s+in\s+{PLACE}"), "lives_in", "ENTITY"),
+    (re.compile(rf"\bI(?:'m|’m| am)\s+(?:now\s+|currently\s+)?(?:based|living)\s+in\s+{PLACE}"), "lives_in", "ENTITY"),
+    (re.compile(rf"\bI\s+(?:now\s+|currently\s+)?work\s+(?:at|for)\s+{PLACE}"), "works_at", "ENTITY"),
+    (re.compile(rf"\bI\s+(?:now\s+|currently\s+)?work\s+as\s+(?:an?\s+)?{VALUE}", re.I), "occupation", "ENTITY"),
+    (re.compile(rf"\b(?:my|our)\s+(?P<subject>(?:[a-z][\w-]*\s+){{0,2}}deadline)\s+(?:is|was|has been|got|is now)?\s*(?:moved\s+|pushed\s+|changed\s+|extended\s+|set\s+)?(?:to|for|on)?\s*{VALUE}", re.I), "{subject}", "ENTITY"),
+    (re.compile(rf"\bI\s+(?:really\s+|strongly\s+|much\s+|generally\s+|usually\s+|now\s+)?(?:prefer|favou?r|would rather|'d rather|’d rather)\s+{VALUE}", re.I), "preference_", "GENERAL"),
+    (re.compile(rf"\bI\s+(?:really\s+)?(?:love|enjoy|hate|dislike|can't stand|can’t stand|am allergic to|'m allergic to|’m allergic to)\s+{VALUE}", re.I), "preference_", "GENERAL"),
+    (re.compile(rf"\b(?:I|we)(?:'ve|’ve| have)?\s+(?:finally\s+|just\s+)?(?:chosen|chose|opted|settled)\s+(?:to|on|for|against)\s+{VALUE}", re.I), "decision_", "DECISION"),
+    (re.compile(rf"\bI(?:'m|’m| am)\s+(?:planning|going|hoping|aiming|intending)\s+to\s+{VALUE}", re.I), "plan_", "GENERAL"),
+    (re.compile(rf"\bI\s+plan\s+to\s+{VALUE}", re.I), "plan_", "GENERAL"),
+    (re.compile(rf"\b(?i:my)\s+(?P<relation>(?i:{RELATIONS})){NAME_AFTER}"), "{relation}_name", "ENTITY"),
+    (re.compile(rf"\bmy\s+(?P<relation>{RELATIONS})\s+(?P<value>(?:is|was|has|had|just|lives|works|will|got|started|moved|loves|likes|wants)\b[^.;!?\n]{{2,110}}?)(?=\s*(?:[.;!?\n]|,\s|$))", re.I), "{relation}_", "ENTITY"),
+    (re.compile(rf"\bmy\s+(?P<subject>(?:favou?rite|current|new|main|primary|target|monthly|weekly|daily|annual|total|first|next|final|home|work|usual)\s+(?:[a-z][\w-]*\s+)?[a-z][\w-]*)\s+(?:is|are)\s+(?:now\s+)?{VALUE}", re.I), "{subject}", "ENTITY"),
+    (re.compile(rf"\bmy\s+(?P<subject>budget|goal|target|salary|rent|age|birthday|timezone|time zone|team|role|title|job|major|favou?rite\s+[a-z]+)\s+(?:is|are)\s+(?:now\s+)?{VALUE}", re.I), "{subject}", "ENTITY"),
+]

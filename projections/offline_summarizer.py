@@ -2,16 +2,22 @@
 
 It is a pure function of its :class:`SummaryInput`: the rules of
 :mod:`memfold.projections.fact_extraction` pull ids, amounts, dates, contacts,
-names, decisions, conditions and states out of the messages into keyed facts;
-the narrative and the summary text are built from those facts and the
-messages; every output is cut to the request's caps with the one token
-counter. Same input, byte-for-byte the same output.
+names, decisions and the user's first-person statements out of the messages
+into keyed facts; :mod:`memfold.projections.salience` picks the statements
+later questions ask about (numbers, dates, names, the user's plans,
+preferences and decisions, rare words), not the first sentences of each
+message. Statements are kept with their message index and grouped under the
+date they were made, so a later round (rolling, chunked, sliding window) reads
+its own previous summary back and re-ranks it together with the new messages.
+Every output is cut to the request's caps with the one token counter; a text
+request with no cap gets :data:`DEFAULT_TOKEN_CAP`. Same input, byte-for-byte
+the same output.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -21,11 +27,16 @@ from memfold.engine.tokens import DEFAULT_ENCODING, TokenCounter, counter
 
 from .fact_extraction import MAX_FACTS, FactBook, FactEntry, clip, read_all, read_message, sentence_spans
 from .prompts import PROMPT_VERSION, message_text, prompt_hash, render_facts, tool_label, tool_names
+from .salience import Statement, rank, select, statements_from_text, statements_of
 
 # Bump when a rule changes what the summarizer outputs: it is part of prompt_hash, hence of the cache key.
-RULES_VERSION = "offline-extractive-2"
-MODEL = "offline-extractive-2"
+RULES_VERSION = "offline-salience-3"
+MODEL = "offline-salience-3"
 MAX_LINE_CHARS = 200
+DEFAULT_TOKEN_CAP = 500
+FACTS_SHARE = 0.25  # at most this share of a text summary goes to the key facts
+LINE_TOKENS = 6  # what "- (123) user: " and a joint cost around a statement, for the selection's estimate
+LINE_CHARS = 16
 
 
 # --------------------------------------------------------------------------- narrative
@@ -41,7 +52,7 @@ def _humanize(key: str) -> str:
 
 
 def narrative(book: FactBook, messages: Sequence[MessageRecord]) -> str:
-    """Return 2-3 sentences: who wants what, what was agreed, the current state."""
+    """Return 1-3 sentences: who wants what, what was agreed, the current state (what is known of each)."""
     name = book.get("customer_name")
     who = f"The user ({name})" if name else "The user"
     request = book.get("user_request")
@@ -55,6 +66,7 @@ def narrative(book: FactBook, messages: Sequence[MessageRecord]) -> str:
         first = f"{who} wrote: \u201c{clip(user_texts[0], 100)}\u201d." if user_texts else "No user request yet."
     decisions = book.by_category("DECISION")[-2:]
     conditions = book.by_category("CONDITION")[-2:]
+    second = ""
     if decisions:
         second = "Agreed: " + "; ".join(f"{_humanize(d.key)} ({clip(d.value, 90)})" for d in decisions)
         if conditions:
@@ -62,8 +74,6 @@ def narrative(book: FactBook, messages: Sequence[MessageRecord]) -> str:
         second = _end(second)
     elif conditions:
         second = _end("Conditions stated: " + "; ".join(clip(c.value, 60) for c in conditions))
-    else:
-        second = "Nothing has been agreed yet."
     states = book.by_category("STATE")[-3:]
     names = tool_names(messages)
     tools = list(dict.fromkeys([c.name for m in messages for c in m.tool_calls] + [
@@ -74,10 +84,6 @@ def narrative(book: FactBook, messages: Sequence[MessageRecord]) -> str:
         parts.append("Current state: " + ", ".join(f"{_humanize(s.key)} {s.value}" for s in states))
     if tools:
         parts.append("tools used: " + ", ".join(tools[:4]))
-    if not parts:
-        last = next((m for m in reversed(messages) if m.role in ("user", "assistant") and m.content.strip()), None)
-        if last is not None:
-            parts.append(f"Last {last.role} message: \u201c{clip(last.content, 100)}\u201d")
     third = _end("; ".join(parts)) if parts else ""
     return " ".join(p for p in (first, second, third) if p)
 
@@ -114,33 +120,70 @@ def _fits(text: str, tokens: TokenCounter, token_cap: int | None, char_cap: int 
     return (char_cap is None or len(text) <= char_cap) and (token_cap is None or tokens.count(text) <= token_cap)
 
 
-# --------------------------------------------------------------------------- text summaries
+# --------------------------------------------------------------------------- statements as lines
 
 _SECTION_FACTS = "Key facts:"
 _SECTION_SUMMARY = "Summary: "
 _SECTION_EARLIER = "Earlier summary: "
 _SECTION_MESSAGES = "Messages:"
+_JOIN = " \u2026 "
 _FACT_LINE = re.compile(r"^- (?P<key>[a-z0-9_]+): (?P<value>.*?)(?: \(msg (?P<idx>\d+)\))?$")
-_MESSAGE_LINE = re.compile(r"^- \((?P<idx>\d+)\) (?P<rest>.*)$")
+_MESSAGE_LINE = re.compile(r"^- \((?P<idx>\d+)\) (?P<role>user|assistant|system|tool|summary)(?:: | (?=called |result ))(?P<rest>.*)$")
+_DAY_LINE = re.compile(r"^\[(?P<day>\d{4}-\d{2}-\d{2})\]$")
+
+
+def render_lines(statements: Sequence[Statement]) -> list[str]:
+    """Return ``statements`` as summary lines: a ``[YYYY-MM-DD]`` line per new date, one line per message.
+
+    Statements of one message share its line (``- (12) user: first … second``),
+    in conversation order.
+    """
+    out: list[str] = []
+    day: str | None = None
+    current: tuple[int, str] | None = None
+    parts: list[str] = []
+
+    def flush() -> None:
+        if current is not None:
+            idx, role = current
+            body = _JOIN.join(parts)
+            sep = " " if body.startswith(("called ", "result ")) else ": "
+            out.append(f"- ({idx}) {role}{sep}{body}")
+
+    for s in sorted(statements, key=lambda s: (s.index, s.order)):
+        if s.index < 0:
+            continue
+        if s.day is not None and s.day != day:
+            flush()
+            current, parts = None, []
+            day = s.day
+            out.append(f"[{day}]")
+        if current != (s.index, s.role):
+            flush()
+            current, parts = (s.index, s.role), []
+        parts.append(s.text)
+    flush()
+    return out
 
 
 @dataclass(slots=True)
 class _Parsed:
     facts: list[tuple[str, str, int | None]]
-    lines: list[tuple[int, str]]
+    statements: list[Statement]
     earlier: str | None
 
 
-def _parse_summary(text: str | None) -> _Parsed:
-    """Read a summary this module wrote back into facts and message lines; other text is kept whole."""
+def _parse_summary(text: str | None, tokens: TokenCounter) -> _Parsed:
+    """Read a summary this module wrote back into facts and statements; other text is kept whole as ``earlier``."""
     if not text or not text.strip():
         return _Parsed([], [], None)
     if not text.startswith((_SECTION_FACTS, _SECTION_SUMMARY, _SECTION_EARLIER, _SECTION_MESSAGES)):
         return _Parsed([], [], text.strip())
     facts: list[tuple[str, str, int | None]] = []
-    lines: list[tuple[int, str]] = []
+    statements: list[Statement] = []
     earlier: str | None = None
     section = None
+    day: str | None = None
     for line in text.splitlines():
         if line == _SECTION_FACTS or line == _SECTION_MESSAGES:
             section = line
@@ -153,37 +196,28 @@ def _parse_summary(text: str | None) -> _Parsed:
             continue
         if section == _SECTION_FACTS and (m := _FACT_LINE.match(line)):
             facts.append((m.group("key"), m.group("value"), int(m.group("idx")) if m.group("idx") else None))
+        elif section == _SECTION_MESSAGES and (d := _DAY_LINE.match(line)):
+            day = d.group("day")
         elif section == _SECTION_MESSAGES and (m := _MESSAGE_LINE.match(line)):
-            lines.append((int(m.group("idx")), m.group("rest")))
-    return _Parsed(facts, lines, earlier)
+            idx, role = int(m.group("idx")), m.group("role")
+            for order, part in enumerate(m.group("rest").split(_JOIN)):
+                statements.append(Statement(idx, role, day, order, part, tokens.count(part)))
+    return _Parsed(facts, statements, earlier)
 
 
-def message_line(message: MessageRecord, names: dict[str, str]) -> str:
-    """Return one message as a summary line body: ``user: ...``, ``assistant called f(...)``, ``tool result f: ...``."""
+def _message_statements(message: MessageRecord, names: dict[str, str], tokens: TokenCounter) -> list[Statement]:
+    """Return a message's statements; a tool call or tool result is one statement of its own."""
+    day = message.occurred_at.date().isoformat() if message.occurred_at is not None else None
     if message.role == "tool":
-        return clip(f"tool result {tool_label(message, names)}: {message.content}", MAX_LINE_CHARS)
+        text = clip(f"result {tool_label(message, names)}: {message.content}", MAX_LINE_CHARS)
+        return [Statement(message.index, "tool", day, 0, text, tokens.count(text))]
     if message.tool_calls:
         calls = ", ".join(f"{c.name}({c.arguments})" for c in message.tool_calls)
-        said = f" and said: {message.content}" if message.content.strip() else ""
-        return clip(f"{message.role} called {calls}{said}", MAX_LINE_CHARS)
-    return clip(f"{message.role}: {message.content}", MAX_LINE_CHARS)
-
-
-def _render_text(entries: list[FactEntry], story: str, earlier: str | None, lines: list[tuple[int, str]]) -> str:
-    out: list[str] = []
-    if entries:
-        out.append(_SECTION_FACTS)
-        for e in entries:
-            marker = f" (msg {e.source})" if e.source is not None else ""
-            out.append(f"- {e.key}: {e.value}{marker}")
-    if story:
-        out.append(_SECTION_SUMMARY + story)
-    if earlier:
-        out.append(_SECTION_EARLIER + " ".join(earlier.split()))
-    if lines:
-        out.append(_SECTION_MESSAGES)
-        out.extend(f"- ({idx}) {body}" for idx, body in lines)
-    return "\n".join(out)
+        text = clip(f"called {calls}", MAX_LINE_CHARS)
+        head = [Statement(message.index, message.role, day, 0, text, tokens.count(text))]
+        rest = statements_from_text(message.content, message.index, message.role, day, tokens)
+        return head + [Statement(s.index, s.role, s.day, s.order + 1, s.text, s.tokens) for s in rest]
+    return statements_of(message, tokens)
 
 
 # --------------------------------------------------------------------------- the summarizer
@@ -217,55 +251,158 @@ class OfflineSummarizer:
             text=text, facts=facts, model=model, prompt_hash=phash, tokens_in=tokens_in, tokens_out=tokens_out
         )
 
+    # ----------------------------------------------------------------- facts + narrative (seed 000)
+
     def _facts(self, request: SummaryInput) -> tuple[str, tuple[Fact, ...]]:
+        """Return (narrative, facts): the narrative's opening sentences, then the salient statements by date."""
         book = read_all(request.messages, request.existing_facts)
-        story = fit(narrative(book, request.messages), self._tokens, request.token_cap, request.char_cap)
-        return story, book.facts()
+        tc, cc = request.token_cap, request.char_cap
+        opener = fit(narrative(book, request.messages), self._tokens, tc, cc)
+        names = tool_names(request.messages)
+        pool = [s for m in request.messages for s in _message_statements(m, names, self._tokens)]
+        lines_budget = None if tc is None else tc - self._tokens.count(opener) - 1
+        chars_budget = None if cc is None else cc - len(opener) - 1
+        chosen = self._fill(pool, lines_budget, chars_budget, lambda st: "\n".join(render_lines(st)))
+        lines = render_lines(chosen)
+        story = "\n".join([opener, *lines]) if lines else opener
+        return fit(story, self._tokens, tc, cc), book.facts()
+
+    # ----------------------------------------------------------------- one summary text (seeds 001-004)
 
     def _text(self, request: SummaryInput) -> str:
-        parsed = _parse_summary(request.existing_summary)
+        tokens = self._tokens
+        parsed = _parse_summary(request.existing_summary, tokens)
         window = request.window_start
         messages = [m for m in request.messages if window is None or m.index >= window]
         book = FactBook()
         for f in request.existing_facts:
-            book.put(f.key, f.value, None, f.category)
+            book.put_fact(f)
+        earlier: list[Statement] = []
         if parsed.earlier:
-            read_message(_pseudo_message(parsed.earlier), book)
+            read_message(_pseudo_message(parsed.earlier, messages), book)
+            earlier = statements_from_text(parsed.earlier, -1, "summary", None, tokens)
         for key, value, idx in parsed.facts:
             book.put(key, value, idx)
         if window is not None:
             book.drop_before(window)
-        kept = {i: body for i, body in parsed.lines if window is None or i >= window}
+        seen = {m.index for m in messages}
+        kept = [s for s in parsed.statements if (window is None or s.index >= window) and s.index not in seen]
         names = tool_names(messages)
         previous: str | None = None
         for m in messages:
             read_message(m, book, previous)
             if m.role in ("user", "assistant") and m.content.strip():
                 previous = m.content.strip()
-        kept.update((m.index, message_line(m, names)) for m in messages)
-        lines = sorted(kept.items())
-        story = narrative(book, messages)
-        return self._fit_text(book.entries()[-MAX_FACTS:], story, parsed.earlier, lines, request)
-
-    def _fit_text(
-        self, entries: list[FactEntry], story: str, earlier: str | None, lines: list[tuple[int, str]], request: SummaryInput
-    ) -> str:
-        """Render, then shed detail until the caps hold: oldest lines, earlier summary, narrative, oldest facts."""
+        pool = earlier + kept + [s for m in messages for s in _message_statements(m, names, tokens)]
         tc, cc = request.token_cap, request.char_cap
-        text = _render_text(entries, story, earlier, lines)
+        if tc is None and cc is None:
+            tc = DEFAULT_TOKEN_CAP
+        all_entries = book.entries()[-MAX_FACTS:]
+        entries = self._fit_facts(all_entries, tc, cc)
+        story = _first_sentence(narrative(book, messages))
+        head = _render_text(entries, story, None, [])
+        lines_tc = None if tc is None else tc - tokens.count(head) - 2
+        lines_cc = None if cc is None else cc - len(head) - 2
+
+        def render(st: Sequence[Statement]) -> str:
+            return _render_text(entries, story, _earlier_text(st), render_lines(st))
+
+        chosen = self._fill(pool, lines_tc, lines_cc, lambda st: render(st)[len(head) :])
+        text, entries, story, kept_statements = self._shed(entries, story, chosen, tc, cc)
+        # What the statements left of the caps goes back to the older facts the share cut.
+        dropped = all_entries[: len(all_entries) - len(entries)]
+        for e in reversed(dropped):
+            wider = [e, *entries]
+            candidate = _render_text(wider, story, _earlier_text(kept_statements), render_lines(kept_statements))
+            if not _fits(candidate, tokens, tc, cc):
+                break
+            entries, text = wider, candidate
+        return text
+
+    def _fill(
+        self, pool: list[Statement], tc: int | None, cc: int | None, rendered: Callable[[Sequence[Statement]], str]
+    ) -> list[Statement]:
+        """Return the salient statements of ``pool`` that fill ``tc``/``cc`` once rendered, in conversation order.
+
+        The selection estimates each line's overhead; one more round spends
+        what the estimate left over.
+        """
+        if (tc is not None and tc <= 0) or (cc is not None and cc <= 0):
+            return []
+        chosen = select(pool, tc, cc, line_tokens=LINE_TOKENS, line_chars=LINE_CHARS)
+        for _ in range(2):
+            text = rendered(chosen)
+            slack_t = None if tc is None else tc - self._tokens.count(text)
+            slack_c = None if cc is None else cc - len(text)
+            if (slack_t is not None and slack_t < 12) or (slack_c is not None and slack_c < 48) or (slack_t is None and slack_c is None):
+                break
+            more_t = None if tc is None else tc + slack_t * 3 // 4
+            more_c = None if cc is None else cc + slack_c * 3 // 4
+            wider = select(pool, more_t, more_c, line_tokens=LINE_TOKENS, line_chars=LINE_CHARS)
+            if len(wider) <= len(chosen):
+                break
+            chosen = wider
+            tc = more_t if tc is not None else None
+            cc = more_c if cc is not None else None
+        return chosen
+
+    def _fit_facts(self, entries: list[FactEntry], tc: int | None, cc: int | None) -> list[FactEntry]:
+        """Return the newest ``entries`` whose block fits :data:`FACTS_SHARE` of the caps."""
+        while entries:
+            block = _render_text(entries, "", None, [])
+            if (tc is None or self._tokens.count(block) <= tc * FACTS_SHARE) and (cc is None or len(block) <= cc * FACTS_SHARE):
+                break
+            entries = entries[1:]
+        return entries
+
+    def _shed(
+        self, entries: list[FactEntry], story: str, chosen: list[Statement], tc: int | None, cc: int | None
+    ) -> tuple[str, list[FactEntry], str, list[Statement]]:
+        """Render, then shed until the caps hold: least salient statements, narrative, oldest facts.
+
+        Returns the text and what it kept: facts, narrative, statements.
+        """
+        order = rank(chosen)
+        keep = list(chosen)
+
+        def render() -> str:
+            return _render_text(entries, story, _earlier_text(keep), render_lines(keep))
+
+        text = render()
         while not _fits(text, self._tokens, tc, cc):
-            if lines:
-                lines = lines[1:]
-            elif earlier:
-                earlier = None
-            elif story != _first_sentence(story):
-                story = _first_sentence(story)
-            elif len(entries) > 1:
+            if keep:
+                gone = order.pop(0)
+                keep.remove(gone)
+            elif story:
+                story = ""
+            elif entries:
                 entries = entries[1:]
             else:
-                return fit(text, self._tokens, tc, cc)
-            text = _render_text(entries, story, earlier, lines)
-        return text
+                return fit(text, self._tokens, tc, cc), entries, story, keep
+            text = render()
+        return text, entries, story, keep
+
+
+def _earlier_text(statements: Sequence[Statement]) -> str | None:
+    parts = [s.text for s in statements if s.index < 0]
+    return " ".join(parts) if parts else None
+
+
+def _render_text(entries: list[FactEntry], story: str, earlier: str | None, lines: list[str]) -> str:
+    out: list[str] = []
+    if entries:
+        out.append(_SECTION_FACTS)
+        for e in entries:
+            marker = f" (msg {e.source})" if e.source is not None else ""
+            out.append(f"- {e.key}: {e.value}{marker}")
+    if story:
+        out.append(_SECTION_SUMMARY + story)
+    if earlier:
+        out.append(_SECTION_EARLIER + " ".join(earlier.split()))
+    if lines:
+        out.append(_SECTION_MESSAGES)
+        out.extend(lines)
+    return "\n".join(out)
 
 
 def _first_sentence(text: str) -> str:
@@ -273,8 +410,10 @@ def _first_sentence(text: str) -> str:
     return text[spans[0][0] : spans[0][1]].strip() if spans else text
 
 
-def _pseudo_message(text: str) -> MessageRecord:
+def _pseudo_message(text: str, messages: Sequence[MessageRecord]) -> MessageRecord:
+    """Return an earlier summary's text as a message to read facts from (dated like the first new message)."""
+    at = messages[0].occurred_at if messages else datetime(1970, 1, 1, tzinfo=timezone.utc)
     return MessageRecord(
         tenant_id="-", conversation_id="-", index=-1, seq=0, event_id="-", role="summary", content=text,
-        tokens=0, occurred_at=datetime(1970, 1, 1, tzinfo=timezone.utc),
+        tokens=0, occurred_at=at,
     )

@@ -9,6 +9,7 @@ positions to the store, which commits both in one transaction.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import logging
@@ -79,7 +80,8 @@ class Projector:
         self.search = retrieval.SearchIndex(store.search_rows, store.messages)
         self._conversations: dict[tuple[str, str], _Conversation] = {}
         self._states: dict[tuple[str, str, str], BaseModel] = {}
-        self._facts: dict[tuple[str, str, str], dict[tuple[str, str], tuple[str, str]]] = {}
+        # (policy, tenant, conversation) -> (key, value) -> [fact_id, superseded_by] of the rows not retired
+        self._facts: dict[tuple[str, str, str], dict[tuple[str, str], list[str | None]]] = {}
 
     # ----------------------------------------------------------------- state access
 
@@ -171,11 +173,11 @@ class Projector:
                     raw = states.get(skey)
                     self._states[skey] = impl.State.model_validate_json(raw) if raw else impl.initial(*key)
 
-    def _active_facts(self, policy: str, tenant_id: str, conversation_id: str) -> dict[tuple[str, str], tuple[str, str]]:
+    def _active_facts(self, policy: str, tenant_id: str, conversation_id: str) -> dict[tuple[str, str], list[str | None]]:
         key = (policy, tenant_id, conversation_id)
         facts = self._facts.get(key)
         if facts is None:
-            facts = {(k, v): (c, by) for k, v, c, by in self.store.active_facts(policy, tenant_id, conversation_id)}
+            facts = {(k, v): [fid, sup] for k, v, fid, sup in self.store.active_facts(policy, tenant_id, conversation_id)}
             self._facts[key] = facts
         return facts
 
@@ -325,7 +327,7 @@ class Projector:
             ch.summary_results.append(
                 {
                     "request_id": p.request_id, "summary_id": p.summary_id, "status": "completed",
-                    "text": p.text, "facts": json.dumps([f.model_dump() for f in p.facts]),
+                    "text": p.text, "facts": json.dumps([f.model_dump(mode="json") for f in p.facts]),
                     "summarizer": p.summarizer, "model": p.model, "prompt_hash": p.prompt_hash,
                     "tokens_in": p.tokens_in, "tokens_out": p.tokens_out, "latency_ms": p.latency_ms,
                     "cached": p.cached, "resolved_seq": event.seq,
@@ -342,39 +344,69 @@ class Projector:
             )
 
     def _facts_diff(self, ch: Changes, event: SummaryProduced) -> None:
+        """Fold a summary's facts into ``facts`` rows: new (key, value) pairs inserted, missing ones retired.
+
+        A row whose key now has another current value is marked
+        ``superseded_by`` that value's ``fact_id`` (it stays, retired or not:
+        the lineage of a knowledge update). ``fact_id`` is a hash of policy,
+        conversation, key, value and the introducing summary, so a rebuild
+        gives the same ids.
+        """
         p = event.payload
         if not p.facts:
             return
-        active = self._active_facts(p.policy, event.tenant_id, event.conversation_id)
-        new = {(f.key, f.value): f.category for f in p.facts}
-        for (key, value), (_cat, _by) in list(active.items()):
-            if (key, value) not in new:
+        conv = (p.policy, event.tenant_id, event.conversation_id)
+        active = self._active_facts(*conv)
+        listed = {(f.key, f.value) for f in p.facts}
+        ids = {kv: row[0] for kv, row in active.items()}
+        for f in p.facts:
+            ids.setdefault((f.key, f.value), _fact_id(conv, f.key, f.value, p.summary_id))
+        current = {f.key: ids[(f.key, f.value)] for f in p.facts if f.current}
+        # The value that replaced each listed superseded one (its immediate successor in the lineage).
+        successor = {
+            (f.key, f.value): ids.get((f.key, f.superseded_by), current.get(f.key))
+            for f in p.facts if not f.current
+        }
+        pending = {(row["key"], row["value"]): row for row in ch.fact_inserts if (row["policy"], row["tenant_id"], row["conversation_id"]) == conv}
+        for (key, value), row in list(active.items()):
+            newer = successor[(key, value)] if (key, value) in successor else current.get(key)
+            superseded = row[1] is None and newer is not None and newer != row[0]
+            if superseded:
+                row[1] = newer
+            retired = (key, value) not in listed
+            if retired:
                 del active[(key, value)]
-                pending = next(
-                    (
-                        row for row in ch.fact_inserts
-                        if row["retired_by"] is None and (row["policy"], row["tenant_id"], row["conversation_id"], row["key"], row["value"])
-                        == (p.policy, event.tenant_id, event.conversation_id, key, value)
-                    ),
-                    None,
-                )
-                if pending is not None:  # introduced earlier in this same batch
-                    pending["retired_by"] = p.summary_id
-                else:
-                    ch.fact_retirements.append(
-                        (p.policy, event.tenant_id, event.conversation_id, key, value, p.summary_id)
-                    )
-        for (key, value), category in new.items():
-            if (key, value) not in active:
-                active[(key, value)] = (category, p.summary_id)
-                ch.fact_inserts.append(
-                    {
-                        "policy": p.policy, "tenant_id": event.tenant_id, "conversation_id": event.conversation_id,
-                        "key": key, "value": value, "category": category, "introduced_by": p.summary_id,
-                        "retired_by": None,
-                    }
-                )
+            mine = pending.get((key, value))
+            if mine is not None:  # introduced earlier in this same batch
+                if superseded:
+                    mine["superseded_by"] = newer
+                if retired:
+                    mine["retired_by"] = p.summary_id
+                continue
+            if superseded:
+                ch.fact_supersessions.append((*conv, key, value, newer))
+            if retired:
+                ch.fact_retirements.append((*conv, key, value, p.summary_id))
+        for f in p.facts:
+            if (f.key, f.value) in active:
+                continue
+            fid = ids[(f.key, f.value)]
+            superseded_by = successor.get((f.key, f.value))
+            active[(f.key, f.value)] = [fid, superseded_by]
+            ch.fact_inserts.append(
+                {
+                    "policy": p.policy, "tenant_id": event.tenant_id, "conversation_id": event.conversation_id,
+                    "key": f.key, "value": f.value, "category": f.category, "introduced_by": p.summary_id,
+                    "retired_by": None, "fact_id": fid, "stated_at": f.stated_at, "stated_in": f.stated_in,
+                    "introduced_seq": event.seq, "superseded_by": superseded_by,
+                }
+            )
 
+
+def _fact_id(conv: tuple[str, str, str], key: str, value: str, summary_id: str) -> str:
+    """Return the deterministic id of a fact row: a hash of its policy, conversation, key, value and first summary."""
+    raw = "\x1f".join((*conv, key, value, summary_id))
+    return hashlib.sha256(raw.encode("utf-8")).hexdigest()[:24]
 
 
 def _index_summary(ch: Changes, event: SummaryProduced) -> None:

@@ -178,8 +178,8 @@ def render_message_lines(messages: Sequence[MessageRecord], *, numbered: bool = 
 
 
 def render_facts(facts: Sequence[Fact]) -> str:
-    """Render facts as ``- key: value`` lines (seed 000's facts layer)."""
-    return "\n".join(f"- {f.key}: {f.value}" for f in facts)
+    """Render the current facts as ``- key: value`` lines (seed 000's facts layer); superseded values are lineage, left out."""
+    return "\n".join(f"- {f.key}: {f.value}" for f in facts if f.current)
 
 
 # --------------------------------------------------------------------------- rendered prompts

@@ -62,10 +62,19 @@ _DDL = [
         tokens_in INTEGER, tokens_out INTEGER, latency_ms INTEGER, cached BOOLEAN,
         reason VARCHAR, error_type VARCHAR, requested_seq BIGINT, resolved_seq BIGINT,
         requested_at TIMESTAMPTZ)""",
+    # One row per (key, value) a policy's summaries carried. Lineage: stated_at (event time: the stating
+    # message's timestamp) and stated_in (its index); introduced_by / introduced_seq (learned: the summary
+    # version that first carried it and that summary's log seq); retired_by (the summary that dropped it);
+    # superseded_by (fact_id of the later value of the same key that replaced it).
     """CREATE TABLE IF NOT EXISTS facts (
         policy VARCHAR, tenant_id VARCHAR, conversation_id VARCHAR,
         key VARCHAR, value VARCHAR, category VARCHAR,
         introduced_by VARCHAR, retired_by VARCHAR)""",
+    "ALTER TABLE facts ADD COLUMN IF NOT EXISTS fact_id VARCHAR",
+    "ALTER TABLE facts ADD COLUMN IF NOT EXISTS stated_at TIMESTAMPTZ",
+    "ALTER TABLE facts ADD COLUMN IF NOT EXISTS stated_in BIGINT",
+    "ALTER TABLE facts ADD COLUMN IF NOT EXISTS introduced_seq BIGINT",
+    "ALTER TABLE facts ADD COLUMN IF NOT EXISTS superseded_by VARCHAR",
     """CREATE TABLE IF NOT EXISTS policy_state (
         policy VARCHAR, tenant_id VARCHAR, conversation_id VARCHAR, state JSON,
         PRIMARY KEY (policy, tenant_id, conversation_id))""",
@@ -101,6 +110,7 @@ class Changes:
     summary_results: list[dict[str, Any]] = field(default_factory=list)
     fact_inserts: list[dict[str, Any]] = field(default_factory=list)
     fact_retirements: list[tuple[str, str, str, str, str, str]] = field(default_factory=list)
+    fact_supersessions: list[tuple[str, str, str, str, str, str]] = field(default_factory=list)
     policy_states: dict[tuple[str, str, str], str] = field(default_factory=dict)
     policy_rows: dict[tuple[str, str, str], dict[str, list[dict[str, Any]]]] = field(default_factory=dict)
     search: dict[str, list[Any]] = field(default_factory=new_columns)  # search_docs rows (projections.retrieval)
@@ -293,6 +303,12 @@ class DuckDBProjectionStore:
                 "UPDATE facts SET retired_by = ? WHERE policy = ? AND tenant_id = ? AND conversation_id = ? "
                 "AND key = ? AND value = ? AND retired_by IS NULL",
                 [retired_by, policy, tenant_id, conversation_id, key, value],
+            )
+        for policy, tenant_id, conversation_id, key, value, superseded_by in ch.fact_supersessions:
+            cur.execute(
+                "UPDATE facts SET superseded_by = ? WHERE policy = ? AND tenant_id = ? AND conversation_id = ? "
+                "AND key = ? AND value = ? AND superseded_by IS NULL",
+                [superseded_by, policy, tenant_id, conversation_id, key, value],
             )
         if ch.fact_inserts:
             tbl = pa.Table.from_pylist(ch.fact_inserts)
@@ -552,10 +568,10 @@ class DuckDBProjectionStore:
             out.append(decode_dict(raw))
         return out  # type: ignore[return-value]
 
-    def active_facts(self, policy: str, tenant_id: str, conversation_id: str) -> list[tuple[str, str, str, str]]:
-        """Return (key, value, category, introduced_by) of facts not yet retired."""
+    def active_facts(self, policy: str, tenant_id: str, conversation_id: str) -> list[tuple[str, str, str, str | None]]:
+        """Return (key, value, fact_id, superseded_by) of facts not yet retired."""
         return self.connection.execute(
-            "SELECT key, value, category, introduced_by FROM facts WHERE policy = ? AND tenant_id = ? "
+            "SELECT key, value, fact_id, superseded_by FROM facts WHERE policy = ? AND tenant_id = ? "
             "AND conversation_id = ? AND retired_by IS NULL ORDER BY key, value",
             [policy, tenant_id, conversation_id],
         ).fetchall()

@@ -96,7 +96,7 @@ def output_to_json(output: SummaryOutput) -> str:
     return canonical_json(
         {
             "text": output.text,
-            "facts": [f.model_dump() for f in output.facts],
+            "facts": [f.model_dump(mode="json", exclude_none=True) for f in output.facts],
             "model": output.model,
             "prompt_hash": output.prompt_hash,
             "tokens_in": output.tokens_in,

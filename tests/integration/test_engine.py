@@ -53,12 +53,13 @@ def test_long_conversation_keeps_early_facts_in_memory(tmp_path):
     with _engine(tmp_path) as engine:
         _talk(engine, "c1", 60)
         engine.wait_idle(timeout=60)
-        context = engine.context("c1", budget=500)
+        # The narrative may fill max_narrative_tokens (500) with salient statements; facts come on top.
+        context = engine.context("c1", budget=1000)
         memory = [m for m in context if m.kind.startswith("memory")]
         assert memory, "above the trigger the hierarchical policy must put memory in the context"
         text = " ".join(m.content for m in memory)
         assert "#48213" in text and "184.50" in text
-        assert sum(m.tokens for m in context) <= 500 or len(context) == len(memory) + 1
+        assert sum(m.tokens for m in context) <= 1000 or len(context) == len(memory) + 1
         chain = engine.summaries("c1", policy="hierarchical")
         assert chain and all(r["status"] in ("completed", "superseded") for r in chain)
         assert chain[-1]["status"] == "completed"

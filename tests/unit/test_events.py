@@ -42,7 +42,10 @@ json_values = st.recursive(
 )
 metadata = st.dictionaries(short, json_values, max_size=4)
 encrypted = st.builds(ev.EncryptedContent, key_id=names, algorithm=names, nonce_b64=short, ciphertext_b64=short)
-facts = st.builds(ev.Fact, key=names, value=short, category=st.sampled_from(["ENTITY", "DECISION", "CONDITION", "STATE", "NUMERIC", "GENERAL"]))
+facts = st.builds(
+    ev.Fact, key=names, value=short, category=st.sampled_from(["ENTITY", "DECISION", "CONDITION", "STATE", "NUMERIC", "GENERAL"]),
+    stated_at=st.none() | timestamps, stated_in=st.none() | small_ints, superseded_by=st.none() | short,
+)
 
 
 def opt(strategy: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
@@ -366,3 +369,23 @@ def test_a_tenant_id_with_a_slash_is_refused_so_partition_keys_stay_unambiguous(
 
     with pytest.raises(pydantic.ValidationError):
         sample_message(tenant_id="a/b", conversation_id="c")
+
+
+def test_a_stored_v1_summary_produced_is_upcast_to_dated_facts_without_lineage() -> None:
+    v1 = {
+        "event_id": "s1", "type": "SummaryProduced", "schema_version": 1, "tenant_id": "t", "conversation_id": "c",
+        "seq": 7, "occurred_at": "2024-03-01T12:00:00Z", "causation_id": "r1",
+        "payload": {
+            "summary_id": "s1", "request_id": "r1", "policy": "hierarchical", "settings_hash": "h", "covers_from": 0,
+            "covers_to": 9, "text": "narrative", "facts": [{"key": "order_id", "value": "#1", "category": "ENTITY"}],
+            "summarizer": "offline", "model": "m", "prompt_hash": "p",
+        },
+    }
+    stored = json.dumps(v1)
+    event = decode(stored)
+    assert event.schema_version == 2 == ev.SummaryProduced.VERSION
+    (fact,) = event.payload.facts
+    assert (fact.key, fact.value, fact.stated_at, fact.stated_in, fact.superseded_by) == ("order_id", "#1", None, None, None)
+    assert fact.current
+    assert json.loads(stored)["schema_version"] == 1  # the stored text is untouched
+    assert decode(event.encode()) == event  # v2 round-trips as is

@@ -180,6 +180,67 @@ def test_tool_calls_and_results_are_read_and_summarized():
     assert '- (2) tool result track_order: {"carrier": "DHL", "eta": "2024-05-01"}' in text
 
 
+def dated(*items: tuple[str, str, str]) -> tuple[MessageRecord, ...]:
+    """Messages (role, ISO date, content), one per date."""
+    return tuple(
+        MessageRecord(
+            tenant_id="t", conversation_id="c", index=i, seq=i + 1, event_id=f"e{i}", role=role, content=content,
+            tokens=0, occurred_at=datetime.fromisoformat(day).replace(tzinfo=timezone.utc),
+        )
+        for i, (role, day, content) in enumerate(items)
+    )
+
+
+def test_first_person_statements_become_dated_facts():
+    facts = {f.key: f for f in extract_facts(dated(
+        ("user", "2024-03-01", "I just moved to Berlin last month. My sister Anna is visiting. I prefer tea over coffee."),
+        ("assistant", "2024-03-01", "Welcome to Berlin! My sister would love it."),
+        ("user", "2024-03-08", "My deadline is March 29. I'm planning to launch the beta in May. My favorite color is green."),
+        ("user", "2024-03-09", "If I move to Paris I'd be happier. Do I prefer cats? I opted for the yearly plan."),
+    ))}
+    assert (facts["lives_in"].value, facts["lives_in"].category) == ("Berlin", "ENTITY")
+    assert facts["lives_in"].stated_at == datetime(2024, 3, 1, tzinfo=timezone.utc) and facts["lives_in"].stated_in == 0
+    assert facts["sister_name"].value == "Anna"
+    assert (facts["preference"].value, facts["preference"].category) == ("tea over coffee", "GENERAL")
+    assert facts["deadline"].value == "March 29" and facts["deadline"].stated_at.day == 8
+    assert facts["plan"].value == "launch the beta in May"
+    assert facts["favorite_color"].value == "green"
+    assert facts["decision"].value == "the yearly plan" and facts["decision"].category == "DECISION"
+    assert "Paris" not in " ".join(f.value for f in facts.values())  # a hypothetical states nothing
+    assert "preference_2" not in facts  # a question states nothing either
+
+
+def test_a_later_fact_supersedes_an_earlier_one_and_keeps_the_lineage():
+    chat = dated(
+        ("user", "2024-03-01", "I live in Berlin and my deadline is March 29."),
+        ("assistant", "2024-03-01", "Noted, Berlin and March 29."),
+        ("user", "2024-04-10", "Big news: I moved to Munich. Also my deadline has been moved to April 12."),
+    )
+    facts = extract_facts(chat)
+    lineage = sorted(
+        ((f.key, f.value, f.stated_at.date().isoformat(), f.superseded_by) for f in facts if f.key in ("lives_in", "deadline")),
+        key=lambda row: (row[0] != "lives_in", row[2]),
+    )
+    assert lineage == [
+        ("lives_in", "Berlin", "2024-03-01", "Munich"),
+        ("lives_in", "Munich", "2024-04-10", None),
+        ("deadline", "March 29", "2024-03-01", "April 12"),
+        ("deadline", "April 12", "2024-04-10", None),
+    ]
+    # Across summaries: the earlier summary's facts come back as existing facts, lineage and dates included.
+    first = SUMMARIZER.summarize(SummaryInput(policy="hierarchical", kind="facts", messages=chat[:2])).facts
+    assert [(f.value, f.current) for f in first if f.key == "lives_in"] == [("Berlin", True)]
+    later = SUMMARIZER.summarize(SummaryInput(
+        policy="hierarchical", kind="facts", messages=chat[2:], existing_facts=first,
+    )).facts
+    moved = [f for f in later if f.key == "lives_in"]
+    assert [(f.value, f.stated_at.month, f.superseded_by) for f in moved] == [("Berlin", 3, "Munich"), ("Munich", 4, None)]
+    again = SUMMARIZER.summarize(SummaryInput(
+        policy="hierarchical", kind="facts", messages=dated(("user", "2024-05-01", "All good here.")), existing_facts=later,
+    )).facts
+    assert [f for f in again if f.key == "lives_in"] == moved  # the lineage is carried, not lost
+
+
 # --------------------------------------------------------------------------- merging
 
 
@@ -204,9 +265,11 @@ def test_existing_facts_are_kept_updated_and_removed():
 def test_updates_overwrite_in_place_and_a_same_value_keeps_its_spelling():
     first = extract_facts(conversation(("user", "order #1234, refund $20")))
     later = extract_facts(conversation(("assistant", "For order 1234 the refund is $35."), start=1), first)
-    assert [f.key for f in later] == [f.key for f in first]
-    assert as_dict(later)["refund_amount"] == ("$35", "NUMERIC")
+    assert [f.key for f in later if f.current] == [f.key for f in first]
+    assert as_dict(f for f in later if f.current)["refund_amount"] == ("$35", "NUMERIC")
     assert as_dict(later)["order_id"] == ("#1234", "ENTITY")
+    old = [f for f in later if not f.current]
+    assert [(f.key, f.value, f.superseded_by) for f in old] == [("refund_amount", "$20", "$35")]
 
 
 def test_cancelling_an_order_keeps_its_id():
@@ -218,20 +281,22 @@ def test_cancelling_an_order_keeps_its_id():
 # --------------------------------------------------------------------------- narrative and text
 
 
-def test_narrative_says_who_wants_what_what_was_agreed_and_the_state():
+def test_narrative_says_who_wants_what_what_was_agreed_and_the_state_then_the_dated_statements():
     out = SUMMARIZER.summarize(SummaryInput(policy="hierarchical", kind="facts", messages=REFUND_CHAT, token_cap=500))
-    assert out.text.startswith("The user (Maria Lopez) wants to cancel order #1234.")
-    assert "Agreed: refund approved" in out.text
-    assert "Current state: order status cancelled" in out.text
-    assert 2 <= out.text.count(". ") + 1 <= 4
-    assert out.model == "offline-extractive-2" and len(out.prompt_hash) == 64
+    opener, *lines = out.text.splitlines()
+    assert opener.startswith("The user (Maria Lopez) wants to cancel order #1234.")
+    assert "Agreed: refund approved" in opener
+    assert "Current state: order status cancelled" in opener
+    assert lines[0] == "[2024-03-01]"  # the statements, under the date they were made
+    assert "- (0) user: Hi, my name is Maria Lopez. \u2026 I'd like to cancel order #1234, it hasn't shipped yet." in lines
+    assert out.model == "offline-salience-3" and len(out.prompt_hash) == 64
     assert out.tokens_in > 0 and out.tokens_out > TOKENS.count(out.text)
 
 
 def test_text_summary_lists_facts_and_messages_and_merges_the_previous_summary():
     first = SUMMARIZER.summarize(SummaryInput(policy="rolling", kind="text", messages=REFUND_CHAT[:3])).text
     assert first.startswith("Key facts:\n- customer_name: Maria Lopez (msg 0)\n- order_id: #1234 (msg 0)")
-    assert "\nMessages:\n- (0) user: Hi, my name is Maria Lopez." in first
+    assert "\nMessages:\n[2024-03-01]\n- (0) user: Hi, my name is Maria Lopez." in first
     second = SUMMARIZER.summarize(
         SummaryInput(policy="rolling", kind="text", messages=REFUND_CHAT[3:], existing_summary=first)
     ).text
@@ -263,7 +328,7 @@ def test_an_unstructured_previous_summary_is_kept_and_mined():
 # --------------------------------------------------------------------------- caps and determinism
 
 
-def test_text_summary_respects_token_and_char_caps_dropping_oldest_lines_first():
+def test_text_summary_respects_token_and_char_caps_keeping_the_specific_lines():
     long_chat = conversation(*[
         ("user" if i % 2 == 0 else "assistant", f"Message {i} about order #{1000 + i} and a refund of ${i}.00 "
          + "with plenty of filler words to make the line long " * 3)
@@ -271,10 +336,31 @@ def test_text_summary_respects_token_and_char_caps_dropping_oldest_lines_first()
     ])
     out = SUMMARIZER.summarize(SummaryInput(policy="chunked", kind="text", messages=long_chat, token_cap=300)).text
     assert TOKENS.count(out) <= 300
-    assert "- (39) assistant:" in out and "- (0) user:" not in out
     assert "- order_id: #1039 (msg 39)" in out
+    assert out.count("\n- (") >= 3  # the statements fill what the facts leave
     capped = SUMMARIZER.summarize(SummaryInput(policy="rolling", kind="text", messages=long_chat, char_cap=400)).text
     assert len(capped) <= 400 and capped.startswith("Key facts:")
+
+
+def test_salience_keeps_the_early_specific_statement_over_later_filler():
+    filler = [
+        ("assistant" if i % 2 == 0 else "user", "That sounds good to me, thanks a lot for all the help with everything so far.")
+        for i in range(30)
+    ]
+    chat = conversation(
+        ("user", "Sounds good. Anyway, my first sprint ends on March 29 and I present the demo to Dr. Okafor in Lisbon."),
+        *filler,
+    )
+    text = SUMMARIZER.summarize(SummaryInput(policy="chunked", kind="text", messages=chat, token_cap=90)).text
+    assert "my first sprint ends on March 29 and I present the demo to Dr. Okafor in Lisbon" in text
+    assert TOKENS.count(text) <= 90
+    narrative = SUMMARIZER.summarize(SummaryInput(policy="hierarchical", kind="facts", messages=chat, token_cap=80)).text
+    assert "March 29" in narrative and "Okafor" in narrative
+    # The salient statement survives the next round, read back from the previous summary.
+    again = SUMMARIZER.summarize(SummaryInput(
+        policy="rolling", kind="text", messages=conversation(*filler, start=31), existing_summary=text, token_cap=90,
+    )).text
+    assert "March 29" in again and "Okafor" in again
 
 
 def test_narrative_respects_tiny_caps():
@@ -322,7 +408,7 @@ def test_same_input_same_output_across_processes_and_hash_seeds():
         "from test_offline_summarizer import REFUND_CHAT, SUMMARIZER;"
         "from memfold.engine.ports import SummaryInput;"
         "out = [SUMMARIZER.summarize(SummaryInput(policy='p', kind=k, messages=REFUND_CHAT, token_cap=200)) for k in ('facts', 'text')];"
-        "print(json.dumps([[o.text, [f.model_dump() for f in o.facts], o.prompt_hash] for o in out]))"
+        "print(json.dumps([[o.text, [f.model_dump(mode='json') for f in o.facts], o.prompt_hash] for o in out]))"
     )
     here = os.path.dirname(__file__)
     runs = []
@@ -332,4 +418,4 @@ def test_same_input_same_output_across_processes_and_hash_seeds():
         runs.append(json.loads(result.stdout))
     assert runs[0] == runs[1]
     local = [SUMMARIZER.summarize(SummaryInput(policy="p", kind=k, messages=REFUND_CHAT, token_cap=200)) for k in ("facts", "text")]
-    assert runs[0] == [[o.text, [f.model_dump() for f in o.facts], o.prompt_hash] for o in local]
+    assert runs[0] == [[o.text, [f.model_dump(mode="json") for f in o.facts], o.prompt_hash] for o in local]
