@@ -65,7 +65,7 @@ class Sealer:
         if isinstance(event, MessageAppended):
             sealed = self._encrypt(event, p.content.encode("utf-8"), key)
             return _replace(event, payload=_replace(p, content=None, encrypted=sealed))
-        plain = json.dumps({"text": p.text, "facts": [f.model_dump() for f in p.facts]}).encode("utf-8")
+        plain = json.dumps({"text": p.text, "facts": [f.model_dump(mode="json") for f in p.facts]}).encode("utf-8")
         sealed = self._encrypt(event, plain, key)
         return _replace(event, payload=_replace(p, text="", facts=(), encrypted=sealed))
 

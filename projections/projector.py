@@ -80,7 +80,7 @@ class Projector:
         self.search = retrieval.SearchIndex(store.search_rows, store.messages)
         self._conversations: dict[tuple[str, str], _Conversation] = {}
         self._states: dict[tuple[str, str, str], BaseModel] = {}
-        # (policy, tenant, conversation) -> (key, value) -> [fact_id, superseded_by] of the rows not retired
+        # (policy, tenant, conversation) -> (key, value) -> [fact_id, superseded_by, retired_by] of its newest row
         self._facts: dict[tuple[str, str, str], dict[tuple[str, str], list[str | None]]] = {}
 
     # ----------------------------------------------------------------- state access
@@ -177,7 +177,7 @@ class Projector:
         key = (policy, tenant_id, conversation_id)
         facts = self._facts.get(key)
         if facts is None:
-            facts = {(k, v): [fid, sup] for k, v, fid, sup in self.store.active_facts(policy, tenant_id, conversation_id)}
+            facts = {(k, v): [fid, sup, ret] for k, v, fid, sup, ret in self.store.fact_rows(policy, tenant_id, conversation_id)}
             self._facts[key] = facts
         return facts
 
@@ -344,60 +344,61 @@ class Projector:
             )
 
     def _facts_diff(self, ch: Changes, event: SummaryProduced) -> None:
-        """Fold a summary's facts into ``facts`` rows: new (key, value) pairs inserted, missing ones retired.
+        """Fold a summary's facts into ``facts`` rows (the bi-temporal lineage of what memory held).
 
-        A row whose key now has another current value is marked
-        ``superseded_by`` that value's ``fact_id`` (it stays, retired or not:
-        the lineage of a knowledge update). ``fact_id`` is a hash of policy,
-        conversation, key, value and the introducing summary, so a rebuild
-        gives the same ids.
+        1. A current fact with no live row gets a row (``introduced_by`` this
+           summary); a superseded one listed as lineage gets one only if its
+           (key, value) never had a row, born retired and superseded.
+        2. A live row whose (key, value) is not a current fact of this summary
+           is retired by it (``retired_by``); when its key now has another
+           value it is also marked ``superseded_by`` that value's ``fact_id``
+           (the immediate successor when the summary lists the lineage).
+        Rows are never deleted. ``fact_id`` hashes policy, conversation, key,
+        value and the introducing summary, so a rebuild gives the same ids.
         """
         p = event.payload
         if not p.facts:
             return
         conv = (p.policy, event.tenant_id, event.conversation_id)
-        active = self._active_facts(*conv)
-        listed = {(f.key, f.value) for f in p.facts}
-        ids = {kv: row[0] for kv, row in active.items()}
+        rows = self._active_facts(*conv)
+        live = {kv for kv, row in rows.items() if row[2] is None}
+        ids: dict[tuple[str, str], str] = {}
         for f in p.facts:
-            ids.setdefault((f.key, f.value), _fact_id(conv, f.key, f.value, p.summary_id))
+            kv = (f.key, f.value)
+            reuse = kv in live or (kv in rows and not f.current)
+            ids[kv] = rows[kv][0] if reuse else _fact_id(conv, f.key, f.value, p.summary_id)
         current = {f.key: ids[(f.key, f.value)] for f in p.facts if f.current}
-        # The value that replaced each listed superseded one (its immediate successor in the lineage).
-        successor = {
-            (f.key, f.value): ids.get((f.key, f.superseded_by), current.get(f.key))
-            for f in p.facts if not f.current
-        }
-        pending = {(row["key"], row["value"]): row for row in ch.fact_inserts if (row["policy"], row["tenant_id"], row["conversation_id"]) == conv}
-        for (key, value), row in list(active.items()):
-            newer = successor[(key, value)] if (key, value) in successor else current.get(key)
+        successor = {(f.key, f.value): ids.get((f.key, f.superseded_by)) or current.get(f.key) for f in p.facts if not f.current}
+        pending = {(r["key"], r["value"]): r for r in ch.fact_inserts if (r["policy"], r["tenant_id"], r["conversation_id"]) == conv}
+        for kv in sorted(live - {(f.key, f.value) for f in p.facts if f.current}):
+            row = rows[kv]
+            newer = successor.get(kv) or current.get(kv[0])
             superseded = row[1] is None and newer is not None and newer != row[0]
             if superseded:
                 row[1] = newer
-            retired = (key, value) not in listed
-            if retired:
-                del active[(key, value)]
-            mine = pending.get((key, value))
+            row[2] = p.summary_id
+            mine = pending.get(kv)
             if mine is not None:  # introduced earlier in this same batch
+                mine["retired_by"] = p.summary_id
                 if superseded:
                     mine["superseded_by"] = newer
-                if retired:
-                    mine["retired_by"] = p.summary_id
                 continue
+            ch.fact_retirements.append((*conv, *kv, p.summary_id))
             if superseded:
-                ch.fact_supersessions.append((*conv, key, value, newer))
-            if retired:
-                ch.fact_retirements.append((*conv, key, value, p.summary_id))
+                ch.fact_supersessions.append((*conv, *kv, newer))
         for f in p.facts:
-            if (f.key, f.value) in active:
+            kv = (f.key, f.value)
+            if kv in live or (kv in rows and not f.current):
                 continue
-            fid = ids[(f.key, f.value)]
-            superseded_by = successor.get((f.key, f.value))
-            active[(f.key, f.value)] = [fid, superseded_by]
+            fid = ids[kv]
+            superseded_by = None if f.current else successor.get(kv)
+            retired_by = None if f.current else p.summary_id
+            rows[kv] = [fid, superseded_by, retired_by]
             ch.fact_inserts.append(
                 {
                     "policy": p.policy, "tenant_id": event.tenant_id, "conversation_id": event.conversation_id,
                     "key": f.key, "value": f.value, "category": f.category, "introduced_by": p.summary_id,
-                    "retired_by": None, "fact_id": fid, "stated_at": f.stated_at, "stated_in": f.stated_in,
+                    "retired_by": retired_by, "fact_id": fid, "stated_at": f.stated_at, "stated_in": f.stated_in,
                     "introduced_seq": event.seq, "superseded_by": superseded_by,
                 }
             )

@@ -182,6 +182,30 @@ def render_facts(facts: Sequence[Fact]) -> str:
     return "\n".join(f"- {f.key}: {f.value}" for f in facts if f.current)
 
 
+def render_facts_dated(facts: Sequence[Fact]) -> str:
+    """Render the current facts for a context: ``- key: value (was: old)`` lines under ``[YYYY-MM-DD]`` dates.
+
+    Facts are grouped by the date they were stated (undated ones first, in
+    their order); a fact that superseded earlier values names them, so a
+    knowledge update reads as one line.
+    """
+    earlier: dict[str, list[str]] = {}
+    for f in facts:
+        if not f.current:
+            earlier.setdefault(f.key, []).append(f.value)
+    current = [f for f in facts if f.current]
+    ordered = sorted(enumerate(current), key=lambda p: (p[1].stated_at is not None, p[1].stated_at or 0, p[0]))
+    out: list[str] = []
+    day: str | None = None
+    for _, f in ordered:
+        if f.stated_at is not None and f.stated_at.date().isoformat() != day:
+            day = f.stated_at.date().isoformat()
+            out.append(f"[{day}]")
+        was = f" (was: {'; '.join(earlier[f.key])})" if f.key in earlier else ""
+        out.append(f"- {f.key}: {f.value}{was}")
+    return "\n".join(out)
+
+
 # --------------------------------------------------------------------------- rendered prompts
 
 

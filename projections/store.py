@@ -568,11 +568,14 @@ class DuckDBProjectionStore:
             out.append(decode_dict(raw))
         return out  # type: ignore[return-value]
 
-    def active_facts(self, policy: str, tenant_id: str, conversation_id: str) -> list[tuple[str, str, str, str | None]]:
-        """Return (key, value, fact_id, superseded_by) of facts not yet retired."""
+    def fact_rows(self, policy: str, tenant_id: str, conversation_id: str) -> list[tuple[str, str, str, str | None, str | None]]:
+        """Return (key, value, fact_id, superseded_by, retired_by) of a conversation's facts, oldest first.
+
+        A (key, value) that came back after it was replaced has several rows; the newest comes last.
+        """
         return self.connection.execute(
-            "SELECT key, value, fact_id, superseded_by FROM facts WHERE policy = ? AND tenant_id = ? "
-            "AND conversation_id = ? AND retired_by IS NULL ORDER BY key, value",
+            "SELECT key, value, fact_id, superseded_by, retired_by FROM facts WHERE policy = ? AND tenant_id = ? "
+            "AND conversation_id = ? ORDER BY introduced_seq NULLS FIRST, key, value",
             [policy, tenant_id, conversation_id],
         ).fetchall()
 

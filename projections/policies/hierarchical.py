@@ -27,6 +27,7 @@ from memfold.engine.ports import ContextPlan, FoldContext, MemoryMessage, Messag
 from memfold.engine.settings import HierarchicalSettings
 from memfold.engine.tokens import MESSAGE_OVERHEAD
 from memfold.projections.fold import make_request
+from memfold.projections.prompts import render_facts_dated
 
 from . import _tool_groups as groups
 from ._requests import RequestLedger
@@ -187,7 +188,7 @@ class HierarchicalPolicy:
             return ContextPlan(verbatim_from=0, fallback=state.requests.failure or "takeLast", notes=notes)
         memory: list[MemoryMessage] = []
         if summary.facts:
-            memory.append(_memory(ctx, "\n".join(f"- {f.key}: {f.value}" for f in summary.facts), "facts"))
+            memory.append(_memory(ctx, render_facts_dated(summary.facts), "facts"))
         if summary.narrative.strip():
             memory.append(_memory(ctx, summary.narrative, "narrative"))
         return ContextPlan(
