@@ -87,6 +87,13 @@ class TopicsSettings(_PolicySettings):
     eviction_priority: float = Field(0.05, ge=0.0)
     title_chars: int = Field(80, ge=1)
     default_importance: float = Field(0.5, ge=0.0, le=1.0)
+    # Not in the seed: a topic the user leaves is compacted whole (cold topics
+    # compressed, hot ones not), so every topic has a summary of what was said
+    # in it. Each summary is capped at ``summary_token_cap`` tokens; the
+    # context carries the summaries of earlier topics, highest priority first,
+    # up to ``memory_token_cap`` tokens (0: the seed's active topic only).
+    summary_token_cap: int = Field(200, ge=1)
+    memory_token_cap: int = Field(800, ge=0)
 
 
 POLICY_SETTINGS: dict[str, type[_PolicySettings]] = {

@@ -113,6 +113,7 @@ class Topic(_Frozen):
     compressed_count: int = 0
     summary_id: str | None = None
     summary_text: str | None = None
+    summary_tokens: int = 0  # counted once, when the summary arrives
     processing_request_id: str | None = None
     processing_indices: tuple[int, ...] = ()
     failed_request_id: str | None = None

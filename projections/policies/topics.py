@@ -12,11 +12,15 @@ within the topic). Assistant and system messages join the active topic; a
 a tool call and its results are always in one topic. Every message that joins
 a topic refreshes its ``last_active_at`` (the LRU timer).
 
-Compaction. When a topic holds more than ``max_messages_per_topic`` active
-messages it asks for a summary (kind "text", ``input_indices`` = its active
-messages except the recent ``recent_message_keep``, moved back so no tool
-group is split, base = its previous summary). The messages move to the
-compressed store only when the summary arrives: a failed or empty summary
+Compaction. When the active topic holds more than ``max_messages_per_topic``
+active messages it asks for a summary (kind "text", ``input_indices`` = its
+active messages except the recent ``recent_message_keep``, moved back so no
+tool group is split, base = its previous summary, at most
+``summary_token_cap`` tokens). A topic the user has left is compacted whole,
+whatever its size (not in the seed, which compacts only past the limit: it
+follows the seed's "hot topics stay decompressed, cold topics compressed",
+and gives every topic a summary of what was said in it). The messages move to
+the compressed store only when the summary arrives: a failed or empty summary
 hides nothing, and the same input set is not requested again. The compressed
 store follows the seed's format (JSON → gzip → base64, gzip ``mtime=0`` so it
 is deterministic) but holds message *references* (index, role, timestamp,
@@ -34,6 +38,13 @@ Decay. ``priority = importance × 0.5^(inactive_seconds / half_life)`` with
 ``ClockTicked.now`` seen, so decay replays identically. When more than
 ``max_topics`` topics are live, every topic below ``eviction_priority`` is
 evicted except the active one; an evicted topic stays as a small tombstone row.
+
+Reading. The active topic's summary (``"Topic summary: …"``) and its active
+messages verbatim, as in the seed; before them, one memory message with the
+summaries of earlier topics, each under its dates, chosen by priority (the
+decay below) up to ``memory_token_cap`` tokens and listed in the order the
+topics began. So a context carries the facts and sentences of every topic it
+has room for, not just the one in progress.
 
 Audit. ``decide`` also returns ``TopicAssigned`` (each user message),
 ``TopicCompacted`` and ``TopicEvicted`` events with deterministic ids; folding
@@ -94,6 +105,7 @@ __all__ = [
 
 NAME = "topics"
 SUMMARY_PREFIX = "Topic summary: "
+EARLIER_TOPICS_HEADER = "Earlier topics of this conversation:"
 # Request ids remembered to recognise one coming back from the log; a topic has
 # at most one open request, so a short memory is plenty.
 _RECENT_REQUESTS = 64
@@ -343,6 +355,7 @@ def _produced(item: SummaryProduced, state: State, ctx: FoldContext) -> State:
             "compressed_count": len(stored),
             "summary_id": p.summary_id,
             "summary_text": p.text,
+            "summary_tokens": ctx.count_tokens(p.text),
             "failed_request_id": None,
         }
     )
@@ -387,6 +400,40 @@ def _deleted(item: ConversationDeleted, state: State, ctx: FoldContext) -> State
     return State(tenant_id=state.tenant_id, conversation_id=state.conversation_id, deleted=True)
 
 
+# --------------------------------------------------------------------------- reads
+
+
+def _dates(topic: Topic) -> str:
+    first, last = topic.created_at.date().isoformat(), topic.last_active_at.date().isoformat()
+    return f"[{first}]" if first == last else f"[{first} to {last}]"
+
+
+def _earlier_topics(state: State, s: TopicsSettings, ctx: FoldContext) -> list[tuple[Topic, str]]:
+    """Return ``(topic, block)`` for the earlier topics the memory carries, in the order the topics began.
+
+    Highest priority first (older first on a tie) while the blocks' tokens
+    stay within ``memory_token_cap``; a block too big for what is left is
+    skipped, so a smaller one after it may still fit.
+    """
+    if s.memory_token_cap <= 0:
+        return []
+    candidates = [
+        (i, t) for i, t in enumerate(state.topics)
+        if not t.evicted and t.summary_text and t.topic_id != state.active_topic_id
+    ]
+    if not candidates:
+        return []
+    room = s.memory_token_cap - ctx.count_tokens(EARLIER_TOPICS_HEADER)
+    chosen: list[tuple[int, Topic, str]] = []
+    for i, t in sorted(candidates, key=lambda it: (-priority(it[1], state.now or it[1].last_active_at, s), it[0])):
+        head = _dates(t)
+        cost = ctx.count_tokens(head) + 2 + t.summary_tokens  # "\n\n" between blocks, " " after the dates
+        if cost <= room:
+            chosen.append((i, t, f"{head} {t.summary_text}"))
+            room -= cost
+    return [(t, block) for _, t, block in sorted(chosen, key=lambda c: c[0])]
+
+
 # --------------------------------------------------------------------------- the policy
 
 
@@ -414,11 +461,14 @@ class TopicsPolicy:
         return _apply(item, state, ctx)
 
     def decide(self, state: State, ctx: FoldContext, cause: Any) -> list[Event]:
-        """Return the pending topic events, then one compaction request per topic over the limit.
+        """Return the pending topic events, then one compaction request per topic that calls for one.
 
-        A topic gets a request when it has more than ``max_messages_per_topic``
-        active messages, none in flight, something to compact after keeping
-        the recent ones whole, and the request is not the one that last failed.
+        The active topic calls for one when it has more than
+        ``max_messages_per_topic`` active messages and something to compact
+        after keeping the recent ones whole; any other live topic as soon as
+        it has active messages (all of them are compacted). Never while the
+        topic has a request in flight, nor a request already seen (the input
+        set that last failed, or one asked before with the same base).
         """
         if state.deleted:
             return []
@@ -435,11 +485,14 @@ class TopicsPolicy:
         ]
         s: TopicsSettings = ctx.settings  # type: ignore[assignment]
         for topic in state.topics:
-            if topic.evicted or topic.processing_request_id is not None:
+            if topic.evicted or topic.processing_request_id is not None or not topic.messages:
                 continue
-            if len(topic.messages) <= s.max_messages_per_topic:
+            if topic.topic_id != state.active_topic_id:
+                cut = compaction_cut(topic.messages, 0)  # left behind: compact it whole
+            elif len(topic.messages) > s.max_messages_per_topic:
+                cut = compaction_cut(topic.messages, s.recent_message_keep, state.open_calls)
+            else:
                 continue
-            cut = compaction_cut(topic.messages, s.recent_message_keep, state.open_calls)
             if cut == 0:
                 continue
             indices = tuple(r.index for r in topic.messages[:cut])
@@ -452,34 +505,47 @@ class TopicsPolicy:
                 input_indices=indices,
                 topic_id=topic.topic_id,
                 kind="text",
+                token_cap=s.summary_token_cap,
             )
-            if request.payload.request_id != topic.failed_request_id:
+            # A request seen before (failed, or answered when the topic held
+            # the same messages) is never asked again: its fold would ignore it.
+            rid = request.payload.request_id
+            if rid != topic.failed_request_id and rid not in state.recent_requests:
                 out.append(request)
         return out
 
     def plan(self, state: State, ctx: FoldContext) -> ContextPlan:
-        """Return the active topic: its summary (if any) and its active messages verbatim.
+        """Return the earlier topics' summaries, then the active topic: its summary and its active messages.
 
         Before the first user message there is no topic: every message is read
-        raw (fallback ``"no_topic"``).
+        raw (fallback ``"no_topic"``). Earlier topics are the live ones other
+        than the active one that have a summary; the ones with the highest
+        priority at the state's ``now`` are kept while their blocks fit
+        ``memory_token_cap`` (``notes["earlier_topics"]`` lists them).
         """
         if state.deleted:
             return ContextPlan(verbatim_indices=(), fallback="deleted")
         _, topic = find_topic(state, state.active_topic_id)
         if topic is None:
             return ContextPlan(verbatim_from=0, fallback="no_topic")
-        memory: tuple[MemoryMessage, ...] = ()
+        s: TopicsSettings = ctx.settings  # type: ignore[assignment]
+        memory: list[MemoryMessage] = []
+        earlier = _earlier_topics(state, s, ctx)
+        if earlier:
+            content = "\n\n".join((EARLIER_TOPICS_HEADER, *(block for _, block in earlier)))
+            memory.append(MemoryMessage(content, "topics", ctx.count_tokens(content) + MESSAGE_OVERHEAD))
         if topic.summary_text:
             content = SUMMARY_PREFIX + topic.summary_text
-            memory = (MemoryMessage(content, "topic_summary", ctx.count_tokens(content) + MESSAGE_OVERHEAD),)
+            memory.append(MemoryMessage(content, "topic_summary", ctx.count_tokens(content) + MESSAGE_OVERHEAD))
         return ContextPlan(
-            memory=memory,
+            memory=tuple(memory),
             verbatim_indices=tuple(sorted(r.index for r in topic.messages)),
             notes={
                 "topic_id": topic.topic_id,
                 "topic_title": topic.title,
                 "compressed_messages": topic.compressed_count,
                 "summary_id": topic.summary_id,
+                "earlier_topics": [t.topic_id for t, _ in earlier],
             },
         )
 

@@ -318,16 +318,98 @@ def test_restore_on_access_brings_compressed_messages_back():
     d.feed(c("user", topic=0))  # 14: continuing the active topic restores nothing
     assert d.topic(a).compressed_count == 9
     d.feed(c("assistant"))  # 15
-    fill(d, c, 1, 1)  # 16, 17 on another topic
+    [cold] = d.requests(d.feed(c("user", topic=1)))  # 16: topic A is left, so it is compacted whole
+    assert cold.payload.topic_id == a and cold.payload.input_indices == tuple(range(9, 16))
+    assert cold.payload.base_summary_id == fold.summary_id_for(r1.payload.request_id)
+    d.produce(cold, "S1b")
+    assert d.topic(a).compressed_count == 16 and d.topic(a).messages == ()
+    d.feed(c("assistant"))  # 17
     out = d.feed(c("user", topic=0, at=5000))  # 18: back to topic A
     t = d.topic(a)
     assert t.compressed is None and t.compressed_count == 0
     assert [r.index for r in t.messages] == list(range(16)) + [18]  # merged in order
     plan = d.plan()
-    assert plan.verbatim_indices == tuple(range(16)) + (18,) and plan.memory[0].content == "Topic summary: S1"
-    [r2] = d.requests(out)  # over the limit again: compact with the previous summary as base
-    assert r2.payload.base_summary_id == fold.summary_id_for(r1.payload.request_id)
+    assert plan.verbatim_indices == tuple(range(16)) + (18,) and plan.memory[-1].content == "Topic summary: S1b"
+    by_topic = {r.payload.topic_id: r for r in d.requests(out)}
+    b = d.state.topics[1].topic_id
+    assert set(by_topic) == {a, b} and by_topic[b].payload.input_indices == (16, 17)  # topic B is left now
+    r2 = by_topic[a]  # over the limit again: compact with the previous summary as base
+    assert r2.payload.base_summary_id == fold.summary_id_for(cold.payload.request_id)
     assert r2.payload.input_indices == tuple(range(13))
+
+
+# --------------------------------------------------------------------------- earlier topics carry their content
+
+
+def test_a_topic_left_behind_is_compacted_whole_and_its_summary_carried_in_the_context():
+    d, c = Driver(make_ctx()), Conversation()
+    fill(d, c, 0, 2)  # 0-3 on topic A
+    a = d.state.active_topic_id
+    [ra] = d.requests(d.feed(c("user", topic=1)))  # 4: topic B; A is left
+    assert ra.payload.topic_id == a and ra.payload.input_indices == (0, 1, 2, 3)
+    assert ra.payload.token_cap == TopicsSettings().summary_token_cap and ra.payload.base_summary_id is None
+    [compacted] = d.produce(ra, "Priya marries in Lisbon on June 14th; gift under $300.")
+    assert (compacted.payload.compacted_through, compacted.payload.kept_recent) == (3, 0)
+    assert d.topic(a).messages == () and d.topic(a).compressed_count == 4
+    d.feed(c("assistant"))  # 5
+    [rb] = d.requests(d.feed(c("user", topic=2, at=DAY)))  # 6: topic C, the next day
+    d.produce(rb, "Biscuit the beagle eats puppy kibble.")
+    p = d.plan()
+    assert [m.kind for m in p.memory] == ["topics"]
+    assert p.memory[0].content == (
+        "Earlier topics of this conversation:\n\n"
+        "[2025-01-01] Priya marries in Lisbon on June 14th; gift under $300.\n\n"
+        "[2025-01-01] Biscuit the beagle eats puppy kibble."
+    )
+    assert p.memory[0].tokens == tp_count(p.memory[0].content)
+    assert p.verbatim_indices == (6,) and p.notes["earlier_topics"] == [a, rb.payload.topic_id]
+
+
+def test_returning_to_an_earlier_topic_restores_it_and_leaves_it_out_of_the_earlier_topics():
+    d, c = Driver(make_ctx()), Conversation()
+    fill(d, c, 0, 1)
+    a = d.state.active_topic_id
+    [ra] = d.requests(d.feed(c("user", topic=1)))
+    d.produce(ra, "A talk")
+    d.feed(c("assistant"))
+    d.feed(c("user", topic=0))  # back to A: restored, active, its summary is the seed's topic summary
+    p = d.plan()
+    assert [m.content for m in p.memory] == ["Topic summary: A talk"]
+    assert p.verbatim_indices == (0, 1, 4) and d.state.active_topic_id == a
+
+
+def test_earlier_topics_are_chosen_by_priority_within_the_memory_cap():
+    words = " ".join(["fact"] * 40)  # 40 tokens per summary
+    ctx = make_ctx(memory_token_cap=120)
+    d, c = Driver(ctx), Conversation()
+    importance = [1.0, 0.2, 0.9, 0.1, 0.8]
+    for k, imp in enumerate(importance):
+        for r in d.requests(d.feed(c("user", f"topic {k}", topic=k, importance=imp))):
+            d.produce(r, f"T{r.payload.input_indices[0] // 2} {words}")
+        d.feed(c("assistant"))
+    d.feed(c("user", "now", topic=9))
+    for r in d.requests():
+        if d.topic(r.payload.topic_id).processing_request_id == r.payload.request_id:
+            d.produce(r, f"T{r.payload.input_indices[0] // 2} {words}")
+    [memory] = d.plan().memory
+    blocks = memory.content.split("\n\n")[1:]
+    assert [b.split()[1] for b in blocks] == ["T0", "T2"]  # the two most important fit, in the order they began
+    assert memory.tokens <= 120 + tp.MESSAGE_OVERHEAD
+    assert POLICY.plan(d.state, make_ctx(memory_token_cap=0)).memory == ()  # 0: the seed's active topic only
+
+
+def test_evicted_topics_are_not_carried():
+    d, c = Driver(make_ctx(max_topics=2)), Conversation()
+    fill(d, c, 0, 1)
+    [r0] = d.requests(d.feed(c("user", topic=1)))
+    d.produce(r0, "old topic")
+    d.feed(c("user", topic=2, at=10 * DAY))
+    d.feed(c("user", topic=3, at=10 * DAY))
+    assert d.state.topics[0].evicted and "old topic" not in " ".join(m.content for m in d.plan().memory)
+
+
+def tp_count(text: str) -> int:
+    return make_ctx().count_tokens(text) + tp.MESSAGE_OVERHEAD
 
 
 # --------------------------------------------------------------------------- decay tables

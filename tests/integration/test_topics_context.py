@@ -1,0 +1,40 @@
+"""The topics policy's context carries what was said in every topic, through the engine and the offline summarizer."""
+
+from __future__ import annotations
+
+from memfold.engine.engine import MemoryEngine
+from memfold.engine.settings import Settings
+
+# Four unrelated topics (the local hash embedder keeps them apart), then a fifth question.
+TALK = [
+    ("My sister Priya is getting married in Lisbon on June 14th, and I need a gift under $300.",
+     "A handmade ceramic set from Vista Alegre fits under $300."),
+    ("I adopted a beagle puppy named Biscuit last Saturday; what food should he eat?",
+     "Puppy kibble with DHA, three meals a day, suits a beagle like Biscuit."),
+    ("Our team migrates the billing service to Postgres 16 before the April 2nd deadline.",
+     "Plan a dual-write phase and a cutover window for the Postgres 16 migration."),
+    ("I am training for the Berlin marathon in September, running 45 km a week now.",
+     "Raise the weekly distance by 10% and add one long run for Berlin."),
+]
+SAID = [("Priya", "Lisbon", "June 14th", "$300"), ("Biscuit", "beagle"), ("Postgres 16", "April 2nd"),
+        ("Berlin", "45 km")]
+
+
+def test_every_topic_is_in_the_context_within_budget(tmp_path):
+    settings = Settings.load(None, data_dir=tmp_path / "data", policies=("topics",), policy="topics")
+    messages = []
+    for user, assistant in TALK:
+        messages += [{"conversation_id": "c1", "role": "user", "content": user},
+                     {"conversation_id": "c1", "role": "assistant", "content": assistant}]
+    messages.append({"conversation_id": "c1", "role": "user", "content": "What should I pack for a weekend in Oslo?"})
+    with MemoryEngine(settings) as engine:
+        engine.append_many(messages)
+        engine.wait_idle(timeout=60)
+        assert len(engine.plan("c1").notes["earlier_topics"]) == 4
+        for budget in (800, 2000):
+            context = engine.context("c1", budget=budget)
+            assert sum(m.tokens for m in context) <= budget
+            assert context[0].kind == "memory:topics" and context[-1].kind == "current"
+            text = context[0].content  # the memory alone, whatever recall adds after it
+            missing = [w for words in SAID for w in words if w not in text]
+            assert not missing, f"the context lost {missing}"
