@@ -49,6 +49,7 @@ class ContextMessage(_Result):
     content: str
     kind: str
     tokens: int
+    index: int | None = None
     tool_calls: list[dict[str, Any]] | None = None
     tool_call_id: str | None = None
 

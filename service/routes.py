@@ -156,6 +156,7 @@ def get_context(
     for m in messages:
         item = m.as_dict()
         item["tokens"] = m.tokens
+        item["index"] = m.index
         out.append(item)
     return ContextResponse(conversation_id=conversation_id, policy=name, budget=budget,
                            tokens=sum(m.tokens for m in messages), messages=out)

@@ -90,6 +90,7 @@ class ContextMessageOut(BaseModel):
     content: str
     kind: str
     tokens: int
+    index: int | None = Field(None, description="the stored message's index, for messages shown verbatim or recalled")
     tool_calls: list[dict[str, Any]] | None = None
     tool_call_id: str | None = None
 

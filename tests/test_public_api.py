@@ -45,6 +45,7 @@ PUBLIC = {
     "memfold.service.app": ["create_app"],
     "memfold.adapters.langchain": ["MemfoldChatMessageHistory", "MemfoldMiddleware"],
     "memfold.adapters.mcp": ["build_server", "main"],
+    "memfold.adapters.agents": ["MemfoldSession"],
     "memfold.service.keys": ["ApiKeyStore", "ApiKey", "ROLES"],
     "memfold.service.limits": ["Limits"],
     "memfold.service.server": ["serve"],

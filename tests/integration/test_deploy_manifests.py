@@ -53,8 +53,20 @@ def compose() -> dict[str, Any]:
     return yaml.safe_load((DEPLOY / "docker-compose.yml").read_text())
 
 
-def test_compose_runs_kafka_a_worker_and_a_projector(compose):
-    assert set(compose["services"]) == {"kafka", "memfold-worker", "memfold-projector"}
+def test_compose_runs_kafka_a_worker_a_projector_and_the_service(compose):
+    assert set(compose["services"]) == {"kafka", "memfold-worker", "memfold-projector", "memfold-service"}
+
+
+def test_compose_service_serves_on_its_own_volume_and_port(compose):
+    spec = compose["services"]["memfold-service"]
+    command = spec["command"]
+    _check_memfold_command(command, "serve")
+    assert command[command.index("--host") + 1] == "0.0.0.0"
+    port = command[command.index("--port") + 1]
+    assert spec["ports"] == [f"{port}:{port}"] and f":{port}/healthz" in " ".join(spec["healthcheck"]["test"])
+    volume, target = spec["volumes"][0].split(":")
+    assert target == command[command.index("--data-dir") + 1] and volume in compose["volumes"]
+    assert volume != compose["services"]["memfold-projector"]["volumes"][0].split(":")[0]  # one DuckDB writer per file
 
 
 def test_compose_kafka_is_a_kraft_broker_of_the_local_broker_version(compose):
@@ -74,7 +86,8 @@ def test_compose_kafka_is_a_kraft_broker_of_the_local_broker_version(compose):
     assert data_mount.split(":")[0] in compose["volumes"]
 
 
-@pytest.mark.parametrize(("service", "subcommand"), [("memfold-worker", "worker"), ("memfold-projector", "project")])
+@pytest.mark.parametrize(("service", "subcommand"), [("memfold-worker", "worker"), ("memfold-projector", "project"),
+                                                    ("memfold-service", "serve")])
 def test_compose_memfold_services_use_the_cli_against_the_advertised_broker(compose, service, subcommand):
     spec = compose["services"][service]
     assert spec["image"] == MEMFOLD_IMAGE
@@ -160,6 +173,7 @@ def test_k8s_selectors_match_their_pod_labels(k8s):
 
 
 @pytest.mark.parametrize(("kind", "name", "subcommand"), [("Deployment", "memfold-worker", "worker"),
+                                                          ("StatefulSet", "memfold-service", "serve"),
                                                           ("StatefulSet", "memfold-projector", "project")])
 def test_k8s_memfold_workloads_use_the_cli_against_the_kafka_service(k8s, kind, name, subcommand):
     (container,) = _containers(k8s[(kind, name)])
@@ -245,7 +259,7 @@ def _manifest_commands() -> list[tuple[str, list[str]]]:
             continue
         for doc in yaml.safe_load_all(path.read_text()):
             objects[(doc["kind"], doc["metadata"]["name"])] = doc
-    for key in (("Deployment", "memfold-worker"), ("StatefulSet", "memfold-projector")):
+    for key in (("Deployment", "memfold-worker"), ("StatefulSet", "memfold-projector"), ("StatefulSet", "memfold-service")):
         (container,) = _containers(objects[key])
         commands.append((f"k8s {key[1]}", [_resolve(part, container, objects) for part in container["command"]]))
     return commands
