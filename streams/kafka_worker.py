@@ -92,7 +92,7 @@ class PartitionWorker:
         busy = False
         last_commit = time.monotonic()
         while not self._stop.is_set() and (deadline is None or time.monotonic() < deadline):
-            owned = self.ownership.poll(0 if busy else self.idle_poll)
+            owned = self.ownership.poll(0.01 if busy else self.idle_poll)
             if owned != set(self.runner.partitions):
                 self.summarizer.retain(owned)
                 self.runner.own(owned)

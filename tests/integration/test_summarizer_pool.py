@@ -1,0 +1,113 @@
+"""The summarizer pool: bounded concurrency, outcomes in request order, backpressure, ownership (real SQLite + DuckDB)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import datetime, timezone
+
+import pytest
+
+from memfold.engine.engine import fold_contexts
+from memfold.engine.events import MessageAppended, MessagePayload
+from memfold.engine.partitioner import partition_for
+from memfold.engine.ports import SummaryInput, SummaryOutput
+from memfold.engine.settings import Settings
+from memfold.projections.fold import make_request
+from memfold.projections.store import DuckDBProjectionStore
+from memfold.streams.sqlite_log import SQLiteEventLog
+from memfold.streams.worker import SummarizerWorker
+
+T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+
+class SlowSummarizer:
+    """Sleeps longer for earlier calls (so calls finish out of order) and records concurrency."""
+
+    name = "slow"
+
+    def __init__(self):
+        self.running = 0
+        self.peak = 0
+        self.calls = 0
+        self.lock = threading.Lock()
+
+    def summarize(self, request: SummaryInput) -> SummaryOutput:
+        with self.lock:
+            self.running += 1
+            self.calls += 1
+            self.peak = max(self.peak, self.running)
+            nap = 0.4 / self.calls
+        time.sleep(nap)
+        with self.lock:
+            self.running -= 1
+        return SummaryOutput(text="summary", model="slow")
+
+
+@pytest.fixture
+def parts(tmp_path):
+    settings = Settings.load(None, data_dir=tmp_path, policies=("rolling",), policy="rolling")
+    log = SQLiteEventLog(tmp_path / "events.sqlite", partitions=4)
+    store = DuckDBProjectionStore(tmp_path / "p.duckdb")
+    yield settings, log, store
+    store.close()
+    log.close()
+
+
+def requests(settings, count: int):
+    _, ctx = fold_contexts(settings)["rolling"]
+    out = []
+    for i in range(count):
+        cause = MessageAppended(event_id=f"m{i}", conversation_id=f"c{i}", occurred_at=T0,
+                                payload=MessagePayload(role="user", content="hello"))
+        out.append(make_request(ctx, cause, covers=(0, 0), inputs=(1, 0)))  # no input messages to fetch
+    return out
+
+
+def test_calls_run_concurrently_and_outcomes_keep_request_order(parts):
+    settings, log, store = parts
+    summarizer = SlowSummarizer()
+    pool = SummarizerWorker(log, store, store, summarizer, settings, concurrency=3)
+    reqs = requests(settings, 6)
+    pool.start()
+    try:
+        pool.submit(reqs)
+        deadline = time.monotonic() + 30
+        while not pool.idle() or sum(log.end_positions().values()) < 6:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+    finally:
+        pool.stop()
+    assert summarizer.peak == 3
+    answered = [r.event.payload.request_id for p in log.partitions() for r in log.read(p, 0)]
+    # Per partition, outcomes are in the order the requests were submitted, whichever call finished first.
+    for p in log.partitions():
+        in_partition = [r.event_id for r in reqs if partition_for(r.key, 4) == p]
+        assert [a for a in answered if a in in_partition] == in_partition
+    assert sorted(answered) == sorted(r.event_id for r in reqs)
+
+
+def test_submit_blocks_while_max_pending_requests_wait(parts):
+    settings, log, store = parts
+    pool = SummarizerWorker(log, store, store, SlowSummarizer(), settings, max_pending=2)
+    done = threading.Event()
+    submitter = threading.Thread(target=lambda: (pool.submit(requests(settings, 3)), done.set()))
+    submitter.start()
+    assert not done.wait(0.3), "a third request was queued beyond max_pending"
+    assert pool.pending() == 2
+    pool.start()  # the pool takes the queue, making room
+    try:
+        assert done.wait(10)
+    finally:
+        pool.stop()
+        submitter.join(5)
+
+
+def test_released_partitions_are_not_answered(parts):
+    settings, log, store = parts
+    pool = SummarizerWorker(log, store, store, SlowSummarizer(), settings)
+    reqs = requests(settings, 6)
+    keep = {partition_for(reqs[0].key, 4)}
+    pool.retain(keep)
+    pool.submit(reqs)
+    assert pool.pending() == sum(partition_for(r.key, 4) in keep for r in reqs)
