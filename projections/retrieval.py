@@ -24,7 +24,7 @@ import heapq
 import math
 import re
 import threading
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -55,8 +55,11 @@ STOP_WORDS = frozenset(
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 K1 = 1.2
 B = 0.75
-# Postings scored exactly per read; rarer terms first, commoner ones only re-score those candidates.
-_EXACT_POSTINGS = 20_000
+# Postings scored in full per read, rarest terms first; after that, commoner terms only re-score
+# the best _CANDIDATES documents found so far (they cannot lift a document without a rarer term
+# much, and scoring every posting of a word in half the messages costs milliseconds).
+_EXACT_POSTINGS = 1_000
+_CANDIDATES = 256
 
 
 def stem(word: str) -> str:
@@ -128,25 +131,20 @@ class Hit:
     policy: str | None = None
 
 
-class _Docs:
-    """One conversation in memory: its documents, postings (term -> {doc number: tf}) and messages by index."""
+class _Corpus:
+    """The documents of one kind in one conversation: BM25 statistics and postings (term -> {doc: tf})."""
 
-    __slots__ = ("meta", "lengths", "postings", "total", "seen", "messages")
+    __slots__ = ("meta", "lengths", "postings", "total")
 
     def __init__(self) -> None:
-        self.meta: list[tuple[str, str, int, str | None]] = []
+        self.meta: list[tuple[str, int, str | None]] = []  # doc_id, idx, policy
         self.lengths: list[int] = []
         self.postings: dict[str, dict[int, int]] = {}
         self.total = 0
-        self.seen: set[tuple[str, str]] = set()
-        self.messages: list[Any] = []
 
-    def add(self, kind: str, doc_id: str, idx: int, policy: str | None, length: int, terms: Sequence[str], tfs: Sequence[int]) -> None:
-        if (kind, doc_id) in self.seen:
-            return  # loaded from the store after this batch committed: already here
-        self.seen.add((kind, doc_id))
+    def add(self, doc_id: str, idx: int, policy: str | None, length: int, terms: Sequence[str], tfs: Sequence[int]) -> None:
         n = len(self.meta)
-        self.meta.append((kind, doc_id, idx, policy))
+        self.meta.append((doc_id, idx, policy))
         self.lengths.append(length)
         self.total += length
         postings = self.postings
@@ -156,6 +154,56 @@ class _Docs:
                 postings[term] = {n: tf}
             else:
                 p[n] = tf
+
+    def scores(self, terms: Iterable[str]) -> dict[int, float]:
+        """Return BM25 scores of the documents holding any of ``terms`` (bounded work, see _EXACT_POSTINGS)."""
+        n = len(self.meta)
+        if n == 0:
+            return {}
+        lists = sorted((p for t in terms if (p := self.postings.get(t))), key=len)
+        scores: dict[int, float] = defaultdict(float)
+        scored = 0
+        lengths = self.lengths
+        base = K1 * (1.0 - B)
+        per_length = K1 * B * n / self.total if self.total else 0.0
+        pruned = False
+        for postings in lists:
+            df = len(postings)
+            weight = math.log(1.0 + (n - df + 0.5) / (df + 0.5)) * (K1 + 1.0)
+            if scored + df <= _EXACT_POSTINGS or not scores:
+                scored += df
+                for d, tf in postings.items():
+                    scores[d] += weight * tf / (tf + base + per_length * lengths[d])
+                continue
+            # A common term: it only re-orders the candidates rarer terms found.
+            if not pruned and len(scores) > _CANDIDATES:
+                scores = defaultdict(float, ((d, s) for s, d in heapq.nlargest(_CANDIDATES, zip(scores.values(), scores.keys()))))
+            pruned = True
+            for d in scores:
+                tf = postings.get(d)
+                if tf:
+                    scores[d] += weight * tf / (tf + base + per_length * lengths[d])
+        return scores
+
+
+class _Docs:
+    """One conversation in memory: a corpus per document kind, and its messages by index."""
+
+    __slots__ = ("corpora", "seen", "messages")
+
+    def __init__(self) -> None:
+        self.corpora: dict[str, _Corpus] = {}
+        self.seen: set[tuple[str, str]] = set()
+        self.messages: list[Any] = []
+
+    def add(self, kind: str, doc_id: str, idx: int, policy: str | None, length: int, terms: Sequence[str], tfs: Sequence[int]) -> None:
+        if (kind, doc_id) in self.seen:
+            return  # loaded from the store after this batch committed: already here
+        self.seen.add((kind, doc_id))
+        corpus = self.corpora.get(kind)
+        if corpus is None:
+            corpus = self.corpora[kind] = _Corpus()
+        corpus.add(doc_id, idx, policy, length, terms, tfs)
 
     def add_message(self, record: Any) -> bool:
         """Append a committed message; False when it does not follow the last one (reload needed)."""
@@ -248,43 +296,30 @@ class SearchIndex:
     ) -> list[Hit]:
         """Return up to ``limit`` documents of ``kinds`` best matching ``query`` by BM25, best first.
 
-        Documents with no query term are never returned. Ties break on the
-        newer document. Summaries and facts are restricted to ``policy`` when given.
+        Each kind is its own corpus (a summary's length does not skew message
+        scores). Documents with no query term are never returned; ties break
+        on the newer document. Summaries and facts are restricted to
+        ``policy`` when given.
         """
         terms = set(analyze(query))
         if not terms:
             return []
-        kinds = set(kinds)
+        hits: list[Hit] = []
         with self._lock:
             docs = self._docs(key)
-            n = len(docs.meta)
-            if n == 0:
-                return []
-            lists = sorted((p for t in terms if (p := docs.postings.get(t))), key=len)
-            scores: dict[int, float] = {}
-            scored = 0
-            lengths = docs.lengths
-            base = K1 * (1.0 - B)
-            per_length = K1 * B * n / docs.total if docs.total else 0.0
-            for postings in lists:
-                df = len(postings)
-                idf = math.log(1.0 + (n - df + 0.5) / (df + 0.5))
-                if scored + df <= _EXACT_POSTINGS or not scores:
-                    items = postings.items()
-                    scored += df
-                else:  # a common term: it only re-orders the candidates rarer terms found
-                    items = [(d, postings[d]) for d in scores if d in postings]
-                for d, tf in items:
-                    scores[d] = scores.get(d, 0.0) + idf * tf * (K1 + 1.0) / (tf + base + per_length * lengths[d])
-            meta = docs.meta
-            best = heapq.nsmallest(
-                limit,
-                (
-                    (-s, -meta[d][2], d) for d, s in scores.items()
-                    if meta[d][0] in kinds and (policy is None or meta[d][3] in (None, policy))
-                ),
-            )
-            return [Hit(meta[d][0], meta[d][1], meta[d][2], -s, meta[d][3]) for s, _, d in best]
+            for kind in kinds:
+                corpus = docs.corpora.get(kind)
+                if corpus is None:
+                    continue
+                scores = corpus.scores(terms)
+                if policy is not None and kind != "message":
+                    scores = {d: s for d, s in scores.items() if corpus.meta[d][2] in (None, policy)}
+                # (score, doc) pairs compare natively; ties go to the newer document.
+                for score, d in heapq.nlargest(limit, zip(scores.values(), scores.keys())):
+                    doc_id, idx, doc_policy = corpus.meta[d]
+                    hits.append(Hit(kind, doc_id, idx, score, doc_policy))
+        hits.sort(key=lambda h: -h.score)
+        return hits[:limit]
 
 
 class OlderFromProjection:
