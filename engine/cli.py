@@ -6,8 +6,12 @@ summaries and sql against a running ``memfold serve`` instead of a data dir
 
 Every command takes ``--data-dir`` (env ``MEMFOLD_DATA_DIR``, default
 ``./.memfold``). Errors are one plain line on stderr and a non-zero exit
-code, never a stack trace: 1 runtime error, 2 invalid input or usage, 3 the
-projection is busy (another process holds it).
+code, never a stack trace: 1 runtime error (nothing could be done: a file
+that cannot be read, the log failing), 2 invalid input or usage (bad flags,
+settings, an unknown conversation; for ``ingest``: some lines were
+rejected, the others are stored), 3 the projection is busy (another process
+holds it: retry). Reads (context, history, summaries, sql) never change the
+data dir.
 
 JSON shapes (stable):
 - ``context --json``: ``[{"role", "content", "kind", "tokens"}]`` (+ ``index``, ``occurred_at`` for
@@ -36,11 +40,40 @@ from pathlib import Path
 from typing import Any
 
 from . import cli_memory
-from .errors import MemfoldError, ProjectionBusyError, ValidationError
+from .errors import ConfigError, InputFileError, MemfoldError, ProjectionBusyError, ValidationError
+
+
+class UsageError(Exception):
+    """A command line argparse refused; printed as one line, exit code 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse prints usage and exits; memfold says one line
+        raise UsageError(f"{message} (see `{self.prog} --help`)")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} must be at least 1")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text} must be a number above 0")
+    return value
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="memfold", description="Event-sourced conversation memory.")
+    p = _Parser(prog="memfold", description="Event-sourced conversation memory.")
     p.add_argument("--data-dir", default=os.environ.get("MEMFOLD_DATA_DIR", ".memfold"),
                    help="data directory (env MEMFOLD_DATA_DIR, default ./.memfold)")
     p.add_argument("--config", default=None, help="memfold.toml (env MEMFOLD_CONFIG, default ./memfold.toml if present)")
@@ -52,7 +85,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="API key for --url (env MEMFOLD_API_KEY)")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     # The global options are accepted after the command too (`memfold project --log URL --data-dir DIR`).
-    common = argparse.ArgumentParser(add_help=False)
+    common = _Parser(add_help=False)
     for flag in ("--data-dir", "--config", "--policy", "--log", "--url", "--api-key"):
         common.add_argument(flag, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     command = functools.partial(sub.add_parser, parents=[common])
@@ -63,20 +96,24 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("content")
     a.add_argument("--tenant", default="default")
     a.add_argument("--model-variant")
-    a.add_argument("--importance", type=float)
+    a.add_argument("--importance", type=float, help="0..1")
     a.add_argument("--tool-call-id")
     a.add_argument("--no-wait", action="store_true", help="return once the event is in the log")
     a.add_argument("--json", action="store_true")
 
     i = command("ingest", help="ingest a JSONL file, one message per line")
     i.add_argument("file")
-    i.add_argument("--batch-size", type=int, default=2000)
+    i.add_argument("--batch-size", type=_positive_int, default=2000)
     i.add_argument("--no-wait", action="store_true", help="return once the events are in the log")
     i.add_argument("--quiet", action="store_true", help="no progress bar")
+    i.add_argument("--strict", action="store_true", help="stop at the first bad line; nothing after it is written")
+    i.add_argument("--resume", action="store_true", help="continue after the last line the log holds")
+    i.add_argument("--errors", metavar="FILE", help="write every rejected line as JSONL {line, field, error}")
+    i.add_argument("--source", metavar="KEY", help="what names this input in derived ids (default: the file name)")
 
     c = command("context", help="print the assembled context for the next model call")
     c.add_argument("conversation")
-    c.add_argument("--budget", type=int, default=None, help="token budget (default: no limit)")
+    c.add_argument("--budget", type=_positive_int, default=None, help="token budget (default: no limit)")
     c.add_argument("--query", default=None, help="what to recall older messages for (default: the current user message)")
     c.add_argument("--tenant", default="default")
     c.add_argument("--json", action="store_true")
@@ -104,20 +141,20 @@ def _parser() -> argparse.ArgumentParser:
 
     pj = command("project", help="run a projector node: fold the log into this data dir's DuckDB replica")
     pj.add_argument("--until-caught-up", action="store_true", help="exit once the replica has caught up")
-    pj.add_argument("--status-every", type=float, default=10.0, help="seconds between status lines")
+    pj.add_argument("--status-every", type=_positive_float, default=10.0, help="seconds between status lines")
 
     w = command("worker", help="run a distributed-mode worker: fold + summarize the Kafka partitions it owns")
     w.add_argument("--partitions", default=None,
                    help="a fixed partition list such as 0,1,2 (default: share the topic through a consumer group)")
     w.add_argument("--group", default=None, help="consumer group id (default memfold-worker.TOPIC)")
-    w.add_argument("--session-timeout", type=float, default=10.0,
+    w.add_argument("--session-timeout", type=_positive_float, default=10.0,
                    help="seconds before a dead worker's partitions go to the others (default 10)")
-    w.add_argument("--commit-interval", type=float, default=1.0, help="seconds between advisory offset commits")
+    w.add_argument("--commit-interval", type=_positive_float, default=1.0, help="seconds between advisory offset commits")
     w.add_argument("--log-level", default="INFO", help="DEBUG, INFO (default), WARNING")
-    w.add_argument("--connect-timeout", type=float, default=15.0, help="seconds to wait for the broker at start")
+    w.add_argument("--connect-timeout", type=_positive_float, default=15.0, help="seconds to wait for the broker at start")
 
     d = command("demo", help="ingest the bundled sample and show what memfold keeps")
-    d.add_argument("--budget", type=int, default=600)
+    d.add_argument("--budget", type=_positive_int, default=600)
     cli_memory.add_commands(command)
 
     sv = command("serve", help="serve this data dir over HTTP (API keys, /docs, /metrics, /ui)")
@@ -144,28 +181,41 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; return the process exit code."""
-    args = _parser().parse_args(argv)
+    """Run the CLI; return the process exit code. Every error is one line on stderr."""
     try:
+        args = _parser().parse_args(argv)
         if args.url and args.command in _REMOTE:
             from .cli_remote import run_remote
 
             return run_remote(args)
         return _COMMANDS[args.command](args)
+    except UsageError as exc:
+        return _fail(f"usage: {exc}", 2)
     except ProjectionBusyError as exc:
-        print(f"memfold: busy: {exc}", file=sys.stderr)
-        return 3
+        return _fail(f"busy, retry: {exc}", 3)
     except ValidationError as exc:
-        print(f"memfold: invalid input: {exc}", file=sys.stderr)
-        return 2
+        return _fail(f"invalid input: {exc}", 2)
+    except ConfigError as exc:
+        return _fail(str(exc), 2)
     except MemfoldError as exc:
-        print(f"memfold: error: {exc}", file=sys.stderr)
-        return 1
+        return _fail(f"error: {exc}", 1)
     except KeyboardInterrupt:
-        print("memfold: interrupted", file=sys.stderr)
-        return 130
+        return _fail("interrupted", 130)
     except BrokenPipeError:
         return 0
+    except OSError as exc:  # the data dir or an output file: permissions, a full disk
+        return _fail(f"error: {exc.filename or ''}: {exc.strerror or exc}".replace(": : ", ": "), 1)
+    except Exception as exc:  # a bug: still one line, and what to report
+        return _fail(f"internal error ({type(exc).__name__}: {_one_line(str(exc))}); please report it", 1)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _fail(message: str, code: int) -> int:
+    print(f"memfold: {_one_line(message)}", file=sys.stderr)
+    return code
 
 
 # --------------------------------------------------------------------------- helpers
@@ -188,14 +238,35 @@ def _engine(args: argparse.Namespace, *, writing: bool = False):
     SQLite log: embedded (everything in this process). Kafka log: commands
     that write are clients (append and return once the broker acknowledged);
     commands that read are projector nodes (catch the local replica up, then read).
+    A read never changes what the data dir keeps: a data dir that does not
+    exist, or a policy or settings it was not built with, is an error.
     """
     from .engine import MemoryEngine, _bind_log
 
-    settings = _bind_log(_settings(args))
+    settings = _settings(args)
+    kafka = (settings.log or "").startswith("kafka://")
+    if not writing and not kafka and not (settings.data_dir / "events.sqlite").is_file() and settings.log is None:
+        raise ConfigError(
+            f"no memfold data in {settings.data_dir}: append or ingest first, or pass --data-dir "
+            "(env MEMFOLD_DATA_DIR) for the data dir you mean"
+        )
+    settings = _bind_log(settings)
     role = "embedded"
     if settings.log_url().startswith("kafka://"):
         role = "client" if writing else "projector"
-    return MemoryEngine(settings, role=role)
+    return MemoryEngine(settings, role=role, policy_changes="rebuild" if writing else "refuse")
+
+
+def _require_conversation(engine, conversation_id: str, tenant_id: str) -> None:
+    """Raise a one-line error when the projection has no such conversation (a typo, another tenant)."""
+    from .errors import UnknownConversationError
+
+    if engine.store.conversation(tenant_id, conversation_id) is None:
+        raise UnknownConversationError(
+            f"no conversation {conversation_id!r} for tenant {tenant_id!r} in {engine.settings.data_dir}; "
+            "list them with: memfold sql \"SELECT tenant_id, conversation_id FROM conversations\"",
+            field="conversation",
+        )
 
 
 def _catch_up(engine) -> None:
@@ -236,26 +307,59 @@ def cmd_append(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_ingest(args: argparse.Namespace) -> int:
-    from .ingest import ingest_file
+SHOWN_REJECTIONS = 20
 
-    with _engine(args, writing=True) as engine:
-        report = ingest_file(engine, Path(args.file), batch_size=args.batch_size, progress=not args.quiet)
-        if not args.no_wait and engine.role == "embedded":
-            engine.wait_idle(timeout=600)
-    for line_no, reason in report.rejected:
-        print(f"memfold: line {line_no} rejected: {reason}", file=sys.stderr)
+
+def cmd_ingest(args: argparse.Namespace) -> int:
+    from .ingest import check_readable, ingest_file
+
+    path = Path(args.file)
+    check_readable(path)  # before the data dir is opened: a typo creates nothing
+    errors = _open_errors_file(args.errors)
+    try:
+        with _engine(args, writing=True) as engine:
+            report = ingest_file(engine, path, batch_size=args.batch_size, progress=not args.quiet,
+                                 strict=args.strict, resume=args.resume, source=args.source)
+            if not args.no_wait and engine.role == "embedded" and not report.log_failed:
+                engine.wait_idle(timeout=600)
+        if errors is not None:
+            for rejection in report.rejected:
+                errors.write(json.dumps(rejection.as_dict(), ensure_ascii=False) + "\n")
+    finally:
+        if errors is not None:
+            errors.close()
+    for rejection in report.rejected[:SHOWN_REJECTIONS]:
+        print(f"memfold: line {rejection.line} rejected: {_one_line(rejection.reason)}", file=sys.stderr)
+    hidden = len(report.rejected) - SHOWN_REJECTIONS
+    if hidden > 0:
+        where = f"all are in {args.errors}" if args.errors else "--errors FILE writes all as JSONL"
+        print(f"memfold: ... and {hidden} more rejected line(s) ({where})", file=sys.stderr)
+    if report.resumed_after is not None:
+        print(f"resumed after line {report.resumed_after} (the last line the log already held)")
     rate = report.accepted / report.seconds if report.seconds else float("inf")
+    conflicts = f" ({report.conflicts} conflicting event_id)" if report.conflicts else ""
     print(
-        f"ingested {report.accepted} messages in {report.seconds:.2f}s ({rate:,.0f} messages/s); "
-        f"{len(report.rejected)} line(s) rejected"
+        f"ingested {report.accepted} messages, duplicates {report.duplicates}, rejected {len(report.rejected)}"
+        f"{conflicts} in {report.seconds:.2f}s ({rate:,.0f} messages/s)"
     )
-    return 0 if not report.rejected else 2
+    if report.stopped:
+        print(f"memfold: {_one_line(report.stopped)}", file=sys.stderr)
+    return report.exit_code
+
+
+def _open_errors_file(name: str | None):
+    if name is None:
+        return None
+    try:
+        return open(name, "w", encoding="utf-8")
+    except OSError as exc:
+        raise InputFileError(f"--errors {name}: cannot write it: {exc.strerror or exc}") from exc
 
 
 def cmd_context(args: argparse.Namespace) -> int:
     with _engine(args) as engine:
         _catch_up(engine)
+        _require_conversation(engine, args.conversation, args.tenant)
         messages = engine.context(args.conversation, budget=args.budget, query=args.query, tenant_id=args.tenant)
     if args.json:
         _print_json([m.as_dict() for m in messages])
@@ -269,6 +373,7 @@ def cmd_context(args: argparse.Namespace) -> int:
 def cmd_history(args: argparse.Namespace) -> int:
     with _engine(args) as engine:
         _catch_up(engine)
+        _require_conversation(engine, args.conversation, args.tenant)
         history = engine.history(args.conversation, tenant_id=args.tenant)
     if args.json:
         _print_json(
@@ -291,6 +396,7 @@ def cmd_history(args: argparse.Namespace) -> int:
 def cmd_summaries(args: argparse.Namespace) -> int:
     with _engine(args) as engine:
         _catch_up(engine)
+        _require_conversation(engine, args.conversation, args.tenant)
         rows = engine.summaries(args.conversation, tenant_id=args.tenant, policy=args.policy)
     if args.json:
         _print_json(rows)

@@ -19,20 +19,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from .errors import (
-    ConfigError,
-    EmptyContentError,
-    MessageTooLargeError,
-    ProjectionLagTimeout,
-    UnknownRoleError,
-    ValidationError,
-)
-from .events import ROLES, MessageAppended, MessagePayload, ToolCall, utcnow
-from .ids import new_event_id
+from .errors import ConfigError, EventConflictError, ProjectionLagTimeout
+from .events import MessageAppended, ToolCall, same_message
 from .ports import ContextMessage, FoldContext, MessageRecord, Policy
 from .positions import Position
 from .settings import Settings
 from .tokens import counter as token_counter
+from .validation import validate_message
 
 log = logging.getLogger("memfold.engine")
 
@@ -85,7 +78,8 @@ class MemoryEngine:
     ROLES = ("embedded", "worker", "projector", "client")
 
     def __init__(
-        self, settings: Settings, *, start: bool = True, role: str = "embedded", log_timeout: float | None = None
+        self, settings: Settings, *, start: bool = True, role: str = "embedded", log_timeout: float | None = None,
+        policy_changes: str = "rebuild",
     ):
         """Wire log, projection, policies and summarizer for ``role``.
 
@@ -103,7 +97,15 @@ class MemoryEngine:
         - ``client``: validates and appends only; no projection is opened.
 
         ``log_timeout`` bounds every wait on a Kafka log (default: the log's own).
+
+        ``policy_changes`` says what to do when the settings ask for a policy
+        the projection does not keep, or for other settings of one it keeps:
+        ``"rebuild"`` (default) rebuilds the projection from the log;
+        ``"refuse"`` (what reads use: a read never changes the data dir) raises
+        a :class:`ConfigError` naming the command that makes the change.
         """
+        if policy_changes not in ("rebuild", "refuse"):
+            raise ConfigError(f"policy_changes must be 'rebuild' or 'refuse', got {policy_changes!r}")
         from memfold.projections.projector import Projector
         from memfold.projections.store import DuckDBProjectionStore
         from memfold.projections.summarizers import build_summarizer
@@ -140,7 +142,12 @@ class MemoryEngine:
             self.log.close()
             raise
         self._closed = False
-        self.settings = settings = self._reconcile(settings)
+        try:
+            self.settings = settings = self._reconcile(settings, refuse=policy_changes == "refuse")
+        except BaseException:
+            self.store.close()
+            self.log.close()
+            raise
         self.policies = fold_contexts(settings)
         self.projector = Projector(self.store, self.policies, self.counter)
         self.summarizer = build_summarizer(settings, cache_conn=self.store)
@@ -169,7 +176,7 @@ class MemoryEngine:
             settings = settings.model_copy(update={"data_dir": Path(data_dir)})
         return cls(settings)
 
-    def _reconcile(self, settings: Settings) -> Settings:
+    def _reconcile(self, settings: Settings, *, refuse: bool = False) -> Settings:
         """Return settings folding every policy this projection holds; rebuild it if settings changed.
 
         The projection records ``{policy: settings_hash}``. A policy it holds
@@ -184,6 +191,8 @@ class MemoryEngine:
         settings = settings.model_copy(update={"policies": names})
         wanted = {name: settings.settings_hash(name) for name in names}
         if stored != wanted:
+            if refuse and stored:
+                raise ConfigError(_policy_change_message(stored, wanted, settings.data_dir))
             if stored or any(self.store.position().values()):
                 log.warning("policies or settings changed (%s -> %s): rebuilding the projection from the log", stored, wanted)
                 self.store.reset()
@@ -195,64 +204,22 @@ class MemoryEngine:
 
     # ----------------------------------------------------------------- writing
 
-    def validate(self, message: Mapping[str, Any], *, line: int | None = None) -> MessageAppended:
+    def validate(
+        self, message: Mapping[str, Any], *, line: int | None = None, event_id: str | None = None
+    ) -> MessageAppended:
         """Return the ``MessageAppended`` event for ``message`` or raise a :class:`ValidationError`.
 
-        Keys: conversation_id, role, content, tenant_id, model_variant,
-        metadata, importance, tool_calls, tool_call_id, name, and the time the
-        message was said: occurred_at (or ts, or created_at; default now),
-        kept and shown with recalled messages.
+        Keys: see :data:`memfold.engine.validation.MESSAGE_KEYS`; every check
+        is listed in that module. The time the message was said is
+        occurred_at (or ts, or created_at; default now), kept and shown with
+        recalled messages. ``event_id`` is the id to use when the
+        message names none (default: a fresh one). Raises nothing else.
         """
         s = self.settings
-        conversation_id = message.get("conversation_id")
-        if not isinstance(conversation_id, str) or not conversation_id.strip():
-            raise ValidationError("conversation_id is required and must be a non-empty string", field="conversation_id", line=line)
-        tenant_id = message.get("tenant_id") or "default"
-        if not isinstance(tenant_id, str) or "/" in tenant_id:
-            raise ValidationError("tenant_id must be a string without '/'", field="tenant_id", line=line)
-        role = message.get("role")
-        if role not in ROLES:
-            raise UnknownRoleError(
-                f"unknown role {role!r}: must be one of {', '.join(ROLES)}", field="role", line=line
-            )
-        content = message.get("content")
-        if content is None:
-            content = ""
-        if not isinstance(content, str):
-            raise ValidationError("content must be a string", field="content", line=line)
-        tool_calls = tuple(ToolCall(**tc) if isinstance(tc, Mapping) else tc for tc in (message.get("tool_calls") or ()))
-        if not content.strip() and not (role == "assistant" and tool_calls):
-            raise EmptyContentError("content is empty", field="content", line=line)
-        if len(content) > s.max_message_chars:
-            raise MessageTooLargeError(
-                f"content has {len(content)} characters; the limit is {s.max_message_chars} (max_message_chars)",
-                size=len(content), limit=s.max_message_chars, unit="chars", field="content", line=line,
-            )
-        if len(content) > s.max_message_tokens:  # tokens <= chars, so only long texts need counting
-            tokens = self.counter.count(content)
-            if tokens > s.max_message_tokens:
-                raise MessageTooLargeError(
-                    f"content has {tokens} tokens; the limit is {s.max_message_tokens} (max_message_tokens)",
-                    size=tokens, limit=s.max_message_tokens, unit="tokens", field="content", line=line,
-                )
-        if role == "tool" and not message.get("tool_call_id"):
-            raise ValidationError("a tool message needs the tool_call_id it answers", field="tool_call_id", line=line)
-        occurred_at = message.get("occurred_at") or message.get("ts") or message.get("created_at") or utcnow()
-        try:
-            return MessageAppended(
-                event_id=message.get("event_id") or new_event_id(),
-                tenant_id=tenant_id,
-                conversation_id=conversation_id,
-                occurred_at=occurred_at,
-                payload=MessagePayload(
-                    role=role, content=content, name=message.get("name"),
-                    model_variant=message.get("model_variant"), metadata=dict(message.get("metadata") or {}),
-                    importance=message.get("importance"), tool_calls=tool_calls,
-                    tool_call_id=message.get("tool_call_id"),
-                ),
-            )
-        except Exception as exc:  # pydantic errors name the field; keep them ours
-            raise ValidationError(f"invalid message: {exc}", line=line) from exc
+        return validate_message(
+            message, max_chars=s.max_message_chars, max_tokens=s.max_message_tokens,
+            count_tokens=self.counter.count, line=line, event_id=event_id,
+        )
 
     def append_message(
         self,
@@ -268,23 +235,63 @@ class MemoryEngine:
         tool_call_id: str | None = None,
         name: str | None = None,
         occurred_at: datetime | None = None,
+        event_id: str | None = None,
     ) -> Position:
-        """Validate and append one message; return its log position (projection follows asynchronously)."""
+        """Validate and append one message; return its log position (projection follows asynchronously).
+
+        Give ``event_id`` to make the append idempotent: appending the same
+        id again returns the stored position and stores nothing; the same id
+        with different content raises :class:`EventConflictError`.
+        """
         message = {
             "conversation_id": conversation_id, "role": role, "content": content, "tenant_id": tenant_id,
             "model_variant": model_variant, "metadata": metadata, "importance": importance,
             "tool_calls": tool_calls, "tool_call_id": tool_call_id, "name": name, "occurred_at": occurred_at,
+            "event_id": event_id,
         }
-        return self.append_many([message])[0]
+        event = self.validate(message)
+        if event_id is not None:
+            self.check_conflicts([event])
+        return self.append_events([event])[0]
 
     def append_many(self, messages: Iterable[Mapping[str, Any]]) -> list[Position]:
         """Validate every message, then append them as one batch; all or nothing.
 
         Raises the first :class:`ValidationError` (with ``line`` = 1-based
-        index in the batch) before anything is written.
+        index in the batch) before anything is written, including an
+        :class:`EventConflictError` for an ``event_id`` already stored with
+        other content. A repeated id with the same content is stored once.
         """
+        messages = list(messages)
         events = [self.validate(m, line=i + 1) for i, m in enumerate(messages)]
+        given = [(i + 1, e) for i, (m, e) in enumerate(zip(messages, events)) if m.get("event_id") is not None]
+        if given:
+            self.check_conflicts([e for _, e in given], lines=[line for line, _ in given])
         return self.append_events(events)
+
+    def check_conflicts(self, events: Sequence[MessageAppended], lines: Sequence[int] | None = None) -> dict[str, Position]:
+        """Return the positions of ``events`` the log already holds; raise on one held with other content.
+
+        A stored event with the same ``event_id`` is a duplicate when its
+        tenant, conversation and message fields are equal (time and recorded
+        embeddings aside), and an :class:`EventConflictError` otherwise.
+        """
+        stored = self.log.find([e.event_id for e in events])
+        first: dict[str, MessageAppended] = {}
+        for i, event in enumerate(events):
+            position = stored.get(event.event_id)
+            if position is not None:
+                records = self.log.read(position.partition, position.offset, 1)
+                earlier = records[0].event if records else event
+            else:  # the same id twice in this batch: the log keeps the first
+                earlier = first.setdefault(event.event_id, event)
+            if not same_message(earlier, event):
+                raise EventConflictError(
+                    f"event_id {event.event_id!r} is already stored with different content "
+                    f"(at {position}); use a new event_id for a new message",
+                    field="event_id", line=lines[i] if lines is not None else None, event_id=event.event_id,
+                )
+        return stored
 
     def append_events(self, events: Sequence[MessageAppended]) -> list[Position]:
         """Append already validated events as one batch and wake the projector."""
@@ -512,6 +519,24 @@ class MemoryEngine:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _policy_change_message(stored: Mapping[str, str], wanted: Mapping[str, str], data_dir: Path) -> str:
+    """Say what a read asked for that the projection does not keep, and which command changes it."""
+    added = [name for name in wanted if name not in stored]
+    changed = [name for name in wanted if name in stored and stored[name] != wanted[name]]
+    if added:
+        flags = " ".join(f"--policy {name}" for name in added[:1])
+        return (
+            f"{data_dir} does not keep the {', '.join(added)} policy (it keeps {', '.join(stored)}); a read does "
+            f"not change the data dir: add it with `memfold --data-dir {data_dir} {flags} rebuild` (folds the "
+            "log again), or add it to 'policies' in memfold.toml and run `memfold rebuild`"
+        )
+    return (
+        f"the settings of {', '.join(changed)} differ from the ones {data_dir} was built with; a read does not "
+        f"change the data dir: apply them with `memfold --data-dir {data_dir} rebuild` (folds the log again), "
+        "or read with the settings the data dir was built with"
+    )
 
 
 LOG_BINDING = "log.json"

@@ -4,7 +4,10 @@
      ├── ValidationError (also ValueError)      bad input from a caller; nothing was written
      │    ├── UnknownRoleError
      │    ├── EmptyContentError
-     │    └── MessageTooLargeError
+     │    ├── MessageTooLargeError
+     │    ├── EventConflictError                an event_id already stored with different content
+     │    └── UnknownConversationError          a read names a conversation the projection does not hold
+     ├── InputFileError                         an input file that cannot be read (missing, a directory)
      ├── ConfigError                            settings that cannot work
      ├── EventDecodeError                       stored or received bytes that are not a known event
      │    ├── UnknownEventTypeError
@@ -65,6 +68,22 @@ class MessageTooLargeError(ValidationError):
         self.limit = limit
         self.unit = unit
         super().__init__(message, **kw)
+
+
+class EventConflictError(ValidationError):
+    """An ``event_id`` the log already holds with different content; the new message was not stored."""
+
+    def __init__(self, message: str, *, event_id: str, **kw):
+        self.event_id = event_id
+        super().__init__(message, **kw)
+
+
+class UnknownConversationError(ValidationError):
+    """A read names a conversation the projection does not hold (a typo, another tenant)."""
+
+
+class InputFileError(MemfoldError):
+    """An input file that does not exist, is a directory or cannot be read; nothing was read from it."""
 
 
 class ConfigError(MemfoldError):

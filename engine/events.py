@@ -21,9 +21,10 @@ from datetime import datetime, timezone
 from typing import Annotated, Any, ClassVar, Literal, Union
 
 import pydantic
+import pydantic_core
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
 
-from .errors import EventDecodeError, UnknownEventTypeError, UpcastError
+from .errors import EventDecodeError, UnknownEventTypeError, UpcastError, ValidationError
 
 ROLES = ("user", "assistant", "system", "tool")
 Role = Literal["user", "assistant", "system", "tool"]
@@ -251,8 +252,16 @@ class Event(_Frozen):
         return self.model_copy(update={"seq": seq})
 
     def encode(self) -> str:
-        """Return the canonical JSON text of this event (what the log stores)."""
-        return self.model_dump_json()
+        """Return the canonical JSON text of this event (what the log stores).
+
+        Raises :class:`~memfold.engine.errors.ValidationError` naming the event
+        when it cannot be JSON (a lone surrogate, NaN in metadata): events
+        built through the validation boundary never do, events built by hand may.
+        """
+        try:
+            return self.model_dump_json()
+        except (pydantic_core.PydanticSerializationError, UnicodeError, ValueError) as exc:
+            raise ValidationError(f"event {self.event_id} ({self.type}) cannot be encoded as JSON: {exc}") from exc
 
 
 def conversation_key(tenant_id: str, conversation_id: str) -> str:
@@ -265,6 +274,21 @@ class MessageAppended(Event):
     type: Literal["MessageAppended"] = "MessageAppended"
     schema_version: Literal[1] = 1
     payload: MessagePayload
+
+
+def same_message(a: MessageAppended, b: MessageAppended) -> bool:
+    """Return True when two ``MessageAppended`` say the same thing: a duplicate, not a conflict.
+
+    Compares tenant, conversation and the message fields; ignores ``seq``,
+    the time (a line without ``ts`` gets the time of each ingest) and what
+    the engine records at append (the embedding and its source).
+    """
+    if (a.tenant_id, a.conversation_id, a.type) != (b.tenant_id, b.conversation_id, b.type):
+        return False
+    skip = {"embedding", "metadata"}
+    meta_a = {k: v for k, v in a.payload.metadata.items() if k != "embedding_source"}
+    meta_b = {k: v for k, v in b.payload.metadata.items() if k != "embedding_source"}
+    return meta_a == meta_b and a.payload.model_dump(exclude=skip) == b.payload.model_dump(exclude=skip)
 
 
 class ConversationDeleted(Event):

@@ -53,6 +53,10 @@ class EventLog(Protocol):
         """Return the partition numbers, ascending."""
         ...
 
+    def find(self, event_ids: Sequence[str]) -> dict[str, Position]:
+        """Return the position of each of ``event_ids`` already stored; ids not stored are absent."""
+        ...
+
     def end_positions(self) -> dict[int, int]:
         """Return, per partition, the offset the next appended event will get (= number of events)."""
         ...

@@ -218,7 +218,7 @@ class Settings(BaseSettings):
         try:
             return cls(**{k: v for k, v in overrides.items() if v is not None})
         except Exception as exc:  # pydantic.ValidationError, TOML decode errors
-            raise ConfigError(f"invalid memfold settings: {exc}") from exc
+            raise ConfigError(f"invalid memfold settings: {_first_error(exc)}") from exc
         finally:
             _CONFIG_PATH["path"] = None
 
@@ -264,3 +264,15 @@ class Settings(BaseSettings):
 
 
 _CONFIG_PATH: dict[str, Path | None] = {"path": None}
+
+
+def _first_error(exc: Exception) -> str:
+    """Return one line naming the first invalid setting (pydantic's report spans many lines)."""
+    errors = getattr(exc, "errors", None)
+    if not callable(errors):
+        return " ".join(str(exc).split())
+    first = errors()[0]
+    where = ".".join(str(p) for p in first.get("loc", ()))
+    message = str(first.get("msg", "")).removeprefix("Value error, ")
+    more = f" (and {len(errors()) - 1} more)" if len(errors()) > 1 else ""
+    return f"{where}: {message}{more}" if where else f"{message}{more}"

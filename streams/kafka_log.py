@@ -244,6 +244,22 @@ class KafkaEventLog:
                 offset = stop
             return records
 
+    def find(self, event_ids: Sequence[str]) -> dict[str, Position]:
+        """Return the position of each of ``event_ids`` already stored (ids not stored are absent).
+
+        Brings the index of every partition up to its end first (reads what
+        this instance has not seen yet).
+        """
+        wanted = set(event_ids)
+        found: dict[str, Position] = {}
+        with self._lock:
+            self._check_open()
+            for partition, end in self._end_offsets(list(range(self._partitions))).items():
+                self._index_until(partition, end)
+                first = self._indexes[partition].first_offset
+                found.update((i, Position(partition, first[i])) for i in wanted if i in first)
+        return found
+
     def end_positions(self) -> dict[int, int]:
         """Return, per partition, Kafka's end offset: the offset the next appended record will get.
 

@@ -237,6 +237,11 @@ class SQLiteEventLog:
             expected += 1
         return records
 
+    def find(self, event_ids: Sequence[str]) -> dict[str, Position]:
+        """Return the position of each of ``event_ids`` already stored (ids not stored are absent)."""
+        with self._translate_read_errors("look up events in"):
+            return self._existing_positions(self._connection(), list(event_ids))
+
     def end_positions(self) -> dict[int, int]:
         """Return, per partition, the offset the next appended event will get (= its event count).
 
