@@ -232,20 +232,23 @@ def _settings(args: argparse.Namespace, **extra: Any):
     return Settings.load(args.config, **overrides)
 
 
-def _engine(args: argparse.Namespace, *, writing: bool = False):
+def _engine(args: argparse.Namespace, *, writing: bool = False, read_only: bool | None = None):
     """Open the engine in the role the log calls for.
 
     SQLite log: embedded (everything in this process). Kafka log: commands
     that write are clients (append and return once the broker acknowledged);
     commands that read are projector nodes (catch the local replica up, then read).
-    A read never changes what the data dir keeps: a data dir that does not
-    exist, or a policy or settings it was not built with, is an error.
+    A read (``read_only``, default: not ``writing``) never changes what the
+    data dir keeps: a data dir that does not exist, or a policy or settings
+    it was not built with, is an error.
     """
+    if read_only is None:
+        read_only = not writing
     from .engine import MemoryEngine, _bind_log
 
     settings = _settings(args)
     kafka = (settings.log or "").startswith("kafka://")
-    if not writing and not kafka and not (settings.data_dir / "events.sqlite").is_file() and settings.log is None:
+    if read_only and not kafka and not (settings.data_dir / "events.sqlite").is_file() and settings.log is None:
         raise ConfigError(
             f"no memfold data in {settings.data_dir}: append or ingest first, or pass --data-dir "
             "(env MEMFOLD_DATA_DIR) for the data dir you mean"
@@ -254,7 +257,7 @@ def _engine(args: argparse.Namespace, *, writing: bool = False):
     role = "embedded"
     if settings.log_url().startswith("kafka://"):
         role = "client" if writing else "projector"
-    return MemoryEngine(settings, role=role, policy_changes="rebuild" if writing else "refuse")
+    return MemoryEngine(settings, role=role, policy_changes="refuse" if read_only else "rebuild")
 
 
 def _require_conversation(engine, conversation_id: str, tenant_id: str) -> None:
@@ -443,7 +446,7 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 
 def cmd_rebuild(args: argparse.Namespace) -> int:
-    with _engine(args) as engine:
+    with _engine(args, read_only=False) as engine:  # the command that adds a policy or applies new settings
         started = time.perf_counter()
         engine.rebuild()
         events = engine.sql("SELECT count(*) FROM events")[1][0][0]

@@ -31,7 +31,7 @@ def cmd_forget(args: argparse.Namespace) -> int:
 
     if not args.conversation.strip():
         raise ValidationError("conversation is required and must not be blank", field="conversation")
-    with _engine(args) as engine:
+    with _engine(args, read_only=False) as engine:
         position = engine.forget(args.conversation, tenant_id=args.tenant, reason=args.reason)
     print(f"forgot {args.tenant}/{args.conversation} (ConversationDeleted at {position}; data key destroyed)")
     return 0

@@ -19,8 +19,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError, EventConflictError, ProjectionLagTimeout
-from .events import MessageAppended, ToolCall, same_message
+from .errors import ConfigError, EventConflictError, ProjectionLagTimeout, ValidationError
+from .events import MessageAppended, ToolCall, same_message, utcnow
+from .ids import new_event_id
 from .ports import ContextMessage, FoldContext, MessageRecord, Policy
 from .positions import Position
 from .settings import Settings

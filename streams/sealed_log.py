@@ -43,6 +43,9 @@ class SealedLog:
     def end_positions(self) -> dict[int, int]:
         return self.inner.end_positions()
 
+    def find(self, event_ids: Sequence[str]) -> dict[str, Position]:
+        return self.inner.find(event_ids)
+
     def close(self) -> None:
         """Close the inner log and the key store."""
         try:

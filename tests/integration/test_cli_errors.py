@@ -71,6 +71,16 @@ def test_errors_are_one_line_with_the_documented_code_and_reads_change_nothing(d
     assert snapshot(data) == before, "the data dir changed"
 
 
+def test_the_command_the_error_names_adds_the_policy(tmp_path):
+    data = tmp_path / "d"
+    assert run(data, "append", "c1", "user", "hello there").returncode == 0
+    line = one_line_error(run(data, "--policy", "rolling", "context", "c1"), 2, "rebuild")
+    command = line.split("`")[1].split()
+    assert command[0] == "memfold" and run(data, *command[3:]).returncode == 0
+    proc = run(data, "--policy", "rolling", "context", "c1", "--json")
+    assert proc.returncode == 0 and json.loads(proc.stdout)[-1]["content"] == "hello there"
+
+
 def test_a_read_of_a_missing_data_dir_creates_nothing(tmp_path):
     one_line_error(run(tmp_path / "nowhere", "context", "c1"), 2, "no memfold data in")
     assert not (tmp_path / "nowhere").exists()
