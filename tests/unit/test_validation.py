@@ -68,6 +68,7 @@ BAD = [
     ("ts garbage", ok(ts="yesterday"), "ts"),
     ("ts bool", ok(ts=True), "ts"),
     ("ts and occurred_at differ", ok(ts="2026-01-01T00:00:00Z", occurred_at="2026-01-02T00:00:00Z"), "ts"),
+    ("created_at differs", ok(ts="2026-01-01T00:00:00Z", created_at="2026-01-02T00:00:00Z"), "created_at"),
     ("event id number", ok(event_id=12), "event_id"),
     ("event id blank", ok(event_id="  "), "event_id"),
     ("event id too long", ok(event_id="e" * 201), "event_id"),
