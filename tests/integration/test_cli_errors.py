@@ -42,8 +42,18 @@ def data(tmp_path_factory) -> Path:
     return data
 
 
-def snapshot(data: Path) -> dict[str, str]:
-    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(data.iterdir()) if p.is_file()}
+def snapshot(data: Path) -> dict:
+    """What the data dir holds: its files, the log's bytes, every projection table and the policies kept."""
+    from memfold.projections.store import DuckDBProjectionStore
+
+    store = DuckDBProjectionStore(data / "projections.duckdb", read_only=True)
+    try:
+        projection = store.dump()
+        policies = store.meta("policies")
+    finally:
+        store.close()
+    log = hashlib.sha256((data / "events.sqlite").read_bytes()).hexdigest()
+    return {"files": sorted(p.name for p in data.iterdir()), "log": log, "projection": projection, "policies": policies}
 
 
 @pytest.mark.parametrize(
