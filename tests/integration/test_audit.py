@@ -94,7 +94,10 @@ def test_cli_json_and_html_page_render_in_headless_chromium(engine, tmp_path, ca
     data = engine.settings.data_dir
     engine.close()
     page = tmp_path / "audit.html"
-    assert main(["--data-dir", str(data), "audit", "c1", "--json", "--html", str(page)]) == 0
+    config = tmp_path / "memfold.toml"  # the settings the data dir was built with: a read does not rebuild
+    config.write_text("".join(f"[{policy}]\n" + "".join(f"{k} = {v}\n" for k, v in knobs.items())
+                              for policy, knobs in LOW_TRIGGER.items()))
+    assert main(["--data-dir", str(data), "--config", str(config), "audit", "c1", "--json", "--html", str(page)]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["conversation"]["message_count"] == 16
     html = page.read_text()

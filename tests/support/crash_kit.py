@@ -1,0 +1,278 @@
+"""kill -9 trials shared by tests/crash and benchmarks/crash_trials.py.
+
+Each trial SIGKILLs a real memfold process at a random moment, restarts as
+README says, and checks three things:
+
+- lost: a message whose append returned (the child printed its id) is not
+  in the log, or a line of the input is missing after the restart;
+- duplicated: a message stored twice (same conversation and content), or a
+  summary request answered by more than one stored summary;
+- differs: the projection is not equal, table for table, to a from-scratch
+  rebuild of the same log in a fresh data dir.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from memfold.engine.engine import MemoryEngine
+from memfold.engine.ids import content_hash
+from memfold.engine.ingest import line_id
+from memfold.engine.settings import Settings
+from memfold.projections.store import DuckDBProjectionStore
+
+CHILD = Path(__file__).resolve().parents[1] / "crash" / "ingest_child.py"
+MEMFOLD = str(Path(sys.executable).with_name("memfold"))
+WORDS = "order refund shipping invoice account password delivery address payment warranty".split()
+T0 = datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc)
+
+
+@dataclass
+class TrialResult:
+    """One trial: what was killed, whether the kill landed mid-run, and what the checks found."""
+
+    kind: str
+    killed: bool
+    lost: int = 0
+    duplicated: int = 0
+    differs: bool = False
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.lost or self.duplicated or self.differs)
+
+
+def _env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("MEMFOLD_")}
+
+
+def write_input(path: Path, lines: int, conversations: int, seed: int) -> list[str]:
+    """Write a JSONL file of ``lines`` messages over ``conversations``; return the derived id of each line."""
+    rnd = random.Random(seed)
+    texts = []
+    for n in range(lines):
+        c = n % conversations
+        role = "user" if (n // conversations) % 2 == 0 else "assistant"
+        content = f"turn {n // conversations}: " + " ".join(rnd.choice(WORDS) for _ in range(rnd.randint(4, 30)))
+        if n < conversations:
+            content += f" my order is #{4000 + c} and the refund is ${50 + c}.00"
+        texts.append(json.dumps({"conversation_id": f"conv-{c}", "tenant_id": "acme", "role": role,
+                                 "content": content, "ts": (T0 + timedelta(seconds=n)).isoformat()}))
+    path.write_text("\n".join(texts) + "\n")
+    key = content_hash(path.name, length=12)
+    return [line_id(key, n, text.encode()) for n, text in enumerate(texts, start=1)]
+
+
+class Child:
+    """A subprocess whose stdout lines are collected by a thread (so a kill never blocks on a full pipe)."""
+
+    def __init__(self, args: list[str]):
+        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    def acked(self) -> list[str]:
+        return [i for line in list(self.lines) if line.startswith("acked ") for i in line.split()[1:]]
+
+    def wait_for(self, predicate, timeout: float = 300) -> bool:
+        """Poll ``predicate`` until true (return True) or the child ends (False)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if predicate():
+                return True
+            if self.proc.poll() is not None:
+                return predicate()
+            time.sleep(0.005)
+        raise TimeoutError("the child neither reached the kill point nor ended")
+
+    def kill(self) -> bool:
+        """SIGKILL the child if it still runs; return True when the kill interrupted it."""
+        alive = self.proc.poll() is None
+        if alive:
+            self.proc.kill()
+        self.proc.wait()
+        self._reader.join(timeout=10)
+        self.proc.stderr.close()
+        return alive
+
+
+def _count_type(log_path: Path, event_type: str) -> int:
+    con = sqlite3.connect(f"file:{log_path}?mode=ro", uri=True, timeout=5)
+    try:
+        return con.execute("SELECT count(*) FROM events WHERE type = ?", (event_type,)).fetchone()[0]
+    except sqlite3.Error:
+        return 0
+    finally:
+        con.close()
+
+
+def _run(args: list[str], timeout: float = 600) -> subprocess.CompletedProcess:
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=_env())
+    if proc.returncode != 0 or "Traceback" in proc.stderr:
+        raise AssertionError(f"{' '.join(args[1:])} exited {proc.returncode}: {proc.stderr[-2000:]}")
+    return proc
+
+
+def _settings(data_dir: Path, **log) -> Settings:
+    return Settings.load(None, data_dir=data_dir, **log)
+
+
+def stored_events(data_dir: Path, **log) -> list:
+    """Return every event of the data dir's log (content unsealed), read as a client."""
+    with MemoryEngine(_settings(data_dir, **log), role="client") as engine:
+        return [r.event for p in engine.log.partitions() for r in engine.log.read(p, 0, 1_000_000)]
+
+
+def check_log(result: TrialResult, events: list, acked: list[str], expected: list[str]) -> None:
+    """Fill ``lost`` and ``duplicated`` from the log's events."""
+    ids = Counter(e.event_id for e in events)
+    messages = [e for e in events if e.type == "MessageAppended"]
+    result.lost = len({i for i in acked if i not in ids} | {i for i in expected if i not in ids})
+    said = Counter((e.tenant_id, e.conversation_id, e.payload.content) for e in messages)
+    summaries = Counter(e.payload.request_id for e in events if e.type == "SummaryProduced")
+    result.duplicated = sum(n - 1 for n in said.values()) + sum(n - 1 for n in summaries.values())
+    result.duplicated += sum(n - 1 for n in ids.values())
+    if len(messages) != len(expected):
+        result.notes.append(f"{len(messages)} messages stored for {len(expected)} lines")
+        result.lost += max(0, len(expected) - len(messages))
+
+
+def dump(data_dir: Path) -> dict:
+    store = DuckDBProjectionStore(data_dir / "projections.duckdb", read_only=True)
+    try:
+        return store.dump()
+    finally:
+        store.close()
+
+
+def rebuilt_dump(data_dir: Path, scratch: Path, **log) -> dict:
+    """Return the dump of a projection folded from scratch from ``data_dir``'s log, in a copy of the dir."""
+    if scratch.exists():
+        shutil.rmtree(scratch)
+    shutil.copytree(data_dir, scratch, ignore=shutil.ignore_patterns("projections.duckdb*"))
+    with MemoryEngine(_settings(scratch, **log)) as engine:
+        engine.wait_idle(timeout=600)
+    return dump(scratch)
+
+
+def compare(result: TrialResult, got: dict, want: dict) -> None:
+    for table in want:
+        if got.get(table) != want[table]:
+            result.differs = True
+            result.notes.append(f"table {table}: {len(got.get(table, []))} rows vs {len(want[table])} rebuilt")
+
+
+# --------------------------------------------------------------------------- embedded trials
+
+
+def embedded_trial(root: Path, rnd: random.Random, phase: str, lines: int = 600, conversations: int = 6) -> TrialResult:
+    """Kill the embedded ingest process while it appends ("ingest") or summarizes ("summarize"); resume; check.
+
+    The embedded process also runs the projector, so an "ingest" kill lands
+    in appends or projection transactions, a "summarize" kill in the
+    summarizer worker or the folds of its outcomes.
+    """
+    data, path = root / "data", root / "in.jsonl"
+    expected = write_input(path, lines, conversations, seed=rnd.randrange(1 << 30))
+    batch = rnd.choice([25, 50, 100])
+    child = Child([sys.executable, str(CHILD), str(data), str(path), str(batch)])
+    log_path = data / "events.sqlite"
+    if phase == "ingest":
+        target = rnd.randint(1, max(1, lines // batch - 1))
+        child.wait_for(lambda: len(child.acked()) >= target * batch)
+        time.sleep(rnd.uniform(0, 0.03))
+    else:
+        target = rnd.randint(1, 6)
+        child.wait_for(lambda: "ingested" in child.lines and _count_type(log_path, "SummaryProduced") >= target)
+        time.sleep(rnd.uniform(0, 0.05))
+    result = TrialResult(f"embedded-{phase}", killed=child.kill())
+    acked = child.acked()
+    _run([MEMFOLD, "--data-dir", str(data), "ingest", str(path), "--resume", "--quiet"])  # README: restart
+    check_log(result, stored_events(data), acked, expected)
+    compare(result, dump(data), rebuilt_dump(data, root / "rebuilt"))
+    return result
+
+
+def projector_trial(root: Path, rnd: random.Random, lines: int = 600, conversations: int = 6) -> TrialResult:
+    """Kill ``memfold rebuild`` (the projector folding the whole log) at a random moment; restart it; check."""
+    data, path = root / "data", root / "in.jsonl"
+    expected = write_input(path, lines, conversations, seed=rnd.randrange(1 << 30))
+    _run([MEMFOLD, "--data-dir", str(data), "ingest", str(path), "--quiet"])
+    started = time.monotonic()
+    _run([MEMFOLD, "--data-dir", str(data), "rebuild"])
+    took = time.monotonic() - started
+    child = Child([MEMFOLD, "--data-dir", str(data), "rebuild"])
+    time.sleep(rnd.uniform(0.2, 0.9) * took)
+    result = TrialResult("embedded-projector", killed=child.kill())
+    _run([MEMFOLD, "--data-dir", str(data), "rebuild"])  # README: run it again
+    check_log(result, stored_events(data), [], expected)
+    compare(result, dump(data), rebuilt_dump(data, root / "rebuilt"))
+    return result
+
+
+# --------------------------------------------------------------------------- Kafka trials
+
+
+def kafka_ingest_trial(root: Path, rnd: random.Random, bootstrap: str, lines: int = 400, conversations: int = 5) -> TrialResult:
+    """Kill a Kafka ingest client after a random number of acknowledged batches; resume; check the topic."""
+    topic = f"memfold.crash.{rnd.randrange(1 << 40):010x}"
+    log = {"log": f"kafka://{bootstrap}", "topic": topic}
+    data, path = root / "client", root / "in.jsonl"
+    expected = write_input(path, lines, conversations, seed=rnd.randrange(1 << 30))
+    batch = rnd.choice([20, 40])
+    child = Child([sys.executable, str(CHILD), str(data), str(path), str(batch), log["log"], topic])
+    target = rnd.randint(1, max(1, lines // batch - 1))
+    child.wait_for(lambda: len(child.acked()) >= target * batch)
+    time.sleep(rnd.uniform(0, 0.05))
+    result = TrialResult("kafka-ingest", killed=child.kill())
+    acked = child.acked()
+    _run_env([MEMFOLD, "--data-dir", str(data), "--log", log["log"], "ingest", str(path), "--resume", "--quiet"],
+             {"MEMFOLD_TOPIC": topic})  # README: restart
+    check_log(result, stored_events(data, **log), acked, expected)
+    result.notes.append(f"topic {topic}")
+    return result
+
+
+def kafka_projector_trial(root: Path, rnd: random.Random, bootstrap: str, topic: str) -> TrialResult:
+    """Kill a projector node (``memfold project --until-caught-up``) mid-fold; restart it; compare with a fresh node."""
+    url = f"kafka://{bootstrap}"
+    node, fresh = root / "node", root / "fresh"
+    project = ["project", "--until-caught-up"]
+    env_topic = {"MEMFOLD_TOPIC": topic}
+    started = time.monotonic()
+    _run_env([MEMFOLD, "--data-dir", str(fresh), "--log", url, *project], env_topic)
+    took = time.monotonic() - started
+    child = subprocess.Popen([MEMFOLD, "--data-dir", str(node), "--log", url, *project],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env={**_env(), **env_topic})
+    time.sleep(rnd.uniform(0.3, 0.9) * took)
+    killed = child.poll() is None
+    child.kill()
+    child.communicate()
+    result = TrialResult("kafka-projector", killed=killed)
+    _run_env([MEMFOLD, "--data-dir", str(node), "--log", url, *project], env_topic)  # README: start it again
+    compare(result, dump(node), dump(fresh))
+    return result
+
+
+def _run_env(args: list[str], extra: dict[str, str]) -> None:
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=600, env={**_env(), **extra})
+    if proc.returncode != 0 or "Traceback" in proc.stderr:
+        raise AssertionError(f"{' '.join(args[1:])} exited {proc.returncode}: {proc.stderr[-2000:]}")
