@@ -30,7 +30,7 @@ from .positions import Position
 
 # A line longer than this is rejected without being parsed: content is
 # limited in characters (<= 4 bytes each), metadata and tool calls add at most this much.
-EXTRA_LINE_BYTES = 1024 * 1024
+EXTRA_LINE_BYTES = 2 * 1024 * 1024
 _FIND_CHUNK = 5000
 
 

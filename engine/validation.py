@@ -42,7 +42,7 @@ MESSAGE_KEYS = (
 )
 TIME_KEYS = ("occurred_at", "ts", "created_at")  # one message may give several, if they agree
 MAX_DEPTH = 32
-MAX_METADATA_BYTES = 64 * 1024
+MAX_METADATA_BYTES = 1024 * 1024  # the agents adapter keeps whole SDK items (tool outputs) here
 MAX_ID_CHARS = 200  # event_id, tenant_id, tool call ids, names, model variants
 MAX_CONVERSATION_CHARS = 400
 MIN_TIME = datetime(1970, 1, 1, tzinfo=timezone.utc)

@@ -209,7 +209,7 @@ def test_unreadable_inputs_are_input_file_errors(engine, tmp_path):
 
 def test_an_overlong_line_is_rejected_unread(engine, tmp_path):
     engine.settings = engine.settings.model_copy(update={"max_message_chars": 10})
-    path = write(tmp_path / "in.jsonl", [msg("a"), msg("x" * 2_000_000), msg("b")])
+    path = write(tmp_path / "in.jsonl", [msg("a"), msg("x" * 3_000_000), msg("b")])
     report = ingest_file(engine, path, progress=False)
     assert [r.line for r in report.rejected] == [2] and "bytes; the limit is" in report.rejected[0].reason
     assert report.accepted == 2
