@@ -51,3 +51,54 @@ def test_cli_session_runs(tmp_path):
     ctx = subprocess.run([MEMFOLD, "context", "support-1", "--json"], cwd=tmp_path, env=env, capture_output=True,
                          text=True, check=True).stdout
     assert [m["content"] for m in json.loads(ctx)] == ["Hi, my order #48213 arrived broken", "Sorry to hear that."]
+
+
+def test_readme_and_docs_link_only_inside_the_repository():
+    root = Path(__file__).resolve().parents[2]
+    pages = [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+    checked = 0
+    for page in pages:
+        text = page.read_text()
+        assert "../shared" not in text and "seeds/" not in text, page
+        for target in re.findall(r"\]\(([^)#\s]+)", text):
+            if target.startswith(("http://", "https://", "mailto:")):
+                continue
+            resolved = (page.parent / target).resolve()
+            assert resolved.is_relative_to(root) and resolved.exists(), f"{page.name} links to {target}"
+            checked += 1
+    assert checked >= 5
+
+
+def test_service_session_runs(tmp_path):
+    """The "As a service" block: a key, a live 'memfold serve', the curl calls and the CLI's --url mode."""
+    import time
+
+    import httpx
+
+    from fixtures.kafka_broker import free_port
+
+    port = str(free_port())
+    lines = [ln.split("  #", 1)[0].strip() for ln in _block("## As a service", "sh").replace("\\\n", " ").splitlines()]
+    lines = [ln.replace("8080", port) for ln in lines if ln]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMFOLD_")}
+    env["PATH"] = f"{Path(MEMFOLD).parent}:{env['PATH']}"
+    key = subprocess.run(shlex.split(lines[0]), cwd=tmp_path, env=env, capture_output=True, text=True,
+                         check=True).stdout.strip()
+    env["KEY"] = key
+    server = subprocess.Popen(shlex.split(lines[1]), cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(600):
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.1)
+        outputs = [subprocess.run(["bash", "-c", line], cwd=tmp_path, env=env, capture_output=True, text=True,
+                                  timeout=120, check=True).stdout for line in lines[2:]]
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    assert json.loads(outputs[0])["messages"][0]["id"] == "m1"
+    assert json.loads(outputs[1])["messages"][-1]["content"] == "Order #48213 arrived broken"
+    assert "Order #48213 arrived broken" in outputs[2]
