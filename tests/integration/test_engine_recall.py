@@ -53,7 +53,7 @@ def test_context_fills_the_budget_recalls_by_query_and_survives_a_rebuild(tmp_pa
         assert [m.index for m in recalled] == sorted(m.index for m in recalled)
         live = engine.store.dump(("search_docs",))
         assert len(live["search_docs"]) >= 404
-        n_docs, = engine.sql("SELECT count(*) FROM search_postings WHERE term = 'greyhound'")[1][0]
+        n_docs, = engine.sql("SELECT count(*) FROM search_postings WHERE term = 'greyhound' AND kind = 'message'")[1][0]
         assert n_docs == 1
         engine.rebuild()
         assert engine.store.dump(("search_docs",)) == live
