@@ -412,6 +412,7 @@ class MemoryEngine:
             while time.monotonic() < deadline and self.store.outcome(pending) in (None, "processing"):
                 time.sleep(0.01)
             plan = impl.plan(self.projector.state(name, tenant_id, conversation_id), ctx)
+        log_budget_decisions(name, conversation_id, plan)
         verbatim = self._verbatim(plan, tenant_id, conversation_id, budget)
         older = OlderFromProjection(self.projector.search, (tenant_id, conversation_id))
         return assemble(
@@ -541,6 +542,27 @@ def _policy_change_message(stored: Mapping[str, str], wanted: Mapping[str, str],
 
 
 LOG_BINDING = "log.json"
+
+
+def log_budget_decisions(policy: str, conversation_id: str, plan: Any) -> None:
+    """Log what a plan dropped or cut to fit its policy's own prompt budget (seed 001 §8.3), if anything.
+
+    Policies report it in ``plan.notes`` (``turns_dropped``,
+    ``summary_truncated_from``/``_to``) instead of logging, so that folds and
+    replays stay free of side effects; reads log it here.
+    """
+    notes = plan.notes or {}
+    dropped, cut_from = notes.get("turns_dropped"), notes.get("summary_truncated_from")
+    if not dropped and cut_from is None:
+        return
+    log.info(
+        "context budget policy=%s conversation=%s turns_dropped=%s tail_turns=%s summary_tokens_from=%s "
+        "summary_tokens_to=%s",
+        policy, conversation_id, dropped or 0, notes.get("tail_turns"), cut_from, notes.get("summary_truncated_to"),
+        extra={"policy": policy, "conversation_id": conversation_id, "turns_dropped": dropped or 0,
+               "tail_turns": notes.get("tail_turns"), "summary_tokens_from": cut_from,
+               "summary_tokens_to": notes.get("summary_truncated_to")},
+    )
 
 
 def _bind_log(settings: Settings) -> Settings:

@@ -108,6 +108,17 @@ def answer(request: SummaryRequested, summary_input: SummaryInput, summarizer: S
             summarizer=getattr(summarizer, "name", ""), latency_ms=latency,
         )
     latency = int((time.perf_counter() - started) * 1000)
+    # Policies do not log (a replay would repeat it); a summarization is logged here, where it runs.
+    turns = sum(m.role == "user" for m in summary_input.messages)
+    log.info(
+        "summary produced request=%s policy=%s messages=%d user_turns=%d tokens_in=%d tokens_out=%d cached=%s",
+        request.event_id, request.payload.policy, len(summary_input.messages), turns, out.tokens_in, out.tokens_out,
+        out.cached,
+        extra={"request_id": request.event_id, "policy": request.payload.policy,
+               "conversation_id": request.conversation_id, "covers_to": request.payload.covers_to,
+               "messages": len(summary_input.messages), "user_turns": turns,
+               "tokens_in": out.tokens_in, "tokens_out": out.tokens_out, "cached": out.cached},
+    )
     return produced(
         request, text=out.text, facts=tuple(out.facts), summarizer=getattr(summarizer, "name", "unknown"),
         model=out.model, prompt_hash=out.prompt_hash, tokens_in=out.tokens_in, tokens_out=out.tokens_out,

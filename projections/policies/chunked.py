@@ -9,25 +9,28 @@ the last K are folded into the summary by one request (previous summary as
 base, the unsummarized originals as input). At most one request is in flight.
 The plan is the summary under a BACKGROUND header plus the last K turns,
 trimmed to ``prompt_token_budget``.
+
+Observability (seed §8.3) without logging in the fold, which a replay would
+repeat: the summarizer worker logs each summarization it runs (messages and
+user turns in, tokens in and out), and the plan's notes carry its budget
+decisions (``turns_dropped``, ``summary_truncated_from``/``_to``), which the
+engine logs when it reads a context.
 """
 
 from __future__ import annotations
 
-import logging
 from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
-from memfold.engine.errors import ConfigError
-from memfold.engine.events import ConversationDeleted, Event, SummaryFailed, SummaryProduced, SummaryRequested
+from memfold.engine.events import Event, SummaryProducedPayload, SummaryRequested
 from memfold.engine.ports import ContextPlan, FoldContext, MemoryMessage, MessageRecord
 from memfold.engine.settings import ChunkedSettings
 from memfold.engine.tokens import MESSAGE_OVERHEAD
 from memfold.projections.fold import make_request
 
 from ._requests import RequestLedger
-
-log = logging.getLogger("memfold.policy.chunked")
+from ._skeleton import SummaryPolicy, memory_message, settings_of
 
 SUMMARY_HEADER = "BACKGROUND – PRIOR CONVERSATION SUMMARY (use only if relevant):\n"
 TRUNCATION_MARK = "…"
@@ -66,62 +69,34 @@ class ChunkedState(BaseModel):
     requests: RequestLedger = RequestLedger()
 
 
-class ChunkedPolicy:
-    """Seed 001 as a pure fold. See the module docstring for turns, triggers and the plan's shape."""
+class ChunkedPolicy(SummaryPolicy):
+    """Seed 001 as a pure fold. See the module docstring for turns, triggers and the plan; events: :class:`SummaryPolicy`."""
 
     name: ClassVar[str] = "chunked"
     State: ClassVar[type[ChunkedState]] = ChunkedState
 
-    def initial(self, tenant_id: str, conversation_id: str) -> ChunkedState:
-        """Return the state of a conversation with no messages."""
-        return ChunkedState(tenant_id=tenant_id, conversation_id=conversation_id)
+    def message(self, state: ChunkedState, item: MessageRecord, ctx: FoldContext) -> ChunkedState:
+        """Count the message and add it to the chunk buffer."""
+        entry = BufferedMessage(
+            index=item.index,
+            role=item.role,
+            tokens=item.tokens,
+            model_variant=item.model_variant,
+            calls_tools=bool(item.tool_calls),
+        )
+        return state.model_copy(update={"count": item.index + 1, "buffer": state.buffer + (entry,)})
 
-    def evolve(self, state: ChunkedState, item: MessageRecord | Event, ctx: FoldContext) -> ChunkedState:
-        """Return ``state`` with ``item`` folded in.
-
-        Idempotent: an already folded message index, a request covering no
-        more than one already adopted, and an answer to anything but the
-        pending request are no-ops. A produced summary replaces the global
-        summary and advances ``last_summarized_index`` to its coverage; an
-        empty or failed one leaves both as they were. After
-        ``ConversationDeleted`` the state is a deleted marker and nothing
-        changes it.
-        """
-        if state.deleted:
-            return state
-        if isinstance(item, MessageRecord):
-            if item.index < state.count:
-                return state
-            entry = BufferedMessage(
-                index=item.index,
-                role=item.role,
-                tokens=item.tokens,
-                model_variant=item.model_variant,
-                calls_tools=bool(item.tool_calls),
-            )
-            return state.model_copy(update={"count": item.index + 1, "buffer": state.buffer + (entry,)})
-        if isinstance(item, ConversationDeleted):
-            return ChunkedState(tenant_id=state.tenant_id, conversation_id=state.conversation_id, deleted=True)
-        if isinstance(item, SummaryRequested):
-            ledger = state.requests.adopt(item, ctx)
-            return state if ledger is state.requests else state.model_copy(update={"requests": ledger})
-        if isinstance(item, SummaryProduced) and state.requests.awaits(item.payload.request_id):
-            p = item.payload
-            if not p.text.strip():
-                return state.model_copy(update={"requests": state.requests.failed("summary_empty")})
-            return state.model_copy(
-                update={
-                    "global_summary": p.text,
-                    "summary_id": p.summary_id,
-                    "summary_tokens": ctx.count_tokens(p.text),
-                    "last_summarized_index": p.covers_to,
-                    "buffer": tuple(m for m in state.buffer if m.index > p.covers_to),
-                    "requests": state.requests.succeeded(),
-                }
-            )
-        if isinstance(item, SummaryFailed) and state.requests.awaits(item.payload.request_id):
-            return state.model_copy(update={"requests": state.requests.failed("summary_failed")})
-        return state
+    def produced(self, state: ChunkedState, payload: SummaryProducedPayload, ctx: FoldContext) -> ChunkedState:
+        """Replace the global summary and advance ``last_summarized_index`` to its coverage."""
+        return state.model_copy(
+            update={
+                "global_summary": payload.text,
+                "summary_id": payload.summary_id,
+                "summary_tokens": ctx.count_tokens(payload.text),
+                "last_summarized_index": payload.covers_to,
+                "buffer": tuple(m for m in state.buffer if m.index > payload.covers_to),
+            }
+        )
 
     def decide(self, state: ChunkedState, ctx: FoldContext, cause: MessageRecord | Event) -> list[SummaryRequested]:
         """Return the chunk summarization ``state`` calls for now (at most one), built from ``cause``.
@@ -137,20 +112,6 @@ class ChunkedPolicy:
         s = _settings(ctx)
         if state.deleted:
             return []
-        if isinstance(cause, SummaryProduced) and cause.payload.summary_id == state.summary_id:
-            log.info(
-                "chunked summary applied conversation=%s summary_id=%s summary_tokens_after=%d "
-                "buffer_tokens_after=%d last_summarized_index=%d",
-                state.conversation_id, state.summary_id, state.summary_tokens,
-                sum(m.tokens for m in state.buffer), state.last_summarized_index,
-                extra={
-                    "conversation_id": state.conversation_id,
-                    "summary_id": state.summary_id,
-                    "summary_tokens_after": state.summary_tokens,
-                    "buffer_tokens_after": sum(m.tokens for m in state.buffer),
-                    "last_summarized_index": state.last_summarized_index,
-                },
-            )
         turns = completed_turns(state.buffer)
         chunk_tokens = sum(m.tokens for turn in turns for m in turn)
         total = state.summary_tokens + chunk_tokens
@@ -161,13 +122,7 @@ class ChunkedPolicy:
         if covers_to <= state.requests.requested_to:
             return []
         if state.requests.pending_id is not None:
-            log.debug(
-                "chunked summarize deferred conversation=%s tokens_before=%d in_flight=%s",
-                state.conversation_id, total, state.requests.pending_id,
-                extra={"conversation_id": state.conversation_id, "tokens_before": total,
-                       "in_flight": state.requests.pending_id},
-            )
-            return []
+            return []  # the in-flight guard: the next completed turn asks again
         request = make_request(
             ctx,
             cause,
@@ -176,24 +131,6 @@ class ChunkedPolicy:
             base_summary_id=state.summary_id,
             kind="text",
             token_cap=s.summary_token_cap,
-        )
-        older_tokens = sum(m.tokens for turn in older for m in turn)
-        log.info(
-            "chunked summarize requested conversation=%s request_id=%s tokens_before=%d summary_tokens=%d "
-            "chunk_tokens=%d turns_compressed=%d compressed_tokens=%d covers_to=%d threshold=%d",
-            state.conversation_id, request.payload.request_id, total, state.summary_tokens,
-            chunk_tokens, len(older), older_tokens, covers_to, s.chunk_summarize_threshold,
-            extra={
-                "conversation_id": state.conversation_id,
-                "request_id": request.payload.request_id,
-                "tokens_before": total,
-                "summary_tokens": state.summary_tokens,
-                "chunk_tokens": chunk_tokens,
-                "turns_compressed": len(older),
-                "compressed_tokens": older_tokens,
-                "covers_to": covers_to,
-                "threshold": s.chunk_summarize_threshold,
-            },
         )
         return [request]
 
@@ -241,23 +178,9 @@ class ChunkedPolicy:
         while len(tail) > s.min_tail_turns and memory_tokens + sum(tail_tokens) > s.prompt_token_budget:
             tail, tail_tokens = tail[1:], tail_tokens[1:]
             dropped += 1
-        if dropped:
-            log.info(
-                "chunked budget dropped tail turns conversation=%s turns_dropped=%d tail_turns=%d budget=%d",
-                state.conversation_id, dropped, len(tail), s.prompt_token_budget,
-                extra={"conversation_id": state.conversation_id, "turns_dropped": dropped,
-                       "tail_turns": len(tail), "budget": s.prompt_token_budget},
-            )
         kept = summary
         if summary and memory_tokens + sum(tail_tokens) > s.prompt_token_budget:
             kept = _keep_tail_end(ctx, summary, s.prompt_token_budget - sum(tail_tokens))
-            log.info(
-                "chunked budget truncated summary conversation=%s summary_tokens_from=%d summary_tokens_to=%d "
-                "budget=%d",
-                state.conversation_id, memory_tokens, _memory_tokens(ctx, kept), s.prompt_token_budget,
-                extra={"conversation_id": state.conversation_id, "summary_tokens_from": memory_tokens,
-                       "summary_tokens_to": _memory_tokens(ctx, kept), "budget": s.prompt_token_budget},
-            )
             notes["summary_truncated_from"] = memory_tokens
             notes["summary_truncated_to"] = _memory_tokens(ctx, kept)
         notes["turns_dropped"] = dropped
@@ -301,9 +224,7 @@ def _complete(turn: Turn) -> bool:
 
 
 def _settings(ctx: FoldContext) -> ChunkedSettings:
-    if not isinstance(ctx.settings, ChunkedSettings):
-        raise ConfigError(f"the chunked policy needs ChunkedSettings, got {type(ctx.settings).__name__}")
-    return ctx.settings
+    return settings_of(ctx, ChunkedSettings, "chunked")
 
 
 def _memory_tokens(ctx: FoldContext, summary: str) -> int:
@@ -311,7 +232,7 @@ def _memory_tokens(ctx: FoldContext, summary: str) -> int:
 
 
 def _memory(ctx: FoldContext, content: str) -> MemoryMessage:
-    return MemoryMessage(content=content, kind="summary", tokens=ctx.count_tokens(content) + MESSAGE_OVERHEAD)
+    return memory_message(ctx, content, "summary")
 
 
 def _keep_tail_end(ctx: FoldContext, summary: str, allowance: int) -> str:

@@ -14,23 +14,15 @@ from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
-from memfold.engine.errors import ConfigError
-from memfold.engine.events import (
-    ConversationDeleted,
-    Event,
-    Fact,
-    SummaryFailed,
-    SummaryProduced,
-    SummaryRequested,
-)
+from memfold.engine.events import Event, Fact, SummaryProducedPayload, SummaryRequested
 from memfold.engine.ports import ContextPlan, FoldContext, MemoryMessage, MessageRecord
 from memfold.engine.settings import HierarchicalSettings
-from memfold.engine.tokens import MESSAGE_OVERHEAD
 from memfold.projections.fold import make_request
 from memfold.projections.prompts import render_facts_dated
 
 from . import _tool_groups as groups
 from ._requests import RequestLedger
+from ._skeleton import SummaryPolicy, memory_message, settings_of
 
 
 class HierarchicalSummary(BaseModel):
@@ -60,60 +52,34 @@ class HierarchicalState(BaseModel):
     tool_groups: groups.ToolGroups = ()
 
 
-class HierarchicalPolicy:
-    """Seed 000 as a pure fold. See the module docstring for the plan's shape."""
+class HierarchicalPolicy(SummaryPolicy):
+    """Seed 000 as a pure fold. See the module docstring for the plan's shape; the event side is :class:`SummaryPolicy`."""
 
     name: ClassVar[str] = "hierarchical"
     State: ClassVar[type[HierarchicalState]] = HierarchicalState
 
-    def initial(self, tenant_id: str, conversation_id: str) -> HierarchicalState:
-        """Return the state of a conversation with no messages."""
-        return HierarchicalState(tenant_id=tenant_id, conversation_id=conversation_id)
+    def message(self, state: HierarchicalState, item: MessageRecord, ctx: FoldContext) -> HierarchicalState:
+        """Count the message and note its tool group."""
+        return state.model_copy(update={"count": item.index + 1, "tool_groups": groups.note(state.tool_groups, item)})
 
-    def evolve(self, state: HierarchicalState, item: MessageRecord | Event, ctx: FoldContext) -> HierarchicalState:
-        """Return ``state`` with ``item`` folded in.
+    def adopted(self, state: HierarchicalState, ctx: FoldContext) -> HierarchicalState:
+        """Forget tool groups the adopted request's cut has passed: later cuts fall after it."""
+        return state.model_copy(update={"tool_groups": groups.prune(state.tool_groups, state.requests.requested_to + 1)})
 
-        Idempotent: a message whose index was already folded, a request that
-        covers no more than one already adopted, and an answer to anything but
-        the pending request (a duplicate, a superseded request's late result)
-        leave the state unchanged. After ``ConversationDeleted`` the state is a
-        deleted marker and nothing changes it.
-        """
-        if state.deleted:
-            return state
-        if isinstance(item, MessageRecord):
-            if item.index < state.count:
-                return state
-            return state.model_copy(
-                update={"count": item.index + 1, "tool_groups": groups.note(state.tool_groups, item)}
-            )
-        if isinstance(item, ConversationDeleted):
-            return HierarchicalState(tenant_id=state.tenant_id, conversation_id=state.conversation_id, deleted=True)
-        if isinstance(item, SummaryRequested):
-            ledger = state.requests.adopt(item, ctx)
-            if ledger is state.requests:
-                return state
-            return state.model_copy(
-                update={
-                    "requests": ledger,
-                    "tool_groups": groups.prune(state.tool_groups, ledger.requested_to + 1),
-                }
-            )
-        if isinstance(item, SummaryProduced) and state.requests.awaits(item.payload.request_id):
-            p = item.payload
-            if not p.facts and not p.text.strip():
-                return state.model_copy(update={"requests": state.requests.failed("summary_empty")})
-            summary = HierarchicalSummary(
-                summary_id=p.summary_id,
-                request_id=p.request_id,
-                covers_to=p.covers_to,
-                facts=p.facts,
-                narrative=p.text,
-            )
-            return state.model_copy(update={"summary": summary, "requests": state.requests.succeeded()})
-        if isinstance(item, SummaryFailed) and state.requests.awaits(item.payload.request_id):
-            return state.model_copy(update={"requests": state.requests.failed("summary_failed")})
-        return state
+    def usable(self, payload: SummaryProducedPayload) -> bool:
+        """Facts alone, or a narrative alone, make a usable summary."""
+        return bool(payload.facts) or bool(payload.text.strip())
+
+    def produced(self, state: HierarchicalState, payload: SummaryProducedPayload, ctx: FoldContext) -> HierarchicalState:
+        """Put the facts and narrative in force."""
+        summary = HierarchicalSummary(
+            summary_id=payload.summary_id,
+            request_id=payload.request_id,
+            covers_to=payload.covers_to,
+            facts=payload.facts,
+            narrative=payload.text,
+        )
+        return state.model_copy(update={"summary": summary})
 
     def decide(
         self, state: HierarchicalState, ctx: FoldContext, cause: MessageRecord | Event
@@ -188,9 +154,9 @@ class HierarchicalPolicy:
             return ContextPlan(verbatim_from=0, fallback=state.requests.failure or "takeLast", notes=notes)
         memory: list[MemoryMessage] = []
         if summary.facts:
-            memory.append(_memory(ctx, render_facts_dated(summary.facts), "facts"))
+            memory.append(memory_message(ctx, render_facts_dated(summary.facts), "facts"))
         if summary.narrative.strip():
-            memory.append(_memory(ctx, summary.narrative, "narrative"))
+            memory.append(memory_message(ctx, summary.narrative, "narrative"))
         return ContextPlan(
             memory=tuple(memory),
             verbatim_from=summary.covers_to + 1,
@@ -215,10 +181,4 @@ class HierarchicalPolicy:
 
 
 def _settings(ctx: FoldContext) -> HierarchicalSettings:
-    if not isinstance(ctx.settings, HierarchicalSettings):
-        raise ConfigError(f"the hierarchical policy needs HierarchicalSettings, got {type(ctx.settings).__name__}")
-    return ctx.settings
-
-
-def _memory(ctx: FoldContext, content: str, kind: str) -> MemoryMessage:
-    return MemoryMessage(content=content, kind=kind, tokens=ctx.count_tokens(content) + MESSAGE_OVERHEAD)
+    return settings_of(ctx, HierarchicalSettings, "hierarchical")

@@ -15,15 +15,14 @@ from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
-from memfold.engine.errors import ConfigError
-from memfold.engine.events import ConversationDeleted, Event, SummaryFailed, SummaryProduced, SummaryRequested
-from memfold.engine.ports import ContextPlan, FoldContext, MemoryMessage, MessageRecord
+from memfold.engine.events import Event, SummaryProducedPayload, SummaryRequested
+from memfold.engine.ports import ContextPlan, FoldContext, MessageRecord
 from memfold.engine.settings import RollingSettings
-from memfold.engine.tokens import MESSAGE_OVERHEAD
 from memfold.projections.fold import make_request
 
 from . import _tool_groups as groups
 from ._requests import RequestLedger
+from ._skeleton import SummaryPolicy, memory_message, settings_of
 
 
 class RollingSummary(BaseModel):
@@ -58,57 +57,30 @@ class RollingState(BaseModel):
     tool_groups: groups.ToolGroups = ()
 
 
-class RollingPolicy:
-    """Seed 003 as a pure fold. See the module docstring for triggers and the plan's shape."""
+class RollingPolicy(SummaryPolicy):
+    """Seed 003 as a pure fold. See the module docstring for triggers and the plan; the event side is :class:`SummaryPolicy`."""
 
     name: ClassVar[str] = "rolling"
     State: ClassVar[type[RollingState]] = RollingState
 
-    def initial(self, tenant_id: str, conversation_id: str) -> RollingState:
-        """Return the state of a conversation with no messages."""
-        return RollingState(tenant_id=tenant_id, conversation_id=conversation_id)
+    def message(self, state: RollingState, item: MessageRecord, ctx: FoldContext) -> RollingState:
+        """Count the message and its tokens, note its tool group."""
+        return state.model_copy(
+            update={
+                "count": item.index + 1,
+                "tokens": state.tokens + item.tokens,
+                "tool_groups": groups.note(state.tool_groups, item),
+            }
+        )
 
-    def evolve(self, state: RollingState, item: MessageRecord | Event, ctx: FoldContext) -> RollingState:
-        """Return ``state`` with ``item`` folded in.
-
-        Idempotent: an already folded message index, a request covering no
-        more than one already adopted, and an answer to anything but the
-        pending request are no-ops. An empty or failed summary leaves the
-        previous one in force. After ``ConversationDeleted`` the state is a
-        deleted marker and nothing changes it.
-        """
-        if state.deleted:
-            return state
-        if isinstance(item, MessageRecord):
-            if item.index < state.count:
-                return state
-            return state.model_copy(
-                update={
-                    "count": item.index + 1,
-                    "tokens": state.tokens + item.tokens,
-                    "tool_groups": groups.note(state.tool_groups, item),
-                }
-            )
-        if isinstance(item, ConversationDeleted):
-            return RollingState(tenant_id=state.tenant_id, conversation_id=state.conversation_id, deleted=True)
-        if isinstance(item, SummaryRequested):
-            ledger = state.requests.adopt(item, ctx)
-            return state if ledger is state.requests else state.model_copy(update={"requests": ledger})
-        if isinstance(item, SummaryProduced) and state.requests.awaits(item.payload.request_id):
-            p = item.payload
-            if not p.text.strip():
-                return state.model_copy(update={"requests": state.requests.failed("summary_empty")})
-            summary = RollingSummary(summary_id=p.summary_id, request_id=p.request_id, covers_to=p.covers_to, text=p.text)
-            return state.model_copy(
-                update={
-                    "summary": summary,
-                    "requests": state.requests.succeeded(),
-                    "tool_groups": groups.prune(state.tool_groups, p.covers_to + 1),
-                }
-            )
-        if isinstance(item, SummaryFailed) and state.requests.awaits(item.payload.request_id):
-            return state.model_copy(update={"requests": state.requests.failed("summary_failed")})
-        return state
+    def produced(self, state: RollingState, payload: SummaryProducedPayload, ctx: FoldContext) -> RollingState:
+        """Put the summary in force; tool groups it covers can no longer be cut."""
+        summary = RollingSummary(
+            summary_id=payload.summary_id, request_id=payload.request_id, covers_to=payload.covers_to, text=payload.text
+        )
+        return state.model_copy(
+            update={"summary": summary, "tool_groups": groups.prune(state.tool_groups, payload.covers_to + 1)}
+        )
 
     def decide(self, state: RollingState, ctx: FoldContext, cause: MessageRecord | Event) -> list[SummaryRequested]:
         """Return the summary request ``state`` calls for now (at most one), built from ``cause``.
@@ -177,13 +149,9 @@ class RollingPolicy:
             if s.max_messages is not None and state.count > s.max_messages:
                 start = groups.align(state.tool_groups, state.count - s.max_messages, state.count)
             return ContextPlan(verbatim_from=start, fallback=fallback or "takeLast", notes=notes)
-        memory = MemoryMessage(
-            content=summary.text, kind="summary", tokens=ctx.count_tokens(summary.text) + MESSAGE_OVERHEAD
-        )
+        memory = memory_message(ctx, summary.text, "summary")
         return ContextPlan(memory=(memory,), verbatim_from=summary.covers_to + 1, fallback=fallback, notes=notes)
 
 
 def _settings(ctx: FoldContext) -> RollingSettings:
-    if not isinstance(ctx.settings, RollingSettings):
-        raise ConfigError(f"the rolling policy needs RollingSettings, got {type(ctx.settings).__name__}")
-    return ctx.settings
+    return settings_of(ctx, RollingSettings, "rolling")

@@ -37,10 +37,11 @@ from memfold.engine.events import (
     SummaryProduced,
     SummaryRequested,
 )
-from memfold.engine.ports import ContextPlan, FoldContext, MemoryMessage, MessageRecord
+from memfold.engine.ports import ContextPlan, FoldContext, MessageRecord
 from memfold.engine.settings import SlidingWindowSettings
-from memfold.engine.tokens import MESSAGE_OVERHEAD
 from memfold.projections.fold import make_request, summary_id_for
+
+from ._skeleton import deleted_marker, memory_message
 
 NAME = "sliding_window"
 MEMORY_PREFIX = "[Previous context: "
@@ -255,7 +256,7 @@ def _failed(item: SummaryFailed, state: State, ctx: FoldContext) -> State:
 
 @_apply.register
 def _deleted(item: ConversationDeleted, state: State, ctx: FoldContext) -> State:
-    return State(tenant_id=state.tenant_id, conversation_id=state.conversation_id, deleted=True)
+    return deleted_marker(state)
 
 
 # --------------------------------------------------------------------------- the policy
@@ -336,7 +337,7 @@ class SlidingWindowPolicy:
         if current is None or state.memory_text is None:
             return ContextPlan(verbatim_from=0, fallback="no_memory", notes=notes)
         content = f"{MEMORY_PREFIX}{state.memory_text}{MEMORY_SUFFIX}"
-        memory = MemoryMessage(content=content, kind="summary", tokens=ctx.count_tokens(content) + MESSAGE_OVERHEAD)
+        memory = memory_message(ctx, content, "summary")
         notes.update(
             memory_id=current.memory_id,
             ordinal=current.ordinal,

@@ -75,9 +75,9 @@ from memfold.engine.events import (
 from memfold.engine.ids import content_hash
 from memfold.engine.ports import ContextPlan, FoldContext, MemoryMessage, MessageRecord
 from memfold.engine.settings import TopicsSettings
-from memfold.engine.tokens import MESSAGE_OVERHEAD
 from memfold.projections.fold import make_request
 
+from ._skeleton import deleted_marker, memory_message
 from ._topic_memory import (
     DAY,
     MessageRef,
@@ -397,7 +397,7 @@ for _cls in (TopicAssigned, TopicCompacted, TopicEvicted):
 
 @_apply.register
 def _deleted(item: ConversationDeleted, state: State, ctx: FoldContext) -> State:
-    return State(tenant_id=state.tenant_id, conversation_id=state.conversation_id, deleted=True)
+    return deleted_marker(state)
 
 
 # --------------------------------------------------------------------------- reads
@@ -533,10 +533,10 @@ class TopicsPolicy:
         earlier = _earlier_topics(state, s, ctx)
         if earlier:
             content = "\n\n".join((EARLIER_TOPICS_HEADER, *(block for _, block in earlier)))
-            memory.append(MemoryMessage(content, "topics", ctx.count_tokens(content) + MESSAGE_OVERHEAD))
+            memory.append(memory_message(ctx, content, "topics"))
         if topic.summary_text:
             content = SUMMARY_PREFIX + topic.summary_text
-            memory.append(MemoryMessage(content, "topic_summary", ctx.count_tokens(content) + MESSAGE_OVERHEAD))
+            memory.append(memory_message(ctx, content, "topic_summary"))
         return ContextPlan(
             memory=tuple(memory),
             verbatim_indices=tuple(sorted(r.index for r in topic.messages)),

@@ -25,6 +25,7 @@ from memfold.engine.events import (
 )
 from memfold.engine.ports import FoldContext, MessageRecord
 from memfold.engine.settings import TopicsSettings
+from memfold.engine.tokens import MESSAGE_OVERHEAD
 from memfold.projections import fold
 from memfold.projections.policies import topics as tp
 from memfold.projections.policies.topics import TopicsPolicy
@@ -394,7 +395,7 @@ def test_earlier_topics_are_chosen_by_priority_within_the_memory_cap():
     [memory] = d.plan().memory
     blocks = memory.content.split("\n\n")[1:]
     assert [b.split()[1] for b in blocks] == ["T0", "T2"]  # the two most important fit, in the order they began
-    assert memory.tokens <= 120 + tp.MESSAGE_OVERHEAD
+    assert memory.tokens <= 120 + MESSAGE_OVERHEAD
     assert POLICY.plan(d.state, make_ctx(memory_token_cap=0)).memory == ()  # 0: the seed's active topic only
 
 
@@ -409,7 +410,7 @@ def test_evicted_topics_are_not_carried():
 
 
 def tp_count(text: str) -> int:
-    return make_ctx().count_tokens(text) + tp.MESSAGE_OVERHEAD
+    return make_ctx().count_tokens(text) + MESSAGE_OVERHEAD
 
 
 # --------------------------------------------------------------------------- decay tables

@@ -1,0 +1,135 @@
+"""The parts of a policy fold every seed shares, written once.
+
+Every policy folds with a module-level ``functools.singledispatch`` over item
+types and ignores everything after ``ConversationDeleted``. The three that
+keep one summary in force (hierarchical, rolling, chunked) also share the
+whole event side of their fold, which :class:`SummaryPolicy` implements:
+re-delivered messages, the request ledger (adopt a request, apply only the
+answer awaited, an empty or failed answer leaves the summary in force), and
+the deletion marker. A subclass says only what a message adds to its state
+and what a usable summary changes.
+"""
+
+from __future__ import annotations
+
+from functools import singledispatch
+from typing import Any, ClassVar, TypeVar
+
+from pydantic import BaseModel
+
+from memfold.engine.errors import ConfigError
+from memfold.engine.events import ConversationDeleted, SummaryFailed, SummaryProduced, SummaryProducedPayload, SummaryRequested
+from memfold.engine.ports import FoldContext, MemoryMessage, MessageRecord
+from memfold.engine.tokens import MESSAGE_OVERHEAD
+
+from ._requests import RequestLedger
+
+S = TypeVar("S", bound=BaseModel)
+P = TypeVar("P", bound=BaseModel)
+
+
+def deleted_marker(state: S) -> S:
+    """Return the state a conversation has once deleted: its ids and ``deleted=True``, nothing else."""
+    return type(state)(tenant_id=state.tenant_id, conversation_id=state.conversation_id, deleted=True)
+
+
+def settings_of(ctx: FoldContext, cls: type[P], policy: str) -> P:
+    """Return ``ctx.settings`` when it is a ``cls``; raise :class:`ConfigError` naming ``policy`` otherwise."""
+    if not isinstance(ctx.settings, cls):
+        raise ConfigError(f"the {policy} policy needs {cls.__name__}, got {type(ctx.settings).__name__}")
+    return ctx.settings
+
+
+def memory_message(ctx: FoldContext, content: str, kind: str) -> MemoryMessage:
+    """Return a memory system message costing its real prompt tokens (content + per-message overhead)."""
+    return MemoryMessage(content=content, kind=kind, tokens=ctx.count_tokens(content) + MESSAGE_OVERHEAD)
+
+
+class SummaryPolicy:
+    """Base of a policy whose state has ``deleted``, ``count`` (messages folded) and ``requests`` (a ledger).
+
+    Subclasses set ``name`` and ``State`` and implement :meth:`message` and
+    :meth:`produced`; :meth:`adopted` and :meth:`usable` have defaults.
+    """
+
+    name: ClassVar[str]
+    State: ClassVar[type[BaseModel]]
+
+    def initial(self, tenant_id: str, conversation_id: str) -> Any:
+        """Return the state of a conversation with no messages."""
+        return self.State(tenant_id=tenant_id, conversation_id=conversation_id)
+
+    def evolve(self, state: Any, item: Any, ctx: FoldContext) -> Any:
+        """Return ``state`` with ``item`` (a :class:`MessageRecord` or an event) folded in.
+
+        Idempotent: a message whose index was already folded, a request that
+        covers no more than one already adopted, and an answer to anything but
+        the pending request (a duplicate, a superseded request's late result)
+        leave the state unchanged. A summary :meth:`usable` rejects counts as
+        failed ("summary_empty"); a failed or empty one leaves the previous
+        summary in force. After ``ConversationDeleted`` the state is a deleted
+        marker and nothing changes it.
+        """
+        if state.deleted:
+            return state
+        return _apply(item, self, state, ctx)
+
+    # ----------------------------------------------------------------- what subclasses say
+
+    def message(self, state: Any, item: MessageRecord, ctx: FoldContext) -> Any:
+        """Return ``state`` after the new message ``item`` (its index is ``state.count``)."""
+        raise NotImplementedError
+
+    def adopted(self, state: Any, ctx: FoldContext) -> Any:
+        """Return ``state`` after its ledger adopted a new request (``state.requests`` already updated)."""
+        return state
+
+    def usable(self, payload: SummaryProducedPayload) -> bool:
+        """True when a produced summary has something to put in force (default: a non-blank text)."""
+        return bool(payload.text.strip())
+
+    def produced(self, state: Any, payload: SummaryProducedPayload, ctx: FoldContext) -> Any:
+        """Return ``state`` with the awaited, usable summary in force (the ledger already marked it succeeded)."""
+        raise NotImplementedError
+
+
+@singledispatch
+def _apply(item: Any, policy: SummaryPolicy, state: Any, ctx: FoldContext) -> Any:
+    return state  # ClockTicked, SettingsChanged, topic events, anything new: nothing to do
+
+
+@_apply.register
+def _message(item: MessageRecord, policy: SummaryPolicy, state: Any, ctx: FoldContext) -> Any:
+    if item.index < state.count:
+        return state  # re-delivered
+    return policy.message(state, item, ctx)
+
+
+@_apply.register
+def _requested(item: SummaryRequested, policy: SummaryPolicy, state: Any, ctx: FoldContext) -> Any:
+    ledger = state.requests.adopt(item, ctx)
+    if ledger is state.requests:
+        return state
+    return policy.adopted(state.model_copy(update={"requests": ledger}), ctx)
+
+
+@_apply.register
+def _produced(item: SummaryProduced, policy: SummaryPolicy, state: Any, ctx: FoldContext) -> Any:
+    requests: RequestLedger = state.requests
+    if not requests.awaits(item.payload.request_id):
+        return state
+    if not policy.usable(item.payload):
+        return state.model_copy(update={"requests": requests.failed("summary_empty")})
+    return policy.produced(state.model_copy(update={"requests": requests.succeeded()}), item.payload, ctx)
+
+
+@_apply.register
+def _failed(item: SummaryFailed, policy: SummaryPolicy, state: Any, ctx: FoldContext) -> Any:
+    if not state.requests.awaits(item.payload.request_id):
+        return state
+    return state.model_copy(update={"requests": state.requests.failed("summary_failed")})
+
+
+@_apply.register
+def _deleted(item: ConversationDeleted, policy: SummaryPolicy, state: Any, ctx: FoldContext) -> Any:
+    return deleted_marker(state)
