@@ -159,10 +159,11 @@ class ConsumerGroup:
         log.info("consumer group %s: assigned %s, owning %s", self.group_id, sorted(partitions), sorted(self._owned))
 
     def _revoked(self, partitions: set[int]) -> None:
+        if partitions:
+            self._on_revoke(partitions)  # still owned meanwhile: their last positions get committed
         with self._lock:
             self._owned -= partitions
         if partitions:
-            self._on_revoke(partitions)
             log.info("consumer group %s: revoked %s, owning %s", self.group_id, sorted(partitions), sorted(self._owned))
 
 
