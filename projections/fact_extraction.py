@@ -36,6 +36,7 @@ from .fact_patterns import (
     EMAIL_RE,
     FILLER_RE,
     FIRST_PERSON_RULES,
+    MARKDOWN_RE,
     HASH_ID_RE,
     HYPOTHETICAL_RE,
     IDLE_IF_RE,
@@ -398,6 +399,8 @@ def _extract_sentence_facts(
         sentence = text[s:e].strip()
         if not sentence or _is_question(sentence):
             continue
+        if role == "assistant" and MARKDOWN_RE.search(sentence):
+            continue  # a tutorial's bullet or `code` explains in general; it agrees or reports nothing
         _decision(sentence, book, source, previous)
         _conditions(sentence, book, source)
         _states(sentence, book, source)

@@ -299,6 +299,8 @@ PRONOUNS = [
 # --------------------------------------------------------------------------- the user's first-person statements
 
 CODE_BLOCK_RE = re.compile(r"```.*?(?:```|\Z)", re.S)
+# Markdown an assistant writes tutorials with: list items, headings, bold, inline code.
+MARKDOWN_RE = re.compile(r"^\s*(?:[-*+•]\s|\d{1,2}\.\s|#{1,6}\s)|\*\*|`")
 
 # Where a first-person value ends: the end of its clause.
 VALUE = r"(?:now\s+)?(?P<value>[^.;!?\n]{2,120}?)(?=\s*(?:[.;!?\n]|,\s|\s(?:but|because|since|so that|and then|which)\s|$))"
