@@ -11,6 +11,7 @@ from .models import (
     ApiError,
     Appended,
     AuthenticationError,
+    ConflictError,
     Context,
     ContextMessage,
     Conversation,
@@ -26,7 +27,7 @@ from .models import (
 )
 
 __all__ = [
-    "ApiError", "Appended", "AsyncClient", "AuthenticationError", "Client", "Context", "ContextMessage",
+    "ApiError", "Appended", "AsyncClient", "AuthenticationError", "Client", "ConflictError", "Context", "ContextMessage",
     "Conversation", "Identity", "InvalidRequestError", "Message", "NotFoundError", "PermissionDeniedError",
     "RateLimitedError", "RequestTooLargeError", "ServiceUnavailableError", "SqlResult",
 ]

@@ -120,6 +120,10 @@ class NotFoundError(ApiError):
     """404: no such conversation for this key's tenant."""
 
 
+class ConflictError(ApiError):
+    """409: a message id already stored with different content; nothing was written."""
+
+
 class RequestTooLargeError(ApiError):
     """413: a body, batch or message above the service's limits; nothing was written."""
 
@@ -136,7 +140,8 @@ class ServiceUnavailableError(ApiError):
     """5xx or no connection: the service could not answer."""
 
 
-_BY_STATUS = {401: AuthenticationError, 403: PermissionDeniedError, 404: NotFoundError, 413: RequestTooLargeError,
+_BY_STATUS = {401: AuthenticationError, 403: PermissionDeniedError, 404: NotFoundError, 409: ConflictError,
+              413: RequestTooLargeError,
               422: InvalidRequestError, 429: RateLimitedError}
 
 

@@ -108,7 +108,7 @@ def _ingest(client, args) -> int:
 def _context(client, args) -> int:
     context = client.context(args.conversation, budget=args.budget, policy=args.policy)
     if args.json:
-        _print_json([m.model_dump(exclude_none=True, exclude={"tokens"}) for m in context.messages])
+        _print_json([m.model_dump(exclude_none=True, exclude={"tokens", "index"}) for m in context.messages])
         return 0
     from memfold.engine.ports import ContextMessage
 

@@ -18,6 +18,7 @@ from fastapi.responses import JSONResponse, Response
 
 from memfold.engine.errors import (
     ConfigError,
+    EventConflictError,
     LogUnavailableError,
     MemfoldError,
     MessageTooLargeError,
@@ -97,7 +98,8 @@ def _error(status: int, kind: str, message: str, *, field=None, line=None, heade
     return JSONResponse({"error": body}, status_code=status, headers=headers)
 
 
-_HTTP_KINDS = {401: "Unauthorized", 403: "Forbidden", 404: "NotFound", 413: "PayloadTooLarge", 429: "RateLimited"}
+_HTTP_KINDS = {401: "Unauthorized", 403: "Forbidden", 404: "NotFound", 409: "Conflict", 413: "PayloadTooLarge",
+               429: "RateLimited"}
 
 
 def _install_error_handlers(app: FastAPI) -> None:
@@ -118,6 +120,8 @@ def _install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(MemfoldError)
     async def memfold_error(request: Request, exc: MemfoldError):
         kind = type(exc).__name__
+        if isinstance(exc, EventConflictError):
+            return _error(409, kind, str(exc), field=exc.field, line=exc.line)
         if isinstance(exc, MessageTooLargeError):
             return _error(413, kind, str(exc), field=exc.field, line=exc.line)
         if isinstance(exc, ValidationError):

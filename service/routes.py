@@ -61,7 +61,7 @@ def me(key: Reader) -> Identity:
 
 
 @router.post("/conversations/{conversation_id}/messages", response_model=AppendResponse, status_code=201,
-             tags=["messages"], responses={413: {"model": ErrorResponse}})
+             tags=["messages"], responses={409: {"model": ErrorResponse}, 413: {"model": ErrorResponse}})
 def append_messages(
     request: Request, body: AppendRequest, key: Writer,
     conversation_id: str = ConversationId,
@@ -71,6 +71,7 @@ def append_messages(
 
     A message with an ``id`` already stored in this conversation is not
     stored again: the answer names the stored event, so retries are safe.
+    The same ``id`` with different content is refused (409), nothing written.
     """
     svc = services(request)
     limit = svc.limits.max_batch
@@ -88,6 +89,7 @@ def append_messages(
         rows.append(row)
     engine = svc.engine
     events = [engine.validate(r, line=i + 1) for i, r in enumerate(rows)]
+    engine.check_conflicts(events, lines=list(range(1, len(events) + 1)))  # a reused id with new content: 409
     positions = engine.append_events(events)
     svc.metrics.appended.inc(len(events))
     if wait:

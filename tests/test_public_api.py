@@ -38,7 +38,7 @@ PUBLIC = {
     "memfold.projections.context": ["assemble", "take_last"],
     "memfold.projections.fold": ["step", "make_request", "produced", "failed", "run_sync"],
     "memfold.client": [
-        "Client", "AsyncClient", "ApiError", "AuthenticationError", "PermissionDeniedError", "NotFoundError",
+        "Client", "AsyncClient", "ApiError", "AuthenticationError", "ConflictError", "PermissionDeniedError", "NotFoundError",
         "RequestTooLargeError", "InvalidRequestError", "RateLimitedError", "ServiceUnavailableError",
         "Appended", "Message", "Context", "ContextMessage", "Conversation", "Identity", "SqlResult",
     ],

@@ -16,6 +16,7 @@ from memfold.client import (
     AsyncClient,
     AuthenticationError,
     Client,
+    ConflictError,
     Context,
     InvalidRequestError,
     NotFoundError,
@@ -114,7 +115,9 @@ def test_async_client_with_many_concurrent_appends(service):
                 mf.append(f"async-{c}", [{"role": "user", "content": f"c{c} m{i}", "id": f"{c}-{i}"} for i in range(5)])
                 for c in range(10)
             ])
-            await mf.append("async-0", [{"role": "user", "content": "again", "id": "0-0"}])  # a repeat id
+            await mf.append("async-0", [{"role": "user", "content": "c0 m0", "id": "0-0"}])  # a retry: stored once
+            with pytest.raises(ConflictError):  # the same id for other content is refused
+                await mf.append("async-0", [{"role": "user", "content": "other", "id": "0-0"}])
             counts = [len(await mf.messages(f"async-{c}")) for c in range(10)]
             context = await mf.context("async-3", budget=500)
         return counts, context

@@ -116,6 +116,10 @@ def test_a_retried_append_with_the_same_id_is_stored_once(service):
         again = http.post("/v1/conversations/retry-1/messages", params={"wait": "true"}, json=body).json()
         assert first["messages"][0]["event_id"] == again["messages"][0]["event_id"]
         assert _count(http, "retry-1") == 1
+        reused = http.post("/v1/conversations/retry-1/messages", json={"messages": [
+            {"id": "q-2", "role": "user", "content": "new"}, {"id": "q-1", "role": "user", "content": "Other text"}]})
+        assert reused.status_code == 409 and reused.json()["error"]["line"] == 2, reused.text
+        assert _count(http, "retry-1") == 1  # all or nothing: q-2 was not stored either
         # The same id in another conversation is another message.
         http.post("/v1/conversations/retry-2/messages", params={"wait": "true"}, json=body)
         assert _count(http, "retry-2") == 1 and _count(http, "retry-1") == 1
