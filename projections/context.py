@@ -21,11 +21,14 @@ call whose results are not, is never sent (an API would reject it).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from memfold.engine.ports import ContextMessage, ContextPlan, MessageRecord
 from memfold.engine.tokens import MESSAGE_OVERHEAD
+
+from .retrieval import analyze
 
 # Ranked hits considered per read: enough to fill an 8k budget with short turns.
 RANK_LIMIT = 64
@@ -33,6 +36,12 @@ RANK_LIMIT = 64
 TOOL_SPAN = 16
 # Rounds of "newest older messages" fetched to fill what relevance left.
 FILL_ROUNDS = 8
+# A long message recalled for its relevance brings its passages that match the
+# query (and the sentence after each), not all of it: one 1,500-token answer
+# would otherwise take the room of ten relevant turns.
+EXCERPT_OVER = 240
+EXCERPT_TOKENS = 160
+_SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
 
 
 class OlderMessages(Protocol):
@@ -166,13 +175,19 @@ class _Recall:
     def _free(self, group: Sequence[MessageRecord]) -> bool:
         return all(m.index not in self.chosen and m.index not in self.exclude and m.index < self.upper for m in group)
 
-    def _take(self, group: Sequence[MessageRecord]) -> bool:
-        """Add ``group`` if it is whole, new and fits; return whether it was added."""
+    def _take(self, group: Sequence[MessageRecord], terms: frozenset[str] | None = None) -> bool:
+        """Add ``group`` if it is whole, new and fits; return whether it was added.
+
+        With query ``terms``, a long single message is recalled as its matching passages.
+        """
         if len(group) == 1:  # the common case, kept cheap: reads must stay well under 5 ms
             m = group[0]
             if m.tool_calls or m.role == "tool" or m.index in self.chosen or m.index in self.exclude or m.index >= self.upper:
                 return False
-            r = _recalled(m, self.count_tokens)
+            if terms and m.tokens > EXCERPT_OVER:
+                r = _excerpt(m, terms, self.count_tokens) or _recalled(m, self.count_tokens)
+            else:
+                r = _recalled(m, self.count_tokens)
             if r.tokens > self.remaining:
                 return False
             self.remaining -= r.tokens
@@ -200,11 +215,12 @@ class _Recall:
                     for j in range(max(0, m.index - TOOL_SPAN), m.index + TOOL_SPAN + 1)}
             found.update((m.index, m) for m in self.older.at(sorted(wide - set(found))))
         unit_of = _units(found)
+        terms = frozenset(analyze(query))
         for i in ranked:
             if self.remaining <= MESSAGE_OVERHEAD:
                 return
             unit = unit_of.get(i)
-            if unit is None or not self._take(unit):
+            if unit is None or not self._take(unit, terms):
                 continue
             # The other half of the exchange: an answer's question, a question's answer.
             if unit[0].role == "assistant":
@@ -214,7 +230,7 @@ class _Recall:
             else:
                 neighbour = None
             if neighbour is not None:
-                self._take(neighbour)
+                self._take(neighbour, terms)
 
     def _newest(self, before: int) -> None:
         for _ in range(FILL_ROUNDS):
@@ -245,6 +261,43 @@ def _units(found: dict[int, MessageRecord]) -> dict[int, list[MessageRecord]]:
             for m in group:
                 unit_of[m.index] = group
     return unit_of
+
+
+def _excerpt(m: MessageRecord, terms: frozenset[str], count_tokens: Callable[[str], int]) -> ContextMessage | None:
+    """Render the sentences of ``m`` that hold query terms (each with the one after), about EXCERPT_TOKENS long.
+
+    Best-matching sentences first, shown in their original order, gaps
+    marked with "…". None when no sentence matches.
+    """
+    sentences = [x for x in _SENTENCE.split(m.content) if x.strip()]
+    hits = sorted(
+        ((len(terms.intersection(analyze(x))), i) for i, x in enumerate(sentences)), key=lambda h: (-h[0], h[1])
+    )
+    keep: set[int] = set()
+    size = 0
+    for score, i in hits:
+        if score == 0 or size >= EXCERPT_TOKENS:
+            break
+        for j in (i, i + 1):
+            if j < len(sentences) and j not in keep:
+                keep.add(j)
+                size += len(sentences[j]) // 4 + 1  # chars/4: a cheap estimate; the result is counted exactly
+    if not keep:
+        return None
+    parts: list[str] = []
+    last = -1
+    for j in sorted(keep):
+        if j != last + 1:
+            parts.append("…")
+        parts.append(sentences[j])
+        last = j
+    if last < len(sentences) - 1:
+        parts.append("…")
+    content = f"[{m.occurred_at.date().isoformat()}] (excerpt)\n" + " ".join(parts)
+    return ContextMessage(
+        role=m.role, content=content, kind="recalled", tokens=count_tokens(content) + MESSAGE_OVERHEAD, index=m.index,
+        occurred_at=m.occurred_at,
+    )
 
 
 def date_prefix(m: MessageRecord) -> str:

@@ -166,3 +166,15 @@ def test_analyzer_drops_stop_words_and_meets_word_forms():
     assert analyze("I moved my 2 cats") == ["mov", "2", "cat"]
     assert analyze("move moves moved moving") == ["mov"] * 4
     assert analyze("stopped stop running run") == ["stop", "stop", "run", "run"]
+
+
+def test_a_long_relevant_message_is_recalled_as_its_matching_passages():
+    story = " ".join(f"Paragraph {k} is about the garden, the weather and nothing much." for k in range(60))
+    story += " The vet said Biscuit needs his booster shot on 12 May. He was calm about it. " + story
+    messages = chat(100, {20: "Tell me about your week?", 21: story})
+    out = context(messages, plan_after(95), budget=400, query="When is Biscuit's booster shot?")
+    excerpt = next(m for m in out if m.index == 21)
+    assert excerpt.kind == "recalled" and excerpt.content.startswith("[2024-03-22] (excerpt)\n")
+    assert "booster shot on 12 May. He was calm about it." in excerpt.content and "…" in excerpt.content
+    assert excerpt.tokens == COUNT(excerpt.content) + MESSAGE_OVERHEAD < messages[21].tokens // 4
+    assert sum(m.tokens for m in out) <= 400
