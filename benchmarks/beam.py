@@ -16,8 +16,8 @@ Scoring is answer-content recall, the same for every policy: the share of the
 reference answer's content words found in the context's text. Words are
 lower-cased runs of letters or of digits (``250ms`` is ``250`` + ``ms``);
 stop words and the phrasing words of BEAM's answer templates ("you mentioned",
-"could you clarify") are dropped; numbers lose leading zeros; a plural ``-s``
-is folded; an ISO date in the context (``2024-03-15``, how memfold renders
+"could you clarify") are dropped; numbers lose leading zeros; a plural matches
+its singular (``movies``/``movie``, ``libraries``/``library``); an ISO date in the context (``2024-03-15``, how memfold renders
 dates) also counts as its month name, day and year. No model is involved, so
 the figures say whether the answer's material reached the context, not
 whether a model would answer right.
@@ -167,22 +167,26 @@ def load_chat(folder: str | Path, kinds: Sequence[str] = KINDS) -> Chat:
 # ------------------------------------------------------------------ scoring
 
 
-def _norm(word: str) -> str:
+def _variants(word: str) -> frozenset[str]:
+    """Return the forms ``word`` matches as: numbers without leading zeros, full month names, singulars."""
     if word.isdigit():
-        return word.lstrip("0") or "0"
+        return frozenset((word.lstrip("0") or "0",))
     if word in _MONTH_ABBR:
-        return _MONTH_ABBR[word]
-    if len(word) > 4 and word.endswith("ies"):
-        return word[:-3] + "y"
+        return frozenset((word, _MONTH_ABBR[word]))
+    forms = {word}
     if len(word) > 3 and word.endswith("s") and not word.endswith(("ss", "is", "us")):
-        return word[:-1]
-    return word
+        forms.add(word[:-1])  # columns -> column, movies -> movie
+        if len(word) > 4 and word.endswith("ies"):
+            forms.add(word[:-3] + "y")  # libraries -> library
+    return frozenset(forms)
 
 
 def words(text: str) -> set[str]:
-    """Return every normalized word of ``text``, ISO dates also as month name, day and year."""
+    """Return every form of every word of ``text`` (:func:`_variants`), ISO dates also as month names."""
     text = text.lower()
-    out = {_norm(w) for w in _WORD.findall(text)}
+    out: set[str] = set()
+    for w in set(_WORD.findall(text)):
+        out |= _variants(w)
     for _, month, _day in _ISO_DATE.findall(text):
         if 1 <= int(month) <= 12:
             out.add(MONTHS[int(month) - 1])
@@ -190,16 +194,30 @@ def words(text: str) -> set[str]:
 
 
 def content_words(answer: str) -> set[str]:
-    """Return the answer's content words: normalized words minus stop and template words and lone letters."""
-    kept = {w for w in _WORD.findall(answer.lower()) if w not in STOP_WORDS and (w.isdigit() or len(w) > 1)}
-    return {_norm(w) for w in kept} - TEMPLATE_WORDS
+    """Return the answer's content words: its words minus stop and template words and lone letters.
+
+    Numbers lose leading zeros and abbreviated months are spelled out, so
+    each word is counted once however it is written.
+    """
+    out = set()
+    for w in _WORD.findall(answer.lower()):
+        if w in STOP_WORDS or not (w.isdigit() or len(w) > 1):
+            continue
+        forms = _variants(w)
+        if forms & TEMPLATE_WORDS:
+            continue
+        out.add((w.lstrip("0") or "0") if w.isdigit() else _MONTH_ABBR.get(w, w))
+    return out
 
 
 def recall(answer_words: set[str], context_words: set[str]) -> float:
-    """Return the share of ``answer_words`` present in ``context_words`` (1.0 when the answer has none)."""
+    """Return the share of ``answer_words`` found in ``context_words`` (:func:`words` of the context) in any form.
+
+    1.0 when the answer has no content words.
+    """
     if not answer_words:
         return 1.0
-    return len(answer_words & context_words) / len(answer_words)
+    return sum(bool(_variants(w) & context_words) for w in answer_words) / len(answer_words)
 
 
 def context_words(texts: Iterable[str]) -> set[str]:

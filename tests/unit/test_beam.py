@@ -28,21 +28,22 @@ beam = _load("beam")
 def test_content_words_drop_stop_and_template_words_and_keep_numbers_and_dates():
     words = beam.content_words(
         "I notice you've mentioned contradictory information. You said the first sprint ends on March 29, 2024, "
-        "at 250ms. Could you clarify which is correct?"
+        "at 250ms on Apr. 05. Could you clarify which is correct?"
     )
-    assert words == {"first", "sprint", "end", "march", "29", "2024", "250", "ms"}
+    assert words == {"first", "sprint", "ends", "march", "29", "2024", "250", "ms", "april", "5"}
 
 
-def test_words_normalize_plurals_abbreviations_leading_zeros_and_iso_dates():
-    assert beam.words("Columns, libraries, analysis, status") == {"column", "library", "analysis", "status"}
-    assert beam.words("Apr. 05") == {"april", "5"}
+def test_words_match_plurals_abbreviations_leading_zeros_and_iso_dates():
+    context = beam.words("column, library, movie, analysis, status, Apr. 05")
+    assert beam.recall({"columns", "libraries", "movies", "analysis", "status", "april", "5"}, context) == 1.0
+    assert beam.recall({"statu", "analysi"}, context) == 0.0  # no "singular" made of -is / -us words
     # memfold renders dates as ISO: the month counts as its name, the day without its zero
-    assert beam.words("[2024-03-05] user: hi") == {"2024", "3", "5", "march", "user", "hi"}
+    assert {"march", "5", "2024"} <= beam.words("[2024-03-05] user: hi")
 
 
 def test_recall_is_the_share_of_answer_words_in_the_context():
     answer = beam.content_words("Two columns: category and notes.")
-    assert answer == {"two", "column", "category", "note"}
+    assert answer == {"two", "columns", "category", "notes"}
     assert beam.recall(answer, beam.context_words(["add a category column", "and a notes column"])) == 0.75
     assert beam.recall(answer, set()) == 0.0
     assert beam.recall(set(), set()) == 1.0
