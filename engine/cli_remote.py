@@ -106,9 +106,9 @@ def _ingest(client, args) -> int:
 
 
 def _context(client, args) -> int:
-    context = client.context(args.conversation, budget=args.budget, policy=args.policy)
-    if args.json:
-        _print_json([m.model_dump(exclude_none=True, exclude={"tokens", "index"}) for m in context.messages])
+    context = client.context(args.conversation, budget=args.budget, query=getattr(args, "query", None), policy=args.policy)
+    if args.json:  # the local shape: role, content, kind, tokens (+ index and tool fields when set)
+        _print_json([m.model_dump(exclude_none=True) for m in context.messages])
         return 0
     from memfold.engine.ports import ContextMessage
 
