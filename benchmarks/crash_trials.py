@@ -5,7 +5,9 @@ usage: python benchmarks/crash_trials.py [--trials 100] [--seed N] [--no-kafka] 
 Trials rotate over: the embedded ingest process while it appends, the same
 process while its summarizer worker answers requests, the embedded projector
 (``memfold rebuild``), and (on a local broker this script starts) a Kafka
-ingest client followed by a projector node on its topic. Every trial checks
+ingest client followed by a projector node on its topic, and a distributed
+worker (``memfold worker``, through tests/support/worker_kit.py, compared with
+a clean embedded run). Every trial checks
 that no acknowledged message is lost, nothing is stored twice (messages or
 summaries), and the projection equals a from-scratch rebuild (table dumps).
 Prints one line per trial, then trials / failures per kind. ``--minutes``
@@ -27,7 +29,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from support import crash_kit  # noqa: E402
 
-KINDS = ("embedded-ingest", "embedded-summarize", "embedded-projector", "kafka")
+KINDS = ("embedded-ingest", "embedded-summarize", "embedded-projector", "kafka", "embedded-ingest",
+         "embedded-summarize", "embedded-projector", "kafka", "kafka-worker")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     rnd = random.Random(args.seed)
-    kinds = KINDS[:3] if args.no_kafka else KINDS
+    kinds = tuple(k for k in KINDS if not k.startswith("kafka")) if args.no_kafka else KINDS
     totals: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])  # kind -> [trials, failures, killed mid-run]
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="memfold-crash-") as tmp:
@@ -61,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
                 root = Path(tmp) / f"trial-{n}"
                 root.mkdir()
                 t = time.monotonic()
-                for result in _trial(kind, root, rnd, bootstrap, args.lines):
+                for result in _guarded(_trial(kind, root, rnd, bootstrap, args.lines), kind):
                     row = totals[result.kind]
                     row[0] += 1
                     row[1] += result.failed
@@ -82,10 +85,22 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if failures else 0
 
 
+def _guarded(results, kind: str):
+    """Yield the trial's results; a trial that raises (a restart that fails, a hang) is one failed trial."""
+    try:
+        yield from results
+    except Exception as exc:
+        result = crash_kit.TrialResult(kind, killed=True, differs=True)
+        result.notes.append(f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}")
+        yield result
+
+
 def _trial(kind: str, root: Path, rnd: random.Random, bootstrap: str | None, lines: int):
     conversations = max(1, lines // 100)
     if kind == "embedded-projector":
         yield crash_kit.projector_trial(root, rnd, lines=lines, conversations=conversations)
+    elif kind == "kafka-worker":
+        yield crash_kit.kafka_worker_trial(root, rnd, bootstrap)
     elif kind.startswith("embedded-"):
         yield crash_kit.embedded_trial(root, rnd, kind.removeprefix("embedded-"), lines=lines, conversations=conversations)
     else:
