@@ -338,7 +338,8 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         where = f"all are in {args.errors}" if args.errors else "--errors FILE writes all as JSONL"
         print(f"memfold: ... and {hidden} more rejected line(s) ({where})", file=sys.stderr)
     if report.resumed_after is not None:
-        print(f"resumed after line {report.resumed_after} (the last line the log already held)")
+        print(f"resumed: the log held {report.duplicates} line(s), up to line {report.resumed_after}; "
+              "those were skipped unread")
     rate = report.accepted / report.seconds if report.seconds else float("inf")
     conflicts = f" ({report.conflicts} conflicting event_id)" if report.conflicts else ""
     print(

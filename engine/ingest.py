@@ -53,7 +53,8 @@ class IngestReport:
     ``accepted``: messages this run stored; ``duplicates``: lines whose
     message the log already held (stored by an earlier run); ``rejected``:
     lines not stored, conflicts included; ``resumed_after``: with ``resume``,
-    the last line the log already held; ``stopped``: why the run ended before
+    the last line the log already held (lines it held were skipped unread and
+    counted as duplicates); ``stopped``: why the run ended before
     the end of the file (``strict`` or the log failing), else ``None``.
     """
 
@@ -98,8 +99,11 @@ def ingest_file(
     """Append every valid line of ``path`` in batches; return an :class:`IngestReport`.
 
     1. Check the file can be read (else :class:`InputFileError`, nothing read).
-    2. With ``resume``, ask the log which line ids it holds and start after
-       the last one (earlier lines were stored or reported by the run that stopped).
+    2. With ``resume``, ask the log which lines it holds and skip them
+       unread (counted as duplicates). Every other line is read: a Kafka
+       batch cut by a crash may have stored some of its lines and not others,
+       so "after the last stored line" would lose the rest; lines rejected
+       by the run that stopped are reported again.
     3. Parse and validate each line; a bad line is reported with its number
        and field and skipped (``strict``: the ingest stops there, nothing after
        it is written). Nothing a line contains can raise out of here.
@@ -115,9 +119,10 @@ def ingest_file(
     started = time.perf_counter()
     key = content_hash(source or path.name, length=12)
     max_line = 4 * engine.settings.max_message_chars + EXTRA_LINE_BYTES
+    stored: set[int] = set()
     if resume:
-        report.resumed_after = _resume_point(engine, path, key)
-    skip_until = report.resumed_after or 0
+        stored = _stored_lines(engine, path, key)
+        report.resumed_after = max(stored, default=0)
     batch: list[tuple[int, MessageAppended, bool]] = []  # (line, event, id given by the line)
 
     columns = (TextColumn("ingesting"), BarColumn(), TransferSpeedColumn(), TimeRemainingColumn())
@@ -127,7 +132,10 @@ def ingest_file(
             bar.advance(task, len(raw))
             report.lines = line_no
             text = raw.strip()
-            if not text or line_no <= skip_until:
+            if not text:
+                continue
+            if line_no in stored:
+                report.duplicates += 1
                 continue
             if len(text) > max_line:
                 rejection = Rejection(line_no, f"line is {len(text)} bytes; the limit is {max_line}")
@@ -249,15 +257,14 @@ def _append(engine, new: list[tuple[int, MessageAppended]], report: IngestReport
             report.rejected.append(Rejection(line_no, f"could not be stored ({type(exc).__name__}: {exc})"))
 
 
-def _resume_point(engine, path: Path, key: str) -> int:
-    """Return the last line of ``path`` whose message the log holds (0 when none): where the file stopped."""
-    last = 0
+def _stored_lines(engine, path: Path, key: str) -> set[int]:
+    """Return the numbers of the lines of ``path`` whose message the log holds."""
+    stored: set[int] = set()
     pending: list[tuple[str, int]] = []
 
     def check() -> None:
-        nonlocal last
         found = engine.log.find([event_id for event_id, _ in pending])
-        last = max([last, *(line_no for event_id, line_no in pending if event_id in found)])
+        stored.update(line_no for event_id, line_no in pending if event_id in found)
         pending.clear()
 
     with path.open("rb") as fh:
@@ -270,7 +277,7 @@ def _resume_point(engine, path: Path, key: str) -> int:
                 check()
     if pending:
         check()
-    return last
+    return stored
 
 
 def _given_id(text: bytes) -> str | None:

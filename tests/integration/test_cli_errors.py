@@ -112,8 +112,9 @@ def test_ingest_report_lists_20_rejections_and_writes_all_with_errors(tmp_path):
     written = [json.loads(line) for line in errors.read_text().splitlines()]
     assert [w["line"] for w in written] == list(range(1, 61, 2))
     again = run(tmp_path / "d", "ingest", str(path), "--quiet", "--resume")
-    assert again.returncode == 0, again.stderr  # nothing after line 60 to do; nothing stored twice
-    assert "resumed after line 60" in again.stdout and "ingested 0 messages" in again.stdout
+    assert again.returncode == 2, again.stderr  # the bad lines are reported again; nothing stored twice
+    assert "the log held 30 line(s), up to line 60" in again.stdout
+    assert "ingested 0 messages, duplicates 30, rejected 30" in again.stdout
     rerun = run(tmp_path / "d", "ingest", str(path), "--quiet")
     assert rerun.returncode == 2 and "ingested 0 messages, duplicates 30, rejected 30" in rerun.stdout
 

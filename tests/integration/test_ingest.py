@@ -9,7 +9,8 @@ import pytest
 
 from memfold.engine.engine import MemoryEngine
 from memfold.engine.errors import AppendFailedError, EventConflictError, InputFileError, ValidationError
-from memfold.engine.ingest import ingest_file
+from memfold.engine.ids import content_hash
+from memfold.engine.ingest import ingest_file, line_id
 from memfold.engine.settings import Settings
 
 
@@ -180,9 +181,22 @@ def test_a_failing_log_stops_the_ingest_and_resume_continues_where_the_log_says(
     assert report.log_failed and report.exit_code == 1 and "--resume" in report.stopped
     assert report.accepted == 10  # two whole batches (lines 1-11 but line 3), the rest untouched
     resumed = ingest_file(engine, path, progress=False, batch_size=5, resume=True)
-    assert resumed.resumed_after == 11 and resumed.accepted == 9 and resumed.duplicates == 0
-    assert resumed.rejected == [] and resumed.exit_code == 0  # line 3 was reported by the first run
+    assert resumed.resumed_after == 11 and resumed.accepted == 9 and resumed.duplicates == 10
+    assert [r.line for r in resumed.rejected] == [3] and resumed.exit_code == 2  # reported again
     assert sorted(e.payload.content for e in stored(engine)) == sorted(f"m{i}" for i in range(20) if i != 2)
+
+
+def test_resume_stores_the_lines_a_cut_batch_left_out(engine, tmp_path):
+    # A Kafka batch cut by a crash may keep some of its lines and not others (no atomic batches there).
+    lines = [msg(f"m{i}", conversation=f"c{i % 3}") for i in range(12)]
+    path = write(tmp_path / "in.jsonl", lines)
+    key = content_hash(path.name, length=12)
+    partial = [engine.validate(json.loads(lines[n - 1]), event_id=line_id(key, n, lines[n - 1].encode()))
+               for n in (1, 2, 3, 4, 6, 9)]
+    engine.append_events(partial)
+    resumed = ingest_file(engine, path, progress=False, resume=True)
+    assert (resumed.resumed_after, resumed.duplicates, resumed.accepted) == (9, 6, 6)
+    assert sorted(e.payload.content for e in stored(engine)) == sorted(f"m{i}" for i in range(12))
 
 
 def test_an_event_the_log_cannot_store_costs_only_its_line(engine, tmp_path):
