@@ -269,7 +269,7 @@ def kafka_worker_trial(root: Path, rnd: random.Random, bootstrap: str, messages:
     harness); the topic and the worker's projection must equal a clean embedded run of the same messages."""
     from support.worker_kit import conversation, embedded_reference, run_with_kills
 
-    batch = conversation(f"support-{rnd.randrange(10**6)}", messages)
+    batch = conversation("support-4711", messages)  # a sample conversation; each run gets its own topic
     want_events, want_projection = embedded_reference(root / "embedded", batch, 4)
     run = run_with_kills(bootstrap, root / "run", batch, {rnd.randrange(messages)}, partitions=4,
                          seed=rnd.randrange(1 << 30))
