@@ -116,6 +116,8 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--budget", type=_positive_int, default=None, help="token budget (default: no limit)")
     c.add_argument("--query", default=None, help="what to recall older messages for (default: the current user message)")
     c.add_argument("--tenant", default="default")
+    c.add_argument("--as-of", default=None, metavar="POSITION|TIME",
+                   help="the context as it was at log position PARTITION:OFFSET or an ISO-8601 time with zone")
     c.add_argument("--json", action="store_true")
 
     h = command("history", help="print every stored message of a conversation")
@@ -364,7 +366,10 @@ def cmd_context(args: argparse.Namespace) -> int:
     with _engine(args) as engine:
         _catch_up(engine)
         _require_conversation(engine, args.conversation, args.tenant)
-        messages = engine.context(args.conversation, budget=args.budget, query=args.query, tenant_id=args.tenant)
+        as_of = cli_memory.parse_as_of(args.as_of) if args.as_of else None
+        messages = engine.context(
+            args.conversation, budget=args.budget, query=args.query, tenant_id=args.tenant, as_of=as_of
+        )
     if args.json:
         _print_json([m.as_dict() for m in messages])
     else:

@@ -387,8 +387,13 @@ class MemoryEngine:
         query: str | None = None,
         policy: str | None = None,
         tenant_id: str = "default",
+        as_of: Position | datetime | None = None,
     ) -> list[ContextMessage]:
         """Return the messages for the next model call, within ``budget`` tokens. Never calls a model.
+
+        ``as_of`` (a log :class:`Position`, or a timezone-aware ``datetime``)
+        returns the context as memfold would have assembled it at that point
+        of the log instead (:meth:`context_as_of`).
 
         Order: system prompt, memory, recalled older messages, recent verbatim,
         current user message. With a budget, what memory and the uncovered
@@ -401,6 +406,8 @@ class MemoryEngine:
         from memfold.projections.context import assemble
         from memfold.projections.retrieval import OlderFromProjection
 
+        if as_of is not None:
+            return self.context_as_of(conversation_id, as_of, budget=budget, query=query, policy=policy, tenant_id=tenant_id)
         name = self._policy_name(policy, tenant_id)
         impl, ctx = self.policies[name]
         ctx = self._read_contexts.setdefault(name, dataclasses.replace(ctx, count_tokens=self._count_cached))
@@ -415,6 +422,52 @@ class MemoryEngine:
         log_budget_decisions(name, conversation_id, plan)
         verbatim = self._verbatim(plan, tenant_id, conversation_id, budget)
         older = OlderFromProjection(self.projector.search, (tenant_id, conversation_id))
+        return assemble(
+            plan, verbatim, budget=budget, system_prompt=self.settings.system_prompt, count_tokens=self.counter.count,
+            older=None if plan.fallback == "deleted" else older, query=query,
+        )
+
+    def context_as_of(
+        self,
+        conversation_id: str,
+        as_of: Position | datetime,
+        *,
+        budget: int | None = None,
+        query: str | None = None,
+        policy: str | None = None,
+        tenant_id: str = "default",
+    ) -> list[ContextMessage]:
+        """Return the context memfold would have assembled right after ``as_of`` (time travel).
+
+        ``as_of`` is a log :class:`Position` (the conversation's events *at*
+        or before it) or a timezone-aware ``datetime`` (as right after the
+        last message said at or before it was appended). Computed from the
+        projection history: the policy state is the newest snapshot before
+        that point folded forward with the few events after it
+        (:mod:`memfold.projections.time_travel`), never a replay of the log.
+        Raises :class:`ValidationError` for a position in another partition
+        or a naive datetime. Never waits for a summary.
+        """
+        from memfold.projections.context import assemble
+        from memfold.projections.retrieval import OlderAsOf, OlderFromProjection
+        from memfold.projections.time_travel import seq_as_of, state_as_of
+
+        name = self._policy_name(policy, tenant_id)
+        impl, ctx = self.policies[name]
+        ctx = self._read_contexts.setdefault(name, dataclasses.replace(ctx, count_tokens=self._count_cached))
+        key = (tenant_id, conversation_id)
+        history = self.projector.history.conversation(key)
+        counters, states = state_as_of(history, self.policies, key, seq_as_of(history, key, as_of))
+        plan = impl.plan(states[name], ctx)
+        end = counters.message_count
+        if plan.verbatim_indices is not None:
+            verbatim = self.projector.search.messages_at(key, [i for i in plan.verbatim_indices if i < end])
+        elif budget is None:
+            verbatim = self.projector.search.messages_at(key, range(plan.verbatim_from, end))
+        else:
+            recent = self.projector.search.newest(key, end, budget) if end else []
+            verbatim = [m for m in recent if m.index >= plan.verbatim_from]
+        older = OlderAsOf(OlderFromProjection(self.projector.search, (tenant_id, conversation_id)), end)
         return assemble(
             plan, verbatim, budget=budget, system_prompt=self.settings.system_prompt, count_tokens=self.counter.count,
             older=None if plan.fallback == "deleted" else older, query=query,

@@ -33,6 +33,7 @@ from memfold.engine.sealing import is_shredded
 from memfold.engine.tokens import MESSAGE_OVERHEAD, TokenCounter
 
 from . import retrieval
+from . import time_travel
 from .fold import ConversationCounters, fold_event
 from .store import Changes, DuckDBProjectionStore
 from .tail import TailCache
@@ -78,6 +79,7 @@ class Projector:
         self.counter = counter
         self.tail = TailCache()
         self.search = retrieval.SearchIndex(store.search_rows, store.messages)
+        self.history = time_travel.HistoryCache(store)
         self._conversations: dict[tuple[str, str], _Conversation] = {}
         self._states: dict[tuple[str, str, str], BaseModel] = {}
         # (policy, tenant, conversation) -> (key, value) -> [fact_id, superseded_by, retired_by] of its newest row
@@ -112,6 +114,7 @@ class Projector:
         records = [r for r in changes.records if (r.tenant_id, r.conversation_id) not in deleted]
         self.tail.extend(records)
         self.search.extend(changes.search, records)
+        self.history.extend(changes)
         self._bound(changes.conversations)
 
     def _bound(self, touched: Iterable[tuple[str, str]]) -> None:
@@ -134,6 +137,7 @@ class Projector:
         """Drop every in-memory cache; they reload from the store (after a failed transaction)."""
         self.tail.clear()
         self.search.clear()
+        self.history.clear()
         self._conversations.clear()
         self._states.clear()
         self._facts.clear()
@@ -253,6 +257,10 @@ class Projector:
                 key = (name, *conv_key)
                 self._states[key] = state
                 touched_states.add(key)
+            if time_travel.snapshot_due(event.seq) and not folded.counters.deleted:
+                ch.state_history.append(time_travel.snapshot_row(
+                    *conv_key, event.seq, folded.counters, {name: self.state(name, *conv_key) for name in self.policies}
+                ))
             decided.extend(folded.requests)
         for conv_key in touched_convs:
             c = self._conversations[conv_key]

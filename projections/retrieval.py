@@ -344,3 +344,29 @@ class OlderFromProjection:
     def end(self) -> int:
         """Return the number of committed messages."""
         return self.index.count(self.key)
+
+
+class OlderAsOf:
+    """:class:`OlderFromProjection` as it was when the conversation had ``end`` messages (time travel).
+
+    Messages from ``end`` on are invisible. Relevance is ranked with today's
+    index statistics, so under a tight budget a recalled set can differ from
+    the one the live read chose at the time; the memory, the verbatim
+    messages and the order of the context are exact.
+    """
+
+    def __init__(self, older: OlderFromProjection, end: int):
+        self.older = older
+        self._end = end
+
+    def ranked(self, query: str, limit: int) -> list[int]:
+        return [i for i in self.older.ranked(query, limit + 16) if i < self._end][:limit]
+
+    def at(self, indices: Sequence[int]) -> list[Any]:
+        return self.older.at([i for i in indices if i < self._end])
+
+    def newest(self, before: int, budget: int) -> list[Any]:
+        return self.older.newest(min(before, self._end), budget)
+
+    def end(self) -> int:
+        return min(self._end, self.older.end())

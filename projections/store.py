@@ -81,6 +81,10 @@ _DDL = [
     """CREATE TABLE IF NOT EXISTS policy_rows (
         policy VARCHAR, tbl VARCHAR, tenant_id VARCHAR, conversation_id VARCHAR, row JSON)""",
     *SEARCH_DDL,
+    # Fold-state snapshots every few events of a conversation, for time travel (projections.time_travel).
+    """CREATE TABLE IF NOT EXISTS state_history (
+        tenant_id VARCHAR, conversation_id VARCHAR, seq BIGINT, message_count BIGINT, token_count BIGINT,
+        deleted BOOLEAN, states JSON)""",
 ]
 
 _MESSAGE_COLUMNS = (
@@ -116,6 +120,7 @@ class Changes:
     search: dict[str, list[Any]] = field(default_factory=new_columns)  # search_docs rows (projections.retrieval)
     deleted: set[tuple[str, str]] = field(default_factory=set)
     erased: set[tuple[str, str]] = field(default_factory=set)  # deleted ones whose text was stored
+    state_history: list[dict[str, Any]] = field(default_factory=list)  # fold-state snapshots (projections.time_travel)
     records: list[MessageRecord] = field(default_factory=list)  # for the hot tail, not written
 
     def __len__(self) -> int:
@@ -209,7 +214,7 @@ class DuckDBProjectionStore:
         with self._write_lock:
             cur.execute("DROP VIEW IF EXISTS search_postings")
             for table in ("positions", "events", "conversations", "messages", "summaries", "facts", "policy_state",
-                          "policy_rows", "search_docs"):
+                          "policy_rows", "search_docs", "state_history"):
                 cur.execute(f"DROP TABLE IF EXISTS {table}")
             for ddl in (*_DDL, *view_ddl()):
                 cur.execute(ddl)
@@ -272,6 +277,11 @@ class DuckDBProjectionStore:
             _insert_columns(cur, "messages", ch.messages)
         if ch.search["doc_id"]:
             _insert_columns(cur, "search_docs", ch.search)
+        if ch.state_history:
+            cur.register("_snapshots", pa.Table.from_pylist(ch.state_history))
+            cur.execute("INSERT INTO state_history SELECT tenant_id, conversation_id, seq, message_count, token_count, "
+                        "deleted, states::JSON FROM _snapshots")
+            cur.unregister("_snapshots")
         if ch.conversations:
             rows = list(ch.conversations.values())
             cols = list(rows[0].keys())
@@ -502,6 +512,23 @@ class DuckDBProjectionStore:
             [tenant_id, conversation_id],
         ).fetchall()
 
+    def messages_before(
+        self, tenant_id: str, conversation_id: str, start: int, end: int, token_budget: int | None
+    ) -> list[MessageRecord]:
+        """Return :meth:`recent_messages` as it read when the conversation had ``end`` messages (index < ``end``)."""
+        if end <= start:
+            return []
+        if token_budget is None:
+            return self.messages(tenant_id, conversation_id, start, end - 1)
+        sql = (
+            "WITH last AS (SELECT cum_tokens AS total FROM messages WHERE tenant_id = ? AND conversation_id = ? AND idx = ?) "
+            f"SELECT {_READ_COLS} FROM messages, last WHERE tenant_id = ? AND conversation_id = ? AND idx >= ? "
+            "AND idx < ? AND (cum_tokens - tokens >= last.total - ? OR idx = ?) ORDER BY idx"
+        )
+        key = [tenant_id, conversation_id]
+        rows = self.connection.execute(sql, [*key, end - 1, *key, start, end, token_budget, end - 1]).fetchall()
+        return _records(rows)
+
     def summary_rows(self, tenant_id: str, conversation_id: str, policy: str | None = None) -> list[dict[str, Any]]:
         """Return the conversation's summary chain (every request and its outcome), oldest first."""
         sql = "SELECT * FROM summaries WHERE tenant_id = ? AND conversation_id = ?"
@@ -635,7 +662,7 @@ def _erase(cur: duckdb.DuckDBPyConnection, tenant_id: str, conversation_id: str)
     """
     key = [tenant_id, conversation_id]
     count = 0
-    for table in ("messages", "summaries", "facts", "policy_rows", "search_docs", "llm_cache"):
+    for table in ("messages", "summaries", "facts", "policy_rows", "search_docs", "state_history", "llm_cache"):
         count += cur.execute(f"DELETE FROM {table} WHERE tenant_id = ? AND conversation_id = ?", key).fetchone()[0]
     count += cur.execute(
         "UPDATE events SET payload = ? WHERE tenant_id = ? AND conversation_id = ? "
