@@ -246,11 +246,14 @@ def _engine(args: argparse.Namespace, *, writing: bool = False, read_only: bool 
     """
     if read_only is None:
         read_only = not writing
-    from .engine import MemoryEngine, _bind_log
+    from .engine import LOG_BINDING, MemoryEngine, _bind_log
 
     settings = _settings(args)
     kafka = (settings.log or "").startswith("kafka://")
-    if read_only and not kafka and not (settings.data_dir / "events.sqlite").is_file() and settings.log is None:
+    # A projector node's or worker's data dir has no events.sqlite: its log.json names the Kafka log it replicates.
+    bound = (settings.data_dir / LOG_BINDING).is_file()
+    has_log = bound or (settings.data_dir / "events.sqlite").is_file()
+    if read_only and not kafka and not has_log and settings.log is None:
         raise ConfigError(
             f"no memfold data in {settings.data_dir}: append or ingest first, or pass --data-dir "
             "(env MEMFOLD_DATA_DIR) for the data dir you mean"

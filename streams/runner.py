@@ -132,16 +132,17 @@ class Runner:
                         raise
                     self.projector.committed(changes)
                     total += len(changes)
-                    for r in records:
-                        if isinstance(r.event, SummaryRequested):
-                            self._seen[r.event.event_id] = r.event
+                    if self.emit_requests:  # a read replica hands nothing to a summarizer
+                        for r in records:
+                            if isinstance(r.event, SummaryRequested):
+                                self._seen[r.event.event_id] = r.event
                     self.on_committed(positions)
                     with self._progress:
                         self._progress.notify_all()
                     if not drain or len(records) < self.batch_size:
                         break
             self.folded += total
-            if (self._seen or self._rescan) and self.caught_up():
+            if self.emit_requests and (self._seen or self._rescan) and self.caught_up():
                 self._hand_over()
         return total
 
