@@ -35,6 +35,7 @@ from memfold.engine.tokens import MESSAGE_OVERHEAD, TokenCounter
 from . import retrieval
 from . import time_travel
 from .fold import ConversationCounters, fold_event
+from .policies import state_codec
 from .store import Changes, DuckDBProjectionStore
 from .tail import TailCache
 
@@ -94,7 +95,7 @@ class Projector:
         if state is None:
             impl, _ = self.policies[policy]
             raw = self.store.policy_state_json(policy, tenant_id, conversation_id)
-            state = impl.State.model_validate_json(raw) if raw else impl.initial(tenant_id, conversation_id)
+            state = state_codec.decode(impl.State, raw) if raw else impl.initial(tenant_id, conversation_id)
             if (tenant_id, conversation_id) in self._conversations:  # bounded with it; a cold read is not kept
                 self._states[key] = state
         return state
@@ -175,7 +176,7 @@ class Projector:
                 skey = (name, *key)
                 if skey not in self._states:
                     raw = states.get(skey)
-                    self._states[skey] = impl.State.model_validate_json(raw) if raw else impl.initial(*key)
+                    self._states[skey] = state_codec.decode(impl.State, raw) if raw else impl.initial(*key)
 
     def _active_facts(self, policy: str, tenant_id: str, conversation_id: str) -> dict[tuple[str, str], list[str | None]]:
         key = (policy, tenant_id, conversation_id)
@@ -271,7 +272,7 @@ class Projector:
             }
         for key in touched_states:
             state = self._states[key]
-            ch.policy_states[key] = state.model_dump_json()
+            ch.policy_states[key] = state_codec.encode(state)
             rows = getattr(self.policies[key[0]][0], "rows", None)
             if rows is not None:
                 ch.policy_rows[key] = rows(state)

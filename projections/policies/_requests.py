@@ -14,20 +14,19 @@ for the plan's notes and for operators.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
 
 from memfold.engine.events import SummaryRequested
 from memfold.engine.ports import FoldContext
+
+from .state_codec import FrozenState, replace
 
 # Enough to explain the recent history in plan notes; the watermark, not these
 # lists, is what makes re-deliveries no-ops, so trimming them is safe.
 REMEMBERED_IDS = 16
 
 
-class RequestLedger(BaseModel):
+class RequestLedger(FrozenState, kw_only=True):
     """The requests a policy has decided and what came of them. Frozen; every change returns a copy."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     pending_id: str | None = None
     pending_covers_to: int | None = None
@@ -55,13 +54,12 @@ class RequestLedger(BaseModel):
         superseded = self.superseded_ids
         if self.pending_id is not None:
             superseded = _remember(superseded, self.pending_id)
-        return self.model_copy(
-            update={
-                "pending_id": p.request_id,
-                "pending_covers_to": p.covers_to,
-                "requested_to": p.covers_to,
-                "superseded_ids": superseded,
-            }
+        return replace(
+            self,
+            pending_id=p.request_id,
+            pending_covers_to=p.covers_to,
+            requested_to=p.covers_to,
+            superseded_ids=superseded,
         )
 
     def awaits(self, request_id: str) -> bool:
@@ -70,18 +68,17 @@ class RequestLedger(BaseModel):
 
     def succeeded(self) -> "RequestLedger":
         """Return the ledger after the pending request produced a usable summary."""
-        return self.model_copy(update={"pending_id": None, "pending_covers_to": None, "failure": None})
+        return replace(self, pending_id=None, pending_covers_to=None, failure=None)
 
     def failed(self, reason: str) -> "RequestLedger":
         """Return the ledger after the pending request failed or produced an empty summary (``reason``)."""
         assert self.pending_id is not None, "failed() needs a pending request"
-        return self.model_copy(
-            update={
-                "pending_id": None,
-                "pending_covers_to": None,
-                "failed_ids": _remember(self.failed_ids, self.pending_id),
-                "failure": reason,
-            }
+        return replace(
+            self,
+            pending_id=None,
+            pending_covers_to=None,
+            failed_ids=_remember(self.failed_ids, self.pending_id),
+            failure=reason,
         )
 
 

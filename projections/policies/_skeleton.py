@@ -15,17 +15,16 @@ from __future__ import annotations
 from functools import singledispatch
 from typing import Any, ClassVar, TypeVar
 
-from pydantic import BaseModel
-
 from memfold.engine.errors import ConfigError
 from memfold.engine.events import ConversationDeleted, SummaryFailed, SummaryProduced, SummaryProducedPayload, SummaryRequested
 from memfold.engine.ports import FoldContext, MemoryMessage, MessageRecord
 from memfold.engine.tokens import MESSAGE_OVERHEAD
 
 from ._requests import RequestLedger
+from .state_codec import replace
 
-S = TypeVar("S", bound=BaseModel)
-P = TypeVar("P", bound=BaseModel)
+S = TypeVar("S")
+P = TypeVar("P")
 
 
 def deleted_marker(state: S) -> S:
@@ -53,7 +52,7 @@ class SummaryPolicy:
     """
 
     name: ClassVar[str]
-    State: ClassVar[type[BaseModel]]
+    State: ClassVar[type[Any]]
 
     def initial(self, tenant_id: str, conversation_id: str) -> Any:
         """Return the state of a conversation with no messages."""
@@ -110,7 +109,7 @@ def _requested(item: SummaryRequested, policy: SummaryPolicy, state: Any, ctx: F
     ledger = state.requests.adopt(item, ctx)
     if ledger is state.requests:
         return state
-    return policy.adopted(state.model_copy(update={"requests": ledger}), ctx)
+    return policy.adopted(replace(state, requests=ledger), ctx)
 
 
 @_apply.register
@@ -119,15 +118,15 @@ def _produced(item: SummaryProduced, policy: SummaryPolicy, state: Any, ctx: Fol
     if not requests.awaits(item.payload.request_id):
         return state
     if not policy.usable(item.payload):
-        return state.model_copy(update={"requests": requests.failed("summary_empty")})
-    return policy.produced(state.model_copy(update={"requests": requests.succeeded()}), item.payload, ctx)
+        return replace(state, requests=requests.failed("summary_empty"))
+    return policy.produced(replace(state, requests=requests.succeeded()), item.payload, ctx)
 
 
 @_apply.register
 def _failed(item: SummaryFailed, policy: SummaryPolicy, state: Any, ctx: FoldContext) -> Any:
     if not state.requests.awaits(item.payload.request_id):
         return state
-    return state.model_copy(update={"requests": state.requests.failed("summary_failed")})
+    return replace(state, requests=state.requests.failed("summary_failed"))
 
 
 @_apply.register

@@ -9,19 +9,18 @@ import math
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+import msgspec
+
 
 from memfold.engine.settings import TopicsSettings
+
+from .state_codec import FrozenState, to_builtins
 
 
 DAY = 86400.0
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class MessageRef(_Frozen):
+class MessageRef(FrozenState, kw_only=True):
     """A message as a topic keeps it: a reference (the content lives in the ``messages`` projection)."""
 
     index: int
@@ -33,7 +32,7 @@ class MessageRef(_Frozen):
 
 def compress_refs(refs: list[MessageRef] | tuple[MessageRef, ...]) -> str:
     """Return ``refs`` as the seed's compressed string: JSON → gzip (mtime 0) → base64."""
-    data = json.dumps([r.model_dump(mode="json") for r in refs], sort_keys=True, separators=(",", ":"))
+    data = json.dumps([to_builtins(r) for r in refs], sort_keys=True, separators=(",", ":"))
     return base64.b64encode(gzip.compress(data.encode("utf-8"), compresslevel=9, mtime=0)).decode("ascii")
 
 
@@ -41,7 +40,7 @@ def decompress_refs(blob: str | None) -> list[MessageRef]:
     """Return the references stored by :func:`compress_refs` (empty for None)."""
     if not blob:
         return []
-    return [MessageRef.model_validate(d) for d in json.loads(gzip.decompress(base64.b64decode(blob)))]
+    return msgspec.convert(json.loads(gzip.decompress(base64.b64decode(blob))), list[MessageRef])
 
 
 def cosine(a: tuple[float, ...], b: tuple[float, ...]) -> float:
@@ -97,7 +96,7 @@ def priority(topic: Topic, now: datetime, settings: TopicsSettings) -> float:
 # --------------------------------------------------------------------------- state
 
 
-class Topic(_Frozen):
+class Topic(FrozenState, kw_only=True):
     """One topic; after eviction a tombstone (no embedding, no messages) kept for the ``topics`` table."""
 
     topic_id: str
@@ -126,7 +125,7 @@ class Topic(_Frozen):
         return self.evicted_at is not None
 
 
-class PendingAudit(_Frozen):
+class PendingAudit(FrozenState, kw_only=True):
     """A topic event decided by the last evolve and not yet emitted by ``decide``."""
 
     type: Literal["TopicAssigned", "TopicCompacted", "TopicEvicted"]
@@ -136,7 +135,7 @@ class PendingAudit(_Frozen):
     payload: dict[str, Any]
 
 
-class State(_Frozen):
+class State(FrozenState, kw_only=True):
     """Per-conversation fold state; per-message data is bounded by topics × active messages."""
 
     tenant_id: str
@@ -147,7 +146,7 @@ class State(_Frozen):
     active_topic_id: str | None = None
     topics: tuple[Topic, ...] = ()  # creation order, evicted ones included
     unassigned: tuple[MessageRef, ...] = ()  # messages before the first user message
-    open_calls: dict[str, str] = Field(default_factory=dict)  # tool_call id → topic id, this round
+    open_calls: dict[str, str] = {}  # tool_call id → topic id, this round
     recent_requests: tuple[str, ...] = ()
     outbox: tuple[PendingAudit, ...] = ()
     # The settings last folded with, so rows and stats need no context.

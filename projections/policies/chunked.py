@@ -21,8 +21,6 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from pydantic import BaseModel, ConfigDict
-
 from memfold.engine.events import Event, SummaryProducedPayload, SummaryRequested
 from memfold.engine.ports import ContextPlan, FoldContext, MemoryMessage, MessageRecord
 from memfold.engine.settings import ChunkedSettings
@@ -31,15 +29,14 @@ from memfold.projections.fold import make_request
 
 from ._requests import RequestLedger
 from ._skeleton import SummaryPolicy, memory_message, settings_of
+from .state_codec import FrozenState, replace
 
 SUMMARY_HEADER = "BACKGROUND – PRIOR CONVERSATION SUMMARY (use only if relevant):\n"
 TRUNCATION_MARK = "…"
 
 
-class BufferedMessage(BaseModel):
+class BufferedMessage(FrozenState, kw_only=True):
     """What the chunk buffer keeps of one message: enough to group turns and count tokens, no content."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     index: int
     role: str
@@ -51,10 +48,8 @@ class BufferedMessage(BaseModel):
 Turn = tuple[BufferedMessage, ...]
 
 
-class ChunkedState(BaseModel):
+class ChunkedState(FrozenState, kw_only=True):
     """Per-conversation state: the global summary, its coverage, the chunk buffer, the request ledger."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     tenant_id: str
     conversation_id: str
@@ -84,18 +79,17 @@ class ChunkedPolicy(SummaryPolicy):
             model_variant=item.model_variant,
             calls_tools=bool(item.tool_calls),
         )
-        return state.model_copy(update={"count": item.index + 1, "buffer": state.buffer + (entry,)})
+        return replace(state, count=item.index + 1, buffer=state.buffer + (entry,))
 
     def produced(self, state: ChunkedState, payload: SummaryProducedPayload, ctx: FoldContext) -> ChunkedState:
         """Replace the global summary and advance ``last_summarized_index`` to its coverage."""
-        return state.model_copy(
-            update={
-                "global_summary": payload.text,
-                "summary_id": payload.summary_id,
-                "summary_tokens": ctx.count_tokens(payload.text),
-                "last_summarized_index": payload.covers_to,
-                "buffer": tuple(m for m in state.buffer if m.index > payload.covers_to),
-            }
+        return replace(
+            state,
+            global_summary=payload.text,
+            summary_id=payload.summary_id,
+            summary_tokens=ctx.count_tokens(payload.text),
+            last_summarized_index=payload.covers_to,
+            buffer=tuple(m for m in state.buffer if m.index > payload.covers_to),
         )
 
     def decide(self, state: ChunkedState, ctx: FoldContext, cause: MessageRecord | Event) -> list[SummaryRequested]:

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from pydantic import BaseModel, ConfigDict
-
 from memfold.engine.events import Event, Fact, SummaryProducedPayload, SummaryRequested
 from memfold.engine.ports import ContextPlan, FoldContext, MemoryMessage, MessageRecord
 from memfold.engine.settings import HierarchicalSettings
@@ -23,12 +21,11 @@ from memfold.projections.prompts import render_facts_dated
 from . import _tool_groups as groups
 from ._requests import RequestLedger
 from ._skeleton import SummaryPolicy, memory_message, settings_of
+from .state_codec import FrozenState, replace
 
 
-class HierarchicalSummary(BaseModel):
+class HierarchicalSummary(FrozenState, kw_only=True):
     """The summary in force: facts + narrative standing for messages ``[0, covers_to]``."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     summary_id: str
     request_id: str
@@ -37,10 +34,8 @@ class HierarchicalSummary(BaseModel):
     narrative: str = ""
 
 
-class HierarchicalState(BaseModel):
+class HierarchicalState(FrozenState, kw_only=True):
     """Per-conversation state: message count, the summary in force, the request ledger, open tool groups."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     tenant_id: str
     conversation_id: str
@@ -60,11 +55,11 @@ class HierarchicalPolicy(SummaryPolicy):
 
     def message(self, state: HierarchicalState, item: MessageRecord, ctx: FoldContext) -> HierarchicalState:
         """Count the message and note its tool group."""
-        return state.model_copy(update={"count": item.index + 1, "tool_groups": groups.note(state.tool_groups, item)})
+        return replace(state, count=item.index + 1, tool_groups=groups.note(state.tool_groups, item))
 
     def adopted(self, state: HierarchicalState, ctx: FoldContext) -> HierarchicalState:
         """Forget tool groups the adopted request's cut has passed: later cuts fall after it."""
-        return state.model_copy(update={"tool_groups": groups.prune(state.tool_groups, state.requests.requested_to + 1)})
+        return replace(state, tool_groups=groups.prune(state.tool_groups, state.requests.requested_to + 1))
 
     def usable(self, payload: SummaryProducedPayload) -> bool:
         """Facts alone, or a narrative alone, make a usable summary."""
@@ -79,7 +74,7 @@ class HierarchicalPolicy(SummaryPolicy):
             facts=payload.facts,
             narrative=payload.text,
         )
-        return state.model_copy(update={"summary": summary})
+        return replace(state, summary=summary)
 
     def decide(
         self, state: HierarchicalState, ctx: FoldContext, cause: MessageRecord | Event

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from pydantic import BaseModel, ConfigDict
-
 from memfold.engine.events import Event, SummaryProducedPayload, SummaryRequested
 from memfold.engine.ports import ContextPlan, FoldContext, MessageRecord
 from memfold.engine.settings import RollingSettings
@@ -23,12 +21,11 @@ from memfold.projections.fold import make_request
 from . import _tool_groups as groups
 from ._requests import RequestLedger
 from ._skeleton import SummaryPolicy, memory_message, settings_of
+from .state_codec import FrozenState, replace
 
 
-class RollingSummary(BaseModel):
+class RollingSummary(FrozenState, kw_only=True):
     """The summary in force: ``text`` standing for messages ``[0, covers_to]`` (the seed's coversMessageCount - 1)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     summary_id: str
     request_id: str
@@ -41,10 +38,8 @@ class RollingSummary(BaseModel):
         return self.covers_to + 1
 
 
-class RollingState(BaseModel):
+class RollingState(FrozenState, kw_only=True):
     """Per-conversation state: message and token totals, the summary in force, the request ledger, tool groups."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     tenant_id: str
     conversation_id: str
@@ -65,12 +60,11 @@ class RollingPolicy(SummaryPolicy):
 
     def message(self, state: RollingState, item: MessageRecord, ctx: FoldContext) -> RollingState:
         """Count the message and its tokens, note its tool group."""
-        return state.model_copy(
-            update={
-                "count": item.index + 1,
-                "tokens": state.tokens + item.tokens,
-                "tool_groups": groups.note(state.tool_groups, item),
-            }
+        return replace(
+            state,
+            count=item.index + 1,
+            tokens=state.tokens + item.tokens,
+            tool_groups=groups.note(state.tool_groups, item),
         )
 
     def produced(self, state: RollingState, payload: SummaryProducedPayload, ctx: FoldContext) -> RollingState:
@@ -78,9 +72,7 @@ class RollingPolicy(SummaryPolicy):
         summary = RollingSummary(
             summary_id=payload.summary_id, request_id=payload.request_id, covers_to=payload.covers_to, text=payload.text
         )
-        return state.model_copy(
-            update={"summary": summary, "tool_groups": groups.prune(state.tool_groups, payload.covers_to + 1)}
-        )
+        return replace(state, summary=summary, tool_groups=groups.prune(state.tool_groups, payload.covers_to + 1))
 
     def decide(self, state: RollingState, ctx: FoldContext, cause: MessageRecord | Event) -> list[SummaryRequested]:
         """Return the summary request ``state`` calls for now (at most one), built from ``cause``.

@@ -29,8 +29,6 @@ from datetime import datetime
 from functools import singledispatch
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict
-
 from memfold.engine.events import (
     ConversationDeleted,
     SummaryFailed,
@@ -42,6 +40,7 @@ from memfold.engine.settings import SlidingWindowSettings
 from memfold.projections.fold import make_request, summary_id_for
 
 from ._skeleton import deleted_marker, memory_message
+from .state_codec import FrozenState, replace, to_builtins
 
 NAME = "sliding_window"
 MEMORY_PREFIX = "[Previous context: "
@@ -51,11 +50,7 @@ EMPTY_SUMMARY_REASON = "empty summary"
 Status = Literal["processing", "completed", "failed"]
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class MemoryRow(_Frozen):
+class MemoryRow(FrozenState, kw_only=True):
     """One row of the seed's ``memory`` table (without the text, which lives in ``summaries``)."""
 
     memory_id: str
@@ -72,7 +67,7 @@ class MemoryRow(_Frozen):
     failure_reason: str | None = None
 
 
-class ToolSpan(_Frozen):
+class ToolSpan(FrozenState, kw_only=True):
     """An assistant message that called tools (``call_index``) through its last answer (``last_index``)."""
 
     call_index: int
@@ -81,7 +76,7 @@ class ToolSpan(_Frozen):
     pending: tuple[str, ...]
 
 
-class State(_Frozen):
+class State(FrozenState, kw_only=True):
     """Per-conversation fold state. Per-message data is limited to the tool groups near the window."""
 
     tenant_id: str
@@ -146,7 +141,7 @@ def memory_rows(state: State) -> list[dict[str, Any]]:
     current = latest_completed(state)
     out = []
     for row in state.memories:
-        d = row.model_dump(mode="json")
+        d = to_builtins(row)
         d["in_force"] = current is not None and row.memory_id == current.memory_id
         out.append(d)
     return out
@@ -168,15 +163,14 @@ def _message(item: MessageRecord, state: State, ctx: FoldContext) -> State:
     spans = list(state.tool_spans)
     if item.role == "user":
         # A new round: calls left unanswered will never be answered, stop waiting for them.
-        spans = [s.model_copy(update={"pending": ()}) if s.pending else s for s in spans]
+        spans = [replace(s, pending=()) if s.pending else s for s in spans]
     elif item.role == "tool" and item.tool_call_id:
         for i, span in enumerate(spans):
             if item.tool_call_id in span.calls:
-                spans[i] = span.model_copy(
-                    update={
-                        "last_index": max(span.last_index, item.index),
-                        "pending": tuple(c for c in span.pending if c != item.tool_call_id),
-                    }
+                spans[i] = replace(
+                    span,
+                    last_index=max(span.last_index, item.index),
+                    pending=tuple(c for c in span.pending if c != item.tool_call_id),
                 )
                 break
     if item.role == "assistant" and item.tool_calls:
@@ -189,7 +183,7 @@ def _message(item: MessageRecord, state: State, ctx: FoldContext) -> State:
     # latest round end (or a later one) matter.
     horizon = round_end - settings.rolling_window_size - 2
     spans = [s for s in spans if s.pending or s.last_index >= horizon]
-    return state.model_copy(update={"last_index": item.index, "round_end": round_end, "tool_spans": tuple(spans)})
+    return replace(state, last_index=item.index, round_end=round_end, tool_spans=tuple(spans))
 
 
 @_apply.register
@@ -214,7 +208,7 @@ def _requested(item: SummaryRequested, state: State, ctx: FoldContext) -> State:
         base_ordinal=base.ordinal if base else None,
         created_at=item.occurred_at,
     )
-    return state.model_copy(update={"memories": (*state.memories, row)})
+    return replace(state, memories=(*state.memories, row))
 
 
 def _resolve(state: State, request_id: str, **update: Any) -> tuple[State, MemoryRow | None]:
@@ -223,8 +217,8 @@ def _resolve(state: State, request_id: str, **update: Any) -> tuple[State, Memor
         if row.request_id == request_id:
             if row.status != "processing":
                 return state, None  # already resolved: a duplicate answer
-            rows[i] = row.model_copy(update=update)
-            return state.model_copy(update={"memories": tuple(rows)}), rows[i]
+            rows[i] = replace(row, **update)
+            return replace(state, memories=tuple(rows)), rows[i]
     return state, None
 
 
@@ -241,7 +235,7 @@ def _produced(item: SummaryProduced, state: State, ctx: FoldContext) -> State:
     if row is None:
         return state
     if before is None or row.end_sequence > before.end_sequence:
-        new = new.model_copy(update={"memory_text": p.text})
+        new = replace(new, memory_text=p.text)
     return new
 
 
@@ -266,7 +260,7 @@ class SlidingWindowPolicy:
     """Seed 002 as a pure fold: see the module docstring for triggers, ranges and reads."""
 
     name: ClassVar[str] = NAME
-    State: ClassVar[type[BaseModel]] = State
+    State: ClassVar[type[State]] = State
 
     def initial(self, tenant_id: str, conversation_id: str) -> State:
         """Return the state of a conversation with no messages."""

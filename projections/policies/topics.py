@@ -57,8 +57,6 @@ from datetime import datetime
 from functools import singledispatch
 from typing import Any, ClassVar
 
-from pydantic import BaseModel
-
 from memfold.engine.errors import ConfigError
 from memfold.engine.events import (
     EVENT_CLASSES,
@@ -78,6 +76,7 @@ from memfold.engine.settings import TopicsSettings
 from memfold.projections.fold import make_request
 
 from ._skeleton import deleted_marker, memory_message
+from .state_codec import replace
 from ._topic_memory import (
     DAY,
     MessageRef,
@@ -131,7 +130,7 @@ def _ref(item: MessageRecord) -> MessageRef:
 def _replace(state: State, i: int, topic: Topic, **update: Any) -> State:
     topics = list(state.topics)
     topics[i] = topic
-    return state.model_copy(update={"topics": tuple(topics), **update})
+    return replace(state, topics=tuple(topics), **update)
 
 
 def _audit(state: State, type_: str, event_id: str, cause: Any, ctx: FoldContext, **payload: Any) -> State:
@@ -142,7 +141,7 @@ def _audit(state: State, type_: str, event_id: str, cause: Any, ctx: FoldContext
         causation_id=cause.event_id,
         payload={"policy": NAME, "settings_hash": ctx.settings_hash, **payload},
     )
-    return state.model_copy(update={"outbox": (*state.outbox, entry)})
+    return replace(state, outbox=(*state.outbox, entry))
 
 
 # --------------------------------------------------------------------------- evolve
@@ -186,14 +185,13 @@ def _user_message(item: MessageRecord, state: State, ctx: FoldContext) -> State:
             update.update(compressed=None, compressed_count=0)
         if item.importance is not None:
             update["importance"] = item.importance
-        topic = topic.model_copy(
-            update={
-                **update,
-                "messages": (*messages, ref),
-                "message_count": topic.message_count + 1,
-                "access_count": topic.access_count + 1,
-                "last_active_at": max(topic.last_active_at, item.occurred_at),
-            }
+        topic = replace(
+            topic,
+            **update,
+            messages=(*messages, ref),
+            message_count=topic.message_count + 1,
+            access_count=topic.access_count + 1,
+            last_active_at=max(topic.last_active_at, item.occurred_at),
         )
         state = _replace(state, best_i, topic)
         created = False
@@ -208,9 +206,9 @@ def _user_message(item: MessageRecord, state: State, ctx: FoldContext) -> State:
             messages=(*state.unassigned, ref),
             message_count=len(state.unassigned) + 1,
         )
-        state = state.model_copy(update={"topics": (*state.topics, topic), "unassigned": ()})
+        state = replace(state, topics=(*state.topics, topic), unassigned=())
         created = True
-    state = state.model_copy(update={"active_topic_id": topic.topic_id, "open_calls": {}})
+    state = replace(state, active_topic_id=topic.topic_id, open_calls={})
     return _audit(
         state,
         "TopicAssigned",
@@ -234,15 +232,14 @@ def _other_message(item: MessageRecord, state: State) -> State:
         open_calls.pop(item.tool_call_id, None)
     i, topic = find_topic(state, target)
     if topic is None or topic.evicted:
-        return state.model_copy(update={"unassigned": (*state.unassigned, _ref(item)), "open_calls": open_calls})
+        return replace(state, unassigned=(*state.unassigned, _ref(item)), open_calls=open_calls)
     for tc in item.tool_calls:
         open_calls[tc.id] = topic.topic_id
-    topic = topic.model_copy(
-        update={
-            "messages": (*topic.messages, _ref(item)),
-            "message_count": topic.message_count + 1,
-            "last_active_at": max(topic.last_active_at, item.occurred_at),
-        }
+    topic = replace(
+        topic,
+        messages=(*topic.messages, _ref(item)),
+        message_count=topic.message_count + 1,
+        last_active_at=max(topic.last_active_at, item.occurred_at),
     )
     return _replace(state, i, topic, open_calls=open_calls)
 
@@ -265,17 +262,16 @@ def _evict(state: State, cause: Any, ctx: FoldContext) -> State:
             break
         if topic.topic_id == state.active_topic_id:
             continue
-        tombstone = topic.model_copy(
-            update={
-                "embedding": None,
-                "messages": (),
-                "compressed": None,
-                "summary_text": None,
-                "processing_request_id": None,
-                "processing_indices": (),
-                "evicted_at": now,
-                "evicted_priority": round(p, 12),
-            }
+        tombstone = replace(
+            topic,
+            embedding=None,
+            messages=(),
+            compressed=None,
+            summary_text=None,
+            processing_request_id=None,
+            processing_indices=(),
+            evicted_at=now,
+            evicted_priority=round(p, 12),
         )
         state = _replace(state, i, tombstone)
         state = _audit(
@@ -292,7 +288,7 @@ def _evict(state: State, cause: Any, ctx: FoldContext) -> State:
 
 def _advance(state: State, when: datetime) -> State:
     if state.now is None or when > state.now:
-        return state.model_copy(update={"now": when})
+        return replace(state, now=when)
     return state
 
 
@@ -300,7 +296,7 @@ def _advance(state: State, when: datetime) -> State:
 def _message(item: MessageRecord, state: State, ctx: FoldContext) -> State:
     if item.index <= state.last_index:
         return state  # re-delivered message
-    state = _advance(state, item.occurred_at).model_copy(update={"last_index": item.index})
+    state = replace(_advance(state, item.occurred_at), last_index=item.index)
     state = _user_message(item, state, ctx) if item.role == "user" else _other_message(item, state)
     return _evict(state, item, ctx)
 
@@ -318,9 +314,7 @@ def _requested(item: SummaryRequested, state: State, ctx: FoldContext) -> State:
     i, topic = find_topic(state, p.topic_id)
     if topic is None or topic.evicted or topic.processing_request_id is not None:
         return state
-    topic = topic.model_copy(
-        update={"processing_request_id": p.request_id, "processing_indices": tuple(p.input_indices or ())}
-    )
+    topic = replace(topic, processing_request_id=p.request_id, processing_indices=tuple(p.input_indices or ()))
     recent = (*state.recent_requests, p.request_id)[-_RECENT_REQUESTS:]
     return _replace(state, i, topic, recent_requests=recent)
 
@@ -342,22 +336,21 @@ def _produced(item: SummaryProduced, state: State, ctx: FoldContext) -> State:
         return state  # a duplicate, or the answer for a topic evicted meanwhile
     closed = {"processing_request_id": None, "processing_indices": ()}
     if not p.text.strip():
-        return _replace(state, i, topic.model_copy(update={**closed, "failed_request_id": p.request_id}))
+        return _replace(state, i, replace(topic, **closed, failed_request_id=p.request_id))
     moving = set(topic.processing_indices)
     old = [r for r in topic.messages if r.index in moving]
     kept = tuple(r for r in topic.messages if r.index not in moving)
     stored = sorted((*decompress_refs(topic.compressed), *old), key=lambda r: r.index)
-    topic = topic.model_copy(
-        update={
-            **closed,
-            "messages": kept,
-            "compressed": compress_refs(stored) if stored else None,
-            "compressed_count": len(stored),
-            "summary_id": p.summary_id,
-            "summary_text": p.text,
-            "summary_tokens": ctx.count_tokens(p.text),
-            "failed_request_id": None,
-        }
+    topic = replace(
+        topic,
+        **closed,
+        messages=kept,
+        compressed=compress_refs(stored) if stored else None,
+        compressed_count=len(stored),
+        summary_id=p.summary_id,
+        summary_text=p.text,
+        summary_tokens=ctx.count_tokens(p.text),
+        failed_request_id=None,
     )
     state = _replace(state, i, topic)
     return _audit(
@@ -379,16 +372,14 @@ def _failed(item: SummaryFailed, state: State, ctx: FoldContext) -> State:
     i, topic = _open_request(state, item.payload.request_id)
     if topic is None:
         return state
-    topic = topic.model_copy(
-        update={"processing_request_id": None, "processing_indices": (), "failed_request_id": item.payload.request_id}
-    )
+    topic = replace(topic, processing_request_id=None, processing_indices=(), failed_request_id=item.payload.request_id)
     return _replace(state, i, topic)
 
 
 def _emitted(item: Event, state: State, ctx: FoldContext) -> State:
     if not any(a.event_id == item.event_id for a in state.outbox):
         return state  # back from the log: already folded when decided
-    return state.model_copy(update={"outbox": tuple(a for a in state.outbox if a.event_id != item.event_id)})
+    return replace(state, outbox=tuple(a for a in state.outbox if a.event_id != item.event_id))
 
 
 for _cls in (TopicAssigned, TopicCompacted, TopicEvicted):
@@ -441,7 +432,7 @@ class TopicsPolicy:
     """Seed 004 as a pure fold: see the module docstring for assignment, compaction, restore and decay."""
 
     name: ClassVar[str] = NAME
-    State: ClassVar[type[BaseModel]] = State
+    State: ClassVar[type[State]] = State
 
     def initial(self, tenant_id: str, conversation_id: str) -> State:
         """Return the state of a conversation with no messages."""
@@ -457,7 +448,7 @@ class TopicsPolicy:
         if state.deleted:
             return state
         if isinstance(ctx.settings, TopicsSettings) and state.settings != ctx.settings:
-            state = state.model_copy(update={"settings": ctx.settings})
+            state = replace(state, settings=ctx.settings)
         return _apply(item, state, ctx)
 
     def decide(self, state: State, ctx: FoldContext, cause: Any) -> list[Event]:

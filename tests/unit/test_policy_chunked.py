@@ -11,6 +11,7 @@ from memfold.engine.events import ConversationDeleted, SummaryRequested, ToolCal
 from memfold.engine.ports import MessageRecord
 from memfold.engine.settings import ChunkedSettings
 from memfold.projections import fold
+from memfold.projections.policies import state_codec
 from memfold.projections.policies.chunked import SUMMARY_HEADER, ChunkedPolicy, ChunkedState
 from support.policy_kit import (
     COUNT,
@@ -313,7 +314,7 @@ def test_duplicates_are_no_ops_and_state_round_trips():
     for dup in [*derived, msg(23, "assistant", 500), msg(0, "user", 500)]:
         after, more = fold.step(POLICY, state, dup, ctx)
         assert after == state and more == []
-    assert ChunkedState.model_validate_json(state.model_dump_json()) == state
+    assert state_codec.decode(ChunkedState, state_codec.encode(state)) == state
     assert POLICY.name == "chunked" and ChunkedPolicy.State is ChunkedState
 
 
@@ -359,7 +360,7 @@ def test_fold_a_then_b_from_serialized_state_equals_fold_a_plus_b(steps, split, 
     split = split % (len(items) + 1)
     whole, derived_whole = fold.run_sync(POLICY, ctx, items, by_hash)
     a, derived_a = fold.run_sync(POLICY, ctx, items[:split], by_hash, state=POLICY.initial("t1", "c1"))
-    resumed = ChunkedState.model_validate_json(a.model_dump_json())
+    resumed = state_codec.decode(ChunkedState, state_codec.encode(a))
     b, derived_b = fold.run_sync(POLICY, ctx, items[split:], by_hash, state=resumed)
     assert b == whole and derived_a + derived_b == derived_whole
     again, derived_again = fold.run_sync(POLICY, ctx, items, by_hash)

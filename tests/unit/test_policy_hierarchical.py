@@ -22,6 +22,7 @@ from memfold.engine.errors import ConfigError
 from memfold.engine.ports import FoldContext, MessageRecord
 from memfold.engine.settings import HierarchicalSettings, RollingSettings
 from memfold.projections import fold
+from memfold.projections.policies import state_codec
 from memfold.projections.policies.hierarchical import HierarchicalPolicy, HierarchicalState
 from support.policy_kit import (
     COUNT,
@@ -356,7 +357,7 @@ def test_state_json_round_trip():
     state, _, _ = run(_tool_chat(10) + chat(5, start=15), ctx=ctx, worker=Scripted("ok", "fail", default=None))
     assert state.summary is not None and state.requests.failed_ids and state.requests.pending_id
     assert state.requests.superseded_ids
-    assert HierarchicalState.model_validate_json(state.model_dump_json()) == state
+    assert state_codec.decode(HierarchicalState, state_codec.encode(state)) == state
     assert HierarchicalPolicy.State is HierarchicalState and POLICY.name == "hierarchical"
 
 
@@ -398,7 +399,7 @@ def test_fold_a_then_b_from_serialized_state_equals_fold_a_plus_b(kinds, split, 
     whole, derived_whole = fold.run_sync(POLICY, ctx, items, by_hash)
     start = POLICY.initial("t1", "c1")
     a, derived_a = fold.run_sync(POLICY, ctx, items[:split], by_hash, state=start)
-    resumed = HierarchicalState.model_validate_json(a.model_dump_json())
+    resumed = state_codec.decode(HierarchicalState, state_codec.encode(a))
     b, derived_b = fold.run_sync(POLICY, ctx, items[split:], by_hash, state=resumed)
     assert b == whole
     assert derived_a + derived_b == derived_whole

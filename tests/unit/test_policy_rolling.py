@@ -12,6 +12,7 @@ from memfold.engine.events import ConversationDeleted, SummaryRequested, ToolCal
 from memfold.engine.ports import MessageRecord
 from memfold.engine.settings import RollingSettings
 from memfold.projections import fold
+from memfold.projections.policies import state_codec
 from memfold.projections.policies.rolling import RollingPolicy, RollingState
 from support.policy_kit import (
     Messages,
@@ -261,7 +262,7 @@ def test_duplicates_are_no_ops_and_state_round_trips():
     for dup in [*derived, msg(29), msg(0)]:
         after, more = fold.step(POLICY, state, dup, ctx)
         assert after == state and more == []
-    assert RollingState.model_validate_json(state.model_dump_json()) == state
+    assert state_codec.decode(RollingState, state_codec.encode(state)) == state
     assert POLICY.name == "rolling" and RollingPolicy.State is RollingState
 
 
@@ -294,7 +295,7 @@ def test_fold_a_then_b_from_serialized_state_equals_fold_a_plus_b(kinds, split, 
     split = split % (len(items) + 1)
     whole, derived_whole = fold.run_sync(POLICY, ctx, items, by_hash)
     a, derived_a = fold.run_sync(POLICY, ctx, items[:split], by_hash, state=POLICY.initial("t1", "c1"))
-    resumed = RollingState.model_validate_json(a.model_dump_json())
+    resumed = state_codec.decode(RollingState, state_codec.encode(a))
     b, derived_b = fold.run_sync(POLICY, ctx, items[split:], by_hash, state=resumed)
     assert b == whole and derived_a + derived_b == derived_whole
     again, derived_again = fold.run_sync(POLICY, ctx, items, by_hash)

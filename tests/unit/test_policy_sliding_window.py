@@ -11,6 +11,7 @@ from memfold.engine.events import ClockTicked, ClockTickedPayload, ConversationD
 from memfold.engine.ports import MessageRecord
 from memfold.engine.settings import SlidingWindowSettings
 from memfold.projections import fold
+from memfold.projections.policies import state_codec
 from memfold.projections.policies import sliding_window as sw
 from memfold.projections.policies.sliding_window import SlidingWindowPolicy, window_range
 from support.policy_kit import FoldDriver, context_builder, id_step, record, requests_of, scripted_reply
@@ -386,9 +387,9 @@ def test_state_json_round_trip():
     for m in tool_conversation():
         for r in d.feed(m):
             d.produce(r, f"summary of {covers(r)}")
-    text = d.state.model_dump_json()
-    back = sw.State.model_validate_json(text)
-    assert back == d.state and back.model_dump_json() == text
+    text = state_codec.encode(d.state)
+    back = state_codec.decode(sw.State, text)
+    assert back == d.state and state_codec.encode(back) == text
 
 
 # --------------------------------------------------------------------------- properties
@@ -435,7 +436,7 @@ def test_fold_a_then_b_equals_fold_ab_after_a_json_round_trip(items, cut, size, 
     whole, derived = fold.run_sync(POLICY, ctx, items, scripted_answer)
     if cut:
         first, d1 = fold.run_sync(POLICY, ctx, items[:cut], scripted_answer)
-        resumed = sw.State.model_validate_json(first.model_dump_json())
+        resumed = state_codec.decode(sw.State, state_codec.encode(first))
         rest, d2 = fold.run_sync(POLICY, ctx, items[cut:], scripted_answer, state=resumed) if cut < len(items) else (resumed, [])
         assert rest == whole
         assert [e.event_id for e in d1 + d2] == [e.event_id for e in derived]
@@ -465,4 +466,4 @@ def test_replay_of_the_log_equals_live_and_redecides_nothing_new(items):
         replayed, reqs = fold.step(POLICY, replayed, item, ctx)
         assert {r.event_id for r in reqs} <= logged
     assert replayed == d.state
-    assert replayed.model_dump_json() == d.state.model_dump_json()
+    assert state_codec.encode(replayed) == state_codec.encode(d.state)
