@@ -92,9 +92,13 @@ async def _phase(name: str, clients: list[httpx.AsyncClient], body, args) -> Non
     print(line + (f"  non-2xx {dict(statuses)}" if statuses else "  errors 0"), flush=True)
 
 
-def _lag(url: str) -> float:
+def _gauge(url: str, name: str) -> float:
     metrics = httpx.get(url + "/metrics", timeout=30).text
-    return float(next(ln.split()[-1] for ln in metrics.splitlines() if ln.startswith("memfold_projector_lag_events")))
+    return float(next(ln.split()[-1] for ln in metrics.splitlines() if ln.startswith(name + " ")))
+
+
+def _lag(url: str) -> float:
+    return _gauge(url, "memfold_projector_lag_events")
 
 
 async def _load(url: str, keys: list[str], args) -> None:
@@ -106,7 +110,11 @@ async def _load(url: str, keys: list[str], args) -> None:
         started = time.perf_counter()
         while _lag(url) > 0 and time.perf_counter() - started < 300:
             await asyncio.sleep(0.2)
-        print(f"        projector caught up {time.perf_counter() - started:.1f}s after the ingest phase", flush=True)
+        caught_up = time.perf_counter() - started
+        while _gauge(url, "memfold_summary_queue") > 0 and time.perf_counter() - started < 120:
+            await asyncio.sleep(0.2)
+        print(f"        after the ingest: projector caught up in {caught_up:.1f}s, summaries due done in "
+              f"{time.perf_counter() - started:.1f}s (reads below run on an idle engine)", flush=True)
         # The first read of a conversation loads its recall index; the second pass is the steady state.
         await _phase("read-1", clients, lambda i: ("context",) if i == 0 else (), args)
         await _phase("read-2", clients, lambda i: ("context",), args)

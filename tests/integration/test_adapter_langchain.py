@@ -29,6 +29,7 @@ class RecordingChatModel(GenericFakeChatModel):
         return super()._generate(messages, *args, **kwargs)
 
 
+@pytest.mark.filterwarnings("ignore:RunnableWithMessageHistory is deprecated")  # still widely used; supported
 def test_runnable_with_message_history_keeps_turns_in_memfold(service):
     client = Client(service.url, service.key("lc", "writer"))
     model = RecordingChatModel(messages=iter([AIMessage("Hello Ada."), AIMessage("Order #4401 left on Monday.")]),
