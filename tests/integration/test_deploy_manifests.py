@@ -277,3 +277,13 @@ def test_the_cli_accepts_every_manifest_command(where, command):
     assert args.log == command[command.index("--log") + 1], where
     if "--data-dir" in command:
         assert str(args.data_dir) == command[command.index("--data-dir") + 1], where
+
+
+def test_dockerfile_copies_every_package_folder():
+    """pip install . in the image needs every folder pyproject maps to a package."""
+    package_dirs = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
+    folders = {d.split("/")[0] for d in package_dirs.values()}
+    copied = set(re.findall(r"^COPY (\S+) \./\1$", (DEPLOY / "Dockerfile").read_text(), re.M))
+    assert folders <= copied, f"not copied into the image: {sorted(folders - copied)}"
+    sent = set(re.findall(r"^!(\S+)/$", (DEPLOY / "Dockerfile.dockerignore").read_text(), re.M))
+    assert folders <= sent, f"left out of the build context: {sorted(folders - sent)}"
