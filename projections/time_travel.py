@@ -20,14 +20,13 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel
-
 from memfold.engine.errors import ValidationError
 from memfold.engine.events import MessageAppended, decode_dict
 from memfold.engine.ports import FoldContext, Policy
 from memfold.engine.positions import Position
 
 from .fold import ConversationCounters, fold_event
+from .policies import state_codec
 from .store import DuckDBProjectionStore
 
 SNAPSHOT_EVERY = 8  # an as-of read folds at most 7 events (about 0.3 ms each)
@@ -38,12 +37,12 @@ def snapshot_due(seq: int) -> bool:
 
 
 def snapshot_row(tenant_id: str, conversation_id: str, seq: int, counters: ConversationCounters,
-                 states: Mapping[str, BaseModel]) -> dict[str, Any]:
+                 states: Mapping[str, Any]) -> dict[str, Any]:
     """Return the ``state_history`` row for a conversation's state after the event at ``seq``."""
     return {
         "tenant_id": tenant_id, "conversation_id": conversation_id, "seq": seq,
         "message_count": counters.message_count, "token_count": counters.token_count, "deleted": counters.deleted,
-        "states": json.dumps({name: s.model_dump(mode="json") for name, s in states.items()}, sort_keys=True),
+        "states": json.dumps({name: state_codec.to_builtins(s) for name, s in states.items()}, sort_keys=True),
     }
 
 
@@ -175,7 +174,7 @@ def state_as_of(
     policies: Mapping[str, tuple[Policy, FoldContext]],
     key: tuple[str, str],
     seq: int,
-) -> tuple[ConversationCounters, dict[str, BaseModel]]:
+) -> tuple[ConversationCounters, dict[str, Any]]:
     """Return the conversation's counters and every policy's state right after the event at ``seq``.
 
     Steps: (1) the newest snapshot at or before ``seq`` (else the initial
@@ -190,7 +189,7 @@ def state_as_of(
         messages, tokens, deleted, raw = history.snaps[at - 1]
         counters = ConversationCounters(messages, tokens, deleted)
         stored = json.loads(raw)
-        states = {name: impl.State.model_validate(stored[name]) if name in stored else impl.initial(*key)
+        states = {name: state_codec.from_builtins(impl.State, stored[name]) if name in stored else impl.initial(*key)
                   for name, (impl, _ctx) in policies.items()}
     else:
         since, counters = 0, ConversationCounters()

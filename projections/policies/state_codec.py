@@ -37,6 +37,11 @@ def to_builtins(value: Any) -> Any:
     return msgspec.to_builtins(value, enc_hook=_enc_hook)
 
 
+def from_builtins(cls: type[T], value: Any) -> T:
+    """Return the ``cls`` state that :func:`to_builtins` (then JSON, possibly) made ``value`` of."""
+    return msgspec.convert(value, cls, dec_hook=_dec_hook)
+
+
 def encode(state: Any) -> str:
     """Return the JSON text of ``state``, deterministic for equal states (field order, no whitespace)."""
     return _ENCODER.encode(state).decode()
