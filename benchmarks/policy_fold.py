@@ -1,6 +1,6 @@
 """Benchmark: the cost of the pure policy fold per message, and of persisting a policy state.
 
-    python benchmarks/policy_fold.py [--messages 4000] [--repeat 3]
+    python benchmarks/policy_fold.py [--messages 4000] [--repeat 3] [--policies a,b]
 
 For each policy, folds MESSAGES alternating user/assistant messages of one
 conversation through ``projections.fold.step`` (evolve + decide, as the
@@ -58,9 +58,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=4000)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--policies", default=",".join(POLICY_NAMES), help="comma-separated (default: all five)")
     args = parser.parse_args()
     items = _messages(args.messages)
-    contexts = fold_contexts(Settings.load(None, policies=POLICY_NAMES))
+    contexts = fold_contexts(Settings.load(None, policies=tuple(args.policies.split(","))))
     print(f"{'policy':<16}{'fold us/msg':>12}{'derived':>9}{'encode us':>11}{'decode us':>11}{'state bytes':>13}")
     for name, (policy, ctx) in contexts.items():
         best = float("inf")

@@ -43,6 +43,9 @@ from ._skeleton import deleted_marker, memory_message
 from .state_codec import FrozenState, replace, to_builtins
 
 NAME = "sliding_window"
+# Memory rows kept in state (besides the one in force): enough for the seed's
+# table of recent versions; the whole chain stays in the ``summaries`` projection.
+REMEMBERED_MEMORIES = 16
 MEMORY_PREFIX = "[Previous context: "
 MEMORY_SUFFIX = "]"
 EMPTY_SUMMARY_REASON = "empty summary"
@@ -85,7 +88,11 @@ class State(FrozenState, kw_only=True):
     last_index: int = -1
     # The latest round end: an assistant message without tool calls, no call left open.
     round_end: int = -1
+    # The last REMEMBERED_MEMORIES memories (and the one in force, however old):
+    # the state stays bounded; every memory ever requested is in ``summaries``.
     memories: tuple[MemoryRow, ...] = ()
+    requested: int = 0  # memories requested so far: the next ordinal - 1
+    requested_to: int = -1  # highest end_sequence requested so far
     # Text of the memory in force (latest completed); older texts live in ``summaries``.
     memory_text: str | None = None
     tool_spans: tuple[ToolSpan, ...] = ()
@@ -117,8 +124,13 @@ def window_range(end: int, size: int, spans: tuple[ToolSpan, ...] = ()) -> tuple
 
 def latest_completed(state: State) -> MemoryRow | None:
     """Return the completed memory with the highest ``end_sequence`` (the one reads use), or None."""
+    return latest_completed_of(state.memories)
+
+
+def latest_completed_of(rows: tuple[MemoryRow, ...]) -> MemoryRow | None:
+    """Return the completed row of ``rows`` with the highest ``end_sequence``, or None."""
     best: MemoryRow | None = None
-    for row in state.memories:
+    for row in rows:
         if row.status == "completed" and (best is None or row.end_sequence > best.end_sequence):
             best = row
     return best
@@ -132,6 +144,8 @@ def processing(state: State) -> MemoryRow | None:
 def memory_rows(state: State) -> list[dict[str, Any]]:
     """Return the seed's ``memory`` table for this conversation, oldest first, as JSON-ready dicts.
 
+    The last :data:`REMEMBERED_MEMORIES` memories and the one in force (the
+    ``summaries`` projection keeps every version with its lineage).
     ``memory_id`` is the deterministic summary id (join ``summaries.summary_id``
     for the text); ``ordinal`` is the seed's 1, 2, 3… numbering; ``in_force``
     marks the memory reads use. A deleted conversation has no rows.
@@ -191,15 +205,14 @@ def _requested(item: SummaryRequested, state: State, ctx: FoldContext) -> State:
     p = item.payload
     if p.policy != NAME or p.settings_hash != ctx.settings_hash:
         return state
-    if any(row.request_id == p.request_id for row in state.memories):
-        return state  # the request this fold decided, back from the log
+    if p.covers_to <= state.requested_to:
+        return state  # the request this fold decided, back from the log (or an older one)
     if processing(state) is not None:
         return state  # never two in flight; this one was not decided by this state
-    by_id = {row.memory_id: row for row in state.memories}
-    base = by_id.get(p.base_summary_id) if p.base_summary_id else None
+    base = next((r for r in state.memories if r.memory_id == p.base_summary_id), None) if p.base_summary_id else None
     row = MemoryRow(
         memory_id=summary_id_for(p.request_id),
-        ordinal=len(state.memories) + 1,
+        ordinal=state.requested + 1,
         request_id=p.request_id,
         start_sequence=p.covers_from,
         end_sequence=p.covers_to,
@@ -208,7 +221,20 @@ def _requested(item: SummaryRequested, state: State, ctx: FoldContext) -> State:
         base_ordinal=base.ordinal if base else None,
         created_at=item.occurred_at,
     )
-    return replace(state, memories=(*state.memories, row))
+    return replace(
+        state, memories=_trim((*state.memories, row)), requested=state.requested + 1, requested_to=p.covers_to
+    )
+
+
+def _trim(rows: tuple[MemoryRow, ...]) -> tuple[MemoryRow, ...]:
+    """Keep the last :data:`REMEMBERED_MEMORIES` rows, and the one in force even when it is older."""
+    if len(rows) <= REMEMBERED_MEMORIES:
+        return rows
+    kept = rows[-REMEMBERED_MEMORIES:]
+    in_force = latest_completed_of(rows)
+    if in_force is not None and in_force not in kept:
+        kept = (in_force, *kept)
+    return kept
 
 
 def _resolve(state: State, request_id: str, **update: Any) -> tuple[State, MemoryRow | None]:
@@ -304,7 +330,7 @@ class SlidingWindowPolicy:
         end = state.round_end
         if end < settings.summarize_after_seq or processing(state) is not None:
             return []
-        if state.memories and max(r.end_sequence for r in state.memories) >= end:
+        if state.requested_to >= end:
             return []
         start, end = window_range(end, settings.rolling_window_size, state.tool_spans)
         base = latest_completed(state)

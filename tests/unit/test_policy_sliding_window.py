@@ -266,6 +266,23 @@ def test_catch_up_skips_a_round_still_calling_tools():
     assert covers(r2) == (16, 29)  # the last *finished* round, not the open tool call at 31
 
 
+def test_state_keeps_the_recent_memories_and_the_one_in_force_only():
+    d = Driver(make_ctx())
+    for m in alternating(200):  # a live chat whose summarizer keeps up: a memory every round from seq 5
+        for r in d.feed(m):
+            d.produce(r, f"M{covers(r)}")
+    assert len(d.requests) == 98 and len(d.state.memories) == sw.REMEMBERED_MEMORIES
+    assert [r.ordinal for r in d.state.memories] == list(range(83, 99))  # ordinals keep counting
+    assert d.state.memories[0].base_ordinal == 82  # its base left the state; its number stays
+    for m in alternating(240)[200:]:  # then the summarizer fails every request
+        for r in d.feed(m):
+            d.fail(r)
+    rows = sw.memory_rows(d.state)
+    assert len(rows) == sw.REMEMBERED_MEMORIES + 1 and rows[0]["in_force"] and rows[0]["ordinal"] == 98
+    assert d.plan().memory[0].content == "[Previous context: M(186, 199)]" and d.plan().verbatim_from == 200
+    assert d.feed(d.requests[5]) == []  # an old request back from the log is still a no-op
+
+
 # --------------------------------------------------------------------------- tool groups
 
 
