@@ -481,6 +481,24 @@ class MemoryEngine:
             return hot
         return self.store.recent_messages(tenant_id, conversation_id, plan.verbatim_from, budget)
 
+    def search(
+        self,
+        conversation_id: str,
+        query: str,
+        *,
+        kinds: Sequence[str] = ("message", "summary", "fact"),
+        policy: str | None = None,
+        limit: int = 10,
+        tenant_id: str = "default",
+    ) -> list:
+        """Return the conversation's documents best matching ``query`` (BM25), best first.
+
+        Each hit (``projections.retrieval.Hit``) names its kind (message,
+        summary, fact), id, message index (a summary's or fact's: the end of
+        what it covers) and score; ``policy`` restricts summaries and facts.
+        """
+        return self.projector.search.rank((tenant_id, conversation_id), query, kinds=kinds, policy=policy, limit=limit)
+
     def history(self, conversation_id: str, *, tenant_id: str = "default") -> list[MessageRecord]:
         """Return every message of a conversation as stored, oldest first."""
         return self.store.messages(tenant_id, conversation_id)

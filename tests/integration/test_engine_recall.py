@@ -55,6 +55,11 @@ def test_context_fills_the_budget_recalls_by_query_and_survives_a_rebuild(tmp_pa
         assert len(live["search_docs"]) >= 404
         n_docs, = engine.sql("SELECT count(*) FROM search_postings WHERE term = 'greyhound' AND kind = 'message'")[1][0]
         assert n_docs == 1
+        hits = engine.search("c", "greyhound Biscuit")
+        assert hits[0].kind == "message" and hits[0].idx == 60
+        assert {h.kind for h in hits} <= {"message", "summary", "fact"}
+        summaries = engine.search("c", "greyhound Biscuit weekend", kinds=("summary", "fact"), policy="hierarchical")
+        assert all(h.kind in ("summary", "fact") and h.policy == "hierarchical" for h in summaries)
         engine.rebuild()
         assert engine.store.dump(("search_docs",)) == live
         assert [m.as_dict() for m in engine.context("c", budget=1500, query="What did I adopt from the shelter?")] == \
