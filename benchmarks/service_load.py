@@ -141,10 +141,14 @@ def main() -> int:
         env = {**{k: v for k, v in os.environ.items() if not k.startswith("MEMFOLD_")},
                "MEMFOLD_HIERARCHICAL__LAZY_TIMEOUT_MS": str(args.lazy_ms)}
         server = subprocess.Popen([MEMFOLD, "--data-dir", str(data), "serve", "--port", str(port), "--rate", "0"],
-                                  env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+                                  env=env, stdout=subprocess.DEVNULL, stderr=(Path(tmp) / "serve.log").open("w"))
         try:
             url = f"http://127.0.0.1:{port}"
             for _ in range(600):
+                if server.poll() is not None:
+                    log = (Path(tmp) / "serve.log").read_text().strip()
+                    print(f"memfold serve exited with {server.returncode}: {log}", file=sys.stderr)
+                    return 1
                 try:
                     if httpx.get(url + "/healthz", timeout=1).status_code == 200:
                         break

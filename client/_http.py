@@ -15,6 +15,7 @@ import os
 import time
 import uuid
 from collections.abc import Iterable, Mapping
+from datetime import datetime
 from typing import Any
 from urllib.parse import quote
 
@@ -47,6 +48,10 @@ def _messages_body(messages: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
 
 def _conv(conversation_id: str) -> str:
     return f"/v1/conversations/{quote(conversation_id, safe='')}"
+
+
+def _when(as_of: str | datetime | None) -> str | None:
+    return as_of.isoformat() if isinstance(as_of, datetime) else as_of
 
 
 def _params(**values: Any) -> dict[str, Any]:
@@ -127,10 +132,14 @@ class Client(_Base):
         return [Message.model_validate(m) for m in body["messages"]]
 
     def context(self, conversation_id: str, *, budget: int | None = None, query: str | None = None,
-                policy: str | None = None) -> Context:
-        """Return the context for the next model call; ``query`` picks which older messages to recall."""
+                policy: str | None = None, as_of: str | datetime | None = None) -> Context:
+        """Return the context for the next model call; ``query`` picks which older messages to recall.
+
+        ``as_of`` (a ``"PARTITION:OFFSET"`` log position or an aware datetime)
+        returns the context as it was right after that point (time travel).
+        """
         body = self._request("GET", _conv(conversation_id) + "/context",
-                             params=_params(budget=budget, query=query, policy=policy))
+                             params=_params(budget=budget, query=query, policy=policy, as_of=_when(as_of)))
         return Context.model_validate(body)
 
     def forget(self, conversation_id: str, *, reason: str | None = None) -> None:
@@ -216,10 +225,10 @@ class AsyncClient(_Base):
         return [Message.model_validate(m) for m in body["messages"]]
 
     async def context(self, conversation_id: str, *, budget: int | None = None, query: str | None = None,
-                      policy: str | None = None) -> Context:
+                      policy: str | None = None, as_of: str | datetime | None = None) -> Context:
         """See :meth:`Client.context`."""
         body = await self._request("GET", _conv(conversation_id) + "/context",
-                                   params=_params(budget=budget, query=query, policy=policy))
+                                   params=_params(budget=budget, query=query, policy=policy, as_of=_when(as_of)))
         return Context.model_validate(body)
 
     async def forget(self, conversation_id: str, *, reason: str | None = None) -> None:

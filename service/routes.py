@@ -7,12 +7,16 @@ cursor.
 
 from __future__ import annotations
 
+import re
 import time
+from datetime import datetime
 from typing import Any
 
 from fastapi import APIRouter, HTTPException, Path, Query, Request
 
+from memfold.engine.errors import ValidationError
 from memfold.engine.ids import content_hash
+from memfold.engine.positions import Position
 
 from .app import Admin, Forgetter, Reader, Writer, services
 from .schemas import (
@@ -141,6 +145,8 @@ def get_context(
     policy: str | None = Query(None, description="policy to read (default: the tenant's)"),
     query: str | None = Query(None, max_length=10_000,
                               description="what older messages to recall (default: the current user message)"),
+    as_of: str | None = Query(None, max_length=64, description="time travel: the context as it was right after a "
+                              "log position 'PARTITION:OFFSET' or an ISO-8601 time with a timezone"),
 ) -> ContextResponse:
     """Return the messages for the next model call within ``budget`` tokens. Never calls a model.
 
@@ -152,7 +158,8 @@ def get_context(
     engine = svc.engine
     started = time.perf_counter()
     name = policy or engine.settings.policy_for(key.tenant_id)
-    messages = engine.context(conversation_id, budget=budget, query=query, policy=name, tenant_id=key.tenant_id)
+    messages = engine.context(conversation_id, budget=budget, query=query, policy=name, tenant_id=key.tenant_id,
+                              as_of=_point(as_of))
     svc.metrics.context_seconds.observe(time.perf_counter() - started)
     out = []
     for m in messages:
@@ -178,6 +185,23 @@ def forget_conversation(
     position = services(request).engine.forget(conversation_id, tenant_id=key.tenant_id, reason=reason)
     return {"conversation_id": conversation_id, "forgotten": True, "partition": position.partition,
             "offset": position.offset}
+
+
+def _point(as_of: str | None) -> Position | datetime | None:
+    """Return the log position or aware datetime ``as_of`` names; raise :class:`ValidationError` otherwise."""
+    if as_of is None:
+        return None
+    if re.fullmatch(r"\d+:\d+", as_of):
+        partition, offset = as_of.split(":")
+        return Position(int(partition), int(offset))
+    try:
+        when = datetime.fromisoformat(as_of)
+    except ValueError:
+        when = None
+    if when is None or when.tzinfo is None:
+        raise ValidationError(f"as_of {as_of!r} is neither PARTITION:OFFSET nor an ISO-8601 time with a timezone "
+                              "(e.g. 2026-03-02T09:00:00Z)", field="as_of")
+    return when
 
 
 @router.get("/conversations/{conversation_id}/summaries", tags=["memory"])

@@ -108,6 +108,27 @@ def test_context_recalls_by_query_and_forget_erases(service):
         assert rows["rows"] == [[0]]
 
 
+def test_context_as_of_a_time_or_a_position(service):
+    key = service.key("acme", "writer")
+    said = [("2026-03-02T09:00:00+00:00", "I live in Lisbon"), ("2026-03-02T10:00:00+00:00", "Now I moved to Porto"),
+            ("2026-03-02T11:00:00+00:00", "And my cat is Miso")]
+    with service.http(key) as http:
+        done = http.post("/v1/conversations/travel-1/messages", params={"wait": "true"}, json={"messages": [
+            {"role": "user", "content": text, "occurred_at": when} for when, text in said]}).json()["messages"]
+
+        def shown(as_of):
+            r = http.get("/v1/conversations/travel-1/context", params={"as_of": as_of})
+            assert r.status_code == 200, r.text
+            return [m["content"] for m in r.json()["messages"] if m["role"] == "user"]
+
+        assert shown("2026-03-02T10:30:00Z") == ["I live in Lisbon", "Now I moved to Porto"]
+        assert shown(f"{done[0]['partition']}:{done[0]['offset']}") == ["I live in Lisbon"]
+        assert shown("2026-03-02T12:00:00+00:00") == [text for _, text in said]
+        for bad in ("yesterday", "2026-03-02T10:30:00"):  # not a time; a time without a timezone
+            r = http.get("/v1/conversations/travel-1/context", params={"as_of": bad})
+            assert r.status_code == 422 and r.json()["error"]["field"] == "as_of", r.text
+
+
 def test_a_retried_append_with_the_same_id_is_stored_once(service):
     key = service.key("acme", "writer")
     body = {"messages": [{"id": "q-1", "role": "user", "content": "Is my refund through?"}]}

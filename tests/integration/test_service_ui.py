@@ -85,6 +85,13 @@ def test_page_shows_versions_facts_and_context(tmp_path):
                 expect(tab.locator("#facts-title")).to_have_text("Facts in force at hierarchical v1")
                 expect(tab.locator("#facts")).to_contain_text("#48213")
                 expect(tab.locator("#facts")).not_to_contain_text("#59177")
+                # ... and the context as it was right after that version was produced (time travel)
+                expect(tab.locator("#asof")).to_have_value(first["resolved_position"])
+                expect(tab.locator("#context p")).to_contain_text(f"as of {first['resolved_position']}")
+                expect(tab.locator("#context")).not_to_contain_text("Within 14 days.")
+                versions.first.locator(".meta").click()  # unselect: back to now
+                expect(tab.locator("#asof")).to_have_value("")
+                expect(tab.locator("#context")).to_contain_text("Within 14 days.")
 
                 expect(tab.locator("#context .msg.memory").first).to_be_visible()
                 tab.fill("#budget", "600")  # room for the memory (never trimmed): facts + dated statements
