@@ -287,9 +287,10 @@ class MemoryEngine:
             else:  # the same id twice in this batch: the log keeps the first
                 earlier = first.setdefault(event.event_id, event)
             if not same_message(earlier, event):
+                where = f"is already stored (at {position})" if position is not None else "is given twice"
                 raise EventConflictError(
-                    f"event_id {event.event_id!r} is already stored with different content "
-                    f"(at {position}); use a new event_id for a new message",
+                    f"event_id {event.event_id!r} {where} with different content; "
+                    "use a new event_id for a new message",
                     field="event_id", line=lines[i] if lines is not None else None, event_id=event.event_id,
                 )
         return stored
