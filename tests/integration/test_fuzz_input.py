@@ -80,25 +80,25 @@ def _dump(message) -> bytes:
 
 
 @st.composite
-def raw_lines(draw) -> bytes:
-    """A line as bytes: valid, a mutated message, a cut or corrupted JSON text, deep nesting, or noise."""
+def raw_lines(draw) -> tuple[bool, bytes]:
+    """(valid by construction, a line as bytes): valid, a mutated message, cut or corrupted JSON, deep nesting, noise."""
     kind = draw(st.sampled_from(["valid", "valid", "mutated", "mutated", "cut", "bytes", "deep", "noise"]))
     if kind == "valid":
-        return b"V" + _dump(draw(valid_messages))  # "V" marks valid by construction (stripped below)
+        return True, _dump(draw(valid_messages))
     if kind == "mutated":
-        return _dump(draw(mutated()))
+        return False, _dump(draw(mutated()))
     if kind == "cut":
         text = _dump(draw(valid_messages))
-        return text[: draw(st.integers(1, max(1, len(text) - 1)))]
+        return False, text[: draw(st.integers(1, max(1, len(text) - 1)))]
     if kind == "bytes":
         text = bytearray(_dump(draw(valid_messages)))
         at = draw(st.integers(0, len(text) - 1))
         text[at : at + 1] = draw(st.binary(min_size=1, max_size=3)).replace(b"\n", b"x").replace(b"\r", b"x")
-        return bytes(text)
+        return False, bytes(text)
     if kind == "deep":
         depth = draw(st.sampled_from([40, 5_000, 200_000]))
-        return b'{"conversation_id": "c1", "role": "user", "content": "x", "metadata": ' + b"[" * depth + b"]" * depth + b"}"
-    return draw(st.binary(max_size=40)).replace(b"\n", b" ").replace(b"\r", b" ")
+        return False, b'{"conversation_id": "c1", "role": "user", "content": "x", "metadata": ' + b"[" * depth + b"]" * depth + b"}"
+    return False, draw(st.binary(max_size=40)).replace(b"\n", b" ").replace(b"\r", b" ")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -121,8 +121,8 @@ def _stored_count(engine) -> int:
 @FUZZ
 @given(lines=st.lists(raw_lines(), min_size=1, max_size=25), batch_size=st.integers(1, 10))
 def test_fuzzed_jsonl_every_line_stored_once_or_reported(engine, tmp_path_factory, lines, batch_size):
-    valid_lines = {n for n, line in enumerate(lines, start=1) if line.startswith(b"V")}
-    lines = [line[1:] if n in valid_lines else line for n, line in enumerate(lines, start=1)]
+    valid_lines = {n for n, (valid, _) in enumerate(lines, start=1) if valid}
+    lines = [line for _, line in lines]
     source = f"fuzz-{next(_sources)}"
     path = tmp_path_factory.mktemp("in") / "in.jsonl"
     path.write_bytes(b"\n".join(lines) + b"\n")
