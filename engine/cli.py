@@ -139,7 +139,7 @@ def _parser() -> argparse.ArgumentParser:
 
     command("schema", help="print the JSON Schema of every event type")
 
-    command("rebuild", help="throw the projection away and fold it again from the log")
+    command("rebuild", help="fold the projection again from the log beside the live one, then swap it in")
 
     pj = command("project", help="run a projector node: fold the log into this data dir's DuckDB replica")
     pj.add_argument("--until-caught-up", action="store_true", help="exit once the replica has caught up")

@@ -7,6 +7,7 @@ Kept apart from :mod:`memfold.engine.cli` so the general commands stay small;
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -17,6 +18,10 @@ def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
     f.add_argument("conversation")
     f.add_argument("--tenant", default="default")
     f.add_argument("--reason", default=None, help="recorded on the ConversationDeleted event")
+
+    v = command("verify", help="fold the log again beside the live projection and prove them identical")
+    v.add_argument("conversation", nargs="?", help="compare only this conversation's rows")
+    v.add_argument("--tenant", default="default")
 
     a = command("audit", help="how a conversation's memory evolved: summary versions, facts, settings, erasure")
     a.add_argument("conversation")
@@ -85,6 +90,22 @@ def _print_audit(report: dict[str, Any]) -> None:
           + (f"; {len(changes)} change(s) in the log" if changes else ""))
 
 
+def cmd_verify(args: argparse.Namespace) -> int:
+    """Exit 0 when the live projection equals a replay with the live settings, 1 (each difference printed) if not."""
+    from .cli import _engine
+
+    with _engine(args) as engine:
+        diffs = engine.verify(args.conversation, tenant_id=args.tenant)
+    scope = f"{args.tenant}/{args.conversation}" if args.conversation else "every conversation"
+    if not diffs:
+        print(f"verified: the live projection of {scope} is exactly what the log folds to")
+        return 0
+    for d in diffs:
+        print(d.describe())
+    print(f"memfold: {len(diffs)} table(s) differ from a replay of the log ({scope})", file=sys.stderr)
+    return 1
+
+
 def parse_as_of(text: str):
     """Return the :class:`Position` (``PARTITION:OFFSET``) or aware ``datetime`` (ISO-8601) ``text`` names."""
     from datetime import datetime
@@ -120,4 +141,6 @@ def print_views(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {"forget": cmd_forget, "audit": cmd_audit}
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "forget": cmd_forget, "audit": cmd_audit, "verify": cmd_verify,
+}

@@ -565,15 +565,73 @@ class MemoryEngine:
         return position
 
     def rebuild(self, timeout: float = 600.0) -> None:
-        """Throw the projection away and fold it again from the log; return when idle.
+        """Fold the projection again from the log *beside* the live one, swap it in, return when idle.
 
-        ``llm_cache`` survives, and outcomes already in the log are folded, not
+        Steps: (1) fold the log into a fresh file next to the live one (reads
+        keep answering from the live projection meanwhile); (2) pause the
+        live runner, fold what arrived since, and swap the files; (3) wait for
+        the summaries the rebuilt projection finds open. ``llm_cache`` is
+        carried over and outcomes already in the log are folded, not
         recomputed, so replaying unchanged history calls no model.
         """
+        beside = self._fold_beside("rebuild")
+        try:
+            with self.runner.paused():
+                self._fold_beside("rebuild", store=beside)
+                beside.set_meta("policies", self.store.meta("policies") or "{}")
+                cache = self.store.connection.sql("SELECT * FROM llm_cache").to_arrow_table()
+                cur = beside.connection
+                cur.register("_live_cache", cache)
+                cur.execute("INSERT OR IGNORE INTO llm_cache SELECT * FROM _live_cache")
+                cur.unregister("_live_cache")
+                self.store.replace_with(beside)
+                self.projector.forget()
+        except BaseException:
+            beside.close()
+            beside.path.unlink(missing_ok=True)
+            raise
+        self.wait_idle(timeout)  # the runner hands the open requests it finds to the summarizer
+
+    def verify(self, conversation_id: str | None = None, *, tenant_id: str = "default") -> list:
+        """Fold the log again beside the live projection with the live settings; return the differences.
+
+        An empty list proves the live projection (summaries, facts, version
+        chains, retrieval tables, fold states, snapshots) is exactly what the
+        log folds to; otherwise one :class:`~memfold.streams.replay.Difference`
+        per table that differs. ``conversation_id`` restricts the comparison
+        to it. The live runner is paused while the replay catches up to the
+        same positions; the live projection is never written.
+        """
+        from memfold.streams.replay import compare
+
+        self.wait_idle()
         with self.runner.paused():
-            self.store.reset()
-            self.projector.forget()
-        self.wait_idle(timeout)
+            beside = self._fold_beside("verify")
+            try:
+                only = (tenant_id, conversation_id) if conversation_id else None
+                return compare(self.store, beside, only)
+            finally:
+                beside.close()
+                beside.path.unlink(missing_ok=True)
+
+    def _fold_beside(self, name: str, store=None):
+        """Fold the log up to the live projection's positions into ``store`` (a fresh beside file if None)."""
+        from memfold.projections.store import DuckDBProjectionStore
+        from memfold.streams.replay import beside_path, fold_beside
+
+        if store is None:
+            path = beside_path(self.store.path, name)
+            path.unlink(missing_ok=True)
+            path.with_name(path.name + ".wal").unlink(missing_ok=True)
+            store = DuckDBProjectionStore(path)
+        ends = self.store.position() if name == "verify" else self.log.end_positions()
+        try:
+            fold_beside(self.log, store, self.policies, self.counter, ends)
+        except BaseException:
+            store.close()
+            store.path.unlink(missing_ok=True)
+            raise
+        return store
 
     # ----------------------------------------------------------------- lifecycle
 

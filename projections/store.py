@@ -159,6 +159,8 @@ class DuckDBProjectionStore:
         self._con = _connect(self.path, read_only, lock_wait_s)
         self._local = threading.local()
         self._generation = 0
+        self._open = threading.Event()
+        self._open.set()
         self._write_lock = threading.Lock()
         if not read_only:
             for ddl in (*_DDL, CACHE_TABLE_DDL, *CACHE_TABLE_MIGRATIONS, *view_ddl()):
@@ -173,6 +175,8 @@ class DuckDBProjectionStore:
     @property
     def connection(self) -> duckdb.DuckDBPyConnection:
         """Return this thread's cursor on the store (for the summary cache and ad-hoc SQL)."""
+        if not self._open.is_set():
+            self._open.wait(15.0)  # the file is being swapped (compaction, rebuild): it reopens in milliseconds
         cur = getattr(self._local, "cur", None)
         if cur is None or self._local.generation != self._generation:  # a compaction reopened the file
             cur = self._con.cursor()
@@ -182,6 +186,8 @@ class DuckDBProjectionStore:
 
     def cursor(self) -> duckdb.DuckDBPyConnection:
         """Return a new cursor on the current file (the summary cache takes one per call)."""
+        if not self._open.is_set():
+            self._open.wait(15.0)
         return self._con.cursor()
 
     def close(self) -> None:
@@ -406,11 +412,50 @@ class DuckDBProjectionStore:
             except duckdb.Error as exc:
                 fresh.unlink(missing_ok=True)
                 raise ProjectionError(f"cannot compact the projection {self.path}: {exc}") from exc
-            self._con.close()
+            self._swap_in(fresh)
+
+    def replace_with(self, other: "DuckDBProjectionStore") -> None:
+        """Make ``other`` (a projection built beside this one, then closed by this call) this store's file.
+
+        Steps: (1) checkpoint and close ``other``; (2) close this connection;
+        (3) atomically rename the other file over this one; (4) reopen. Readers
+        never see an empty projection: before the rename they read the old
+        rows, after it the new ones (a read racing steps 2..4 may fail and retry).
+        """
+        if self.read_only:
+            raise ProjectionError("this projection is open read-only")
+        with self._write_lock:
+            try:
+                other.connection.execute("CHECKPOINT")
+            except duckdb.Error as exc:
+                raise ProjectionError(f"cannot checkpoint {other.path}: {exc}") from exc
+            other.close()
+            self._swap_in(other.path)
+
+    def _swap_in(self, fresh: Path) -> None:
+        """Replace this file with ``fresh`` and reopen (caller holds the write lock).
+
+        New cursors wait until the file is reopened; the connection closes as
+        soon as no reader is inside a query (DuckDB refuses to close a busy one).
+        """
+        self._open.clear()
+        try:
+            deadline = time.monotonic() + 10.0
+            while True:
+                try:
+                    self._con.close()
+                    break
+                except duckdb.Error:
+                    if time.monotonic() > deadline:
+                        raise ProjectionError(f"readers kept {self.path} busy for 10 s; the swap was not done") from None
+                    time.sleep(0.001)
             os.replace(fresh, self.path)
             self.path.with_name(self.path.name + ".wal").unlink(missing_ok=True)
             self._con = _connect(self.path, False, 5.0)
             self._generation += 1
+            self._positions = {p: o for p, o in self._con.execute("SELECT * FROM positions").fetchall()}
+        finally:
+            self._open.set()
 
     # ----------------------------------------------------------------- reads
 

@@ -1,0 +1,75 @@
+"""verify proves the live projection is what the log folds to; rebuild builds beside the live one and swaps."""
+
+from __future__ import annotations
+
+import threading
+
+from memfold.engine.engine import MemoryEngine
+from memfold.engine.cli import main
+from memfold.engine.settings import Settings
+
+SETTINGS = {"policies": ("hierarchical", "rolling"),
+            "hierarchical": {"trigger_message_count": 6, "recent_message_count": 2, "resummarize_every": 3}}
+
+
+def _talk(engine: MemoryEngine, conversation: str, n: int) -> None:
+    for i in range(n):
+        engine.append_message(conversation, "user" if i % 2 == 0 else "assistant",
+                              f"turn {i}: order #{900 + i} ships from Leeds for ${i}.99")
+        if i % 5 == 4:
+            engine.wait_idle(60)
+    engine.wait_idle(60)
+
+
+def test_verify_passes_on_live_and_names_each_difference(tmp_path):
+    with MemoryEngine(Settings.load(None, data_dir=tmp_path / "d", **SETTINGS)) as engine:
+        _talk(engine, "c1", 24)
+        _talk(engine, "c2", 12)
+        before = engine.store.dump()
+        assert engine.verify() == []
+        assert engine.verify("c1") == []
+        assert engine.store.dump() == before  # verify never writes the live projection
+        assert not list(engine.settings.data_dir.glob("projections.verify*"))
+        engine.sql("UPDATE summaries SET text = 'tampered' WHERE conversation_id = 'c1' AND status = 'completed' "
+                   "AND summary_id = (SELECT min(summary_id) FROM summaries WHERE conversation_id = 'c1' AND status = 'completed')")
+        engine.sql("DELETE FROM facts WHERE conversation_id = 'c2' AND key = (SELECT min(key) FROM facts WHERE conversation_id = 'c2')")
+        diffs = {d.table: d for d in engine.verify()}
+        assert set(diffs) == {"summaries", "facts"}
+        assert [r for r in diffs["summaries"].only_live if "tampered" in r] and len(diffs["summaries"].only_replay) == 1
+        assert diffs["facts"].only_live == [] and len(diffs["facts"].only_replay) >= 1
+        assert {d.table for d in engine.verify("c2")} == {"facts"}
+        assert "only in the replay" in diffs["facts"].describe()
+    config = tmp_path / "memfold.toml"
+    config.write_text('policies = ["hierarchical", "rolling"]\n[hierarchical]\ntrigger_message_count = 6\n'
+                      "recent_message_count = 2\nresummarize_every = 3\n")
+    assert main(["--data-dir", str(tmp_path / "d"), "--config", str(config), "verify", "c1"]) == 1
+    assert main(["--data-dir", str(tmp_path / "d"), "--config", str(config), "verify", "c1", "--tenant", "t9"]) == 0
+
+
+def test_rebuild_swaps_in_a_projection_built_beside_and_reads_never_see_it_empty(tmp_path):
+    with MemoryEngine(Settings.load(None, data_dir=tmp_path / "d", **SETTINGS)) as engine:
+        _talk(engine, "c1", 30)
+        before = engine.store.dump()
+        expected = [m.as_dict() for m in engine.context("c1", budget=500)]
+        seen, errors, stop = [], [], threading.Event()
+
+        def read() -> None:
+            while not stop.is_set():
+                try:
+                    seen.append((len(engine.history("c1")), [m.as_dict() for m in engine.context("c1", budget=500)]))
+                except Exception as exc:  # noqa: BLE001 - counted and asserted below
+                    errors.append(exc)
+
+        reader = threading.Thread(target=read)
+        reader.start()
+        try:
+            calls = engine.worker.calls
+            engine.rebuild()
+        finally:
+            stop.set()
+            reader.join()
+        assert engine.worker.calls == calls
+        assert engine.store.dump() == before
+        assert seen and all(n == 30 and ctx == expected for n, ctx in seen), "a read saw a partial projection"
+        assert errors == []
+        assert engine.verify() == []
