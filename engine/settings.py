@@ -91,7 +91,8 @@ class TopicsSettings(_PolicySettings):
     # compressed, hot ones not), so every topic has a summary of what was said
     # in it. Each summary is capped at ``summary_token_cap`` tokens; the
     # context carries the summaries of earlier topics, highest priority first,
-    # up to ``memory_token_cap`` tokens (0: the seed's active topic only).
+    # up to ``memory_token_cap`` tokens (0: the seed's behaviour, the active
+    # topic only and no compaction on leaving).
     summary_token_cap: int = Field(200, ge=1)
     memory_token_cap: int = Field(800, ge=0)
 

@@ -19,7 +19,9 @@ tool group is split, base = its previous summary, at most
 ``summary_token_cap`` tokens). A topic the user has left is compacted whole,
 whatever its size (not in the seed, which compacts only past the limit: it
 follows the seed's "hot topics stay decompressed, cold topics compressed",
-and gives every topic a summary of what was said in it). The messages move to
+and gives every topic a summary of what was said in it; with
+``memory_token_cap = 0`` nothing reads those summaries, so only the seed's
+rule applies). The messages move to
 the compressed store only when the summary arrives: a failed or empty summary
 hides nothing, and the same input set is not requested again. The compressed
 store follows the seed's format (JSON → gzip → base64, gzip ``mtime=0`` so it
@@ -457,7 +459,8 @@ class TopicsPolicy:
         The active topic calls for one when it has more than
         ``max_messages_per_topic`` active messages and something to compact
         after keeping the recent ones whole; any other live topic as soon as
-        it has active messages (all of them are compacted). Never while the
+        it has active messages (all of them are compacted), unless
+        ``memory_token_cap`` is 0 (then the seed's rule holds for it too). Never while the
         topic has a request in flight, nor a request already seen (the input
         set that last failed, or one asked before with the same base).
         """
@@ -478,7 +481,7 @@ class TopicsPolicy:
         for topic in state.topics:
             if topic.evicted or topic.processing_request_id is not None or not topic.messages:
                 continue
-            if topic.topic_id != state.active_topic_id:
+            if topic.topic_id != state.active_topic_id and s.memory_token_cap > 0:
                 cut = compaction_cut(topic.messages, 0)  # left behind: compact it whole
             elif len(topic.messages) > s.max_messages_per_topic:
                 cut = compaction_cut(topic.messages, s.recent_message_keep, state.open_calls)

@@ -400,6 +400,15 @@ def test_earlier_topics_are_chosen_by_priority_within_the_memory_cap():
     assert POLICY.plan(d.state, make_ctx(memory_token_cap=0)).memory == ()  # 0: the seed's active topic only
 
 
+def test_without_room_for_earlier_topics_leaving_a_topic_compacts_nothing():
+    d, c = Driver(make_ctx(memory_token_cap=0)), Conversation()
+    fill(d, c, 0, 2)
+    assert d.requests(d.feed(c("user", topic=1))) == []  # the seed's rule only
+    fill(d, c, 1, 6)
+    [req] = d.requests()  # topic B past the limit: compacted as the seed says
+    assert req.payload.input_indices == tuple(range(4, 13)) and d.plan().memory == ()
+
+
 def test_evicted_topics_are_not_carried():
     d, c = Driver(make_ctx(max_topics=2)), Conversation()
     fill(d, c, 0, 1)
