@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import gzip
-import json
 import math
 from datetime import datetime
 from typing import Any, Literal
@@ -14,33 +13,41 @@ import msgspec
 
 from memfold.engine.settings import TopicsSettings
 
-from .state_codec import FrozenState, to_builtins
+from .state_codec import FrozenState
 
 
 DAY = 86400.0
 
 
 class MessageRef(FrozenState, kw_only=True):
-    """A message as a topic keeps it: a reference (the content lives in the ``messages`` projection)."""
+    """A message as a topic keeps it: a reference (the content lives in the ``messages`` projection).
 
+    Fields are in alphabetical order so that its JSON has sorted keys: the
+    compressed store is encoded straight from the structs.
+    """
+
+    answers: str | None = None  # the tool_call id a tool message answers
+    calls: tuple[str, ...] = ()  # tool_call ids an assistant message asked for
     index: int
     role: str
     timestamp: float  # unix seconds, as the seed's MessageEntry
-    calls: tuple[str, ...] = ()  # tool_call ids an assistant message asked for
-    answers: str | None = None  # the tool_call id a tool message answers
+
+
+_REFS_ENCODER = msgspec.json.Encoder()
+_REFS_DECODER = msgspec.json.Decoder(list[MessageRef])
 
 
 def compress_refs(refs: list[MessageRef] | tuple[MessageRef, ...]) -> str:
-    """Return ``refs`` as the seed's compressed string: JSON → gzip (mtime 0) → base64."""
-    data = json.dumps([to_builtins(r) for r in refs], sort_keys=True, separators=(",", ":"))
-    return base64.b64encode(gzip.compress(data.encode("utf-8"), compresslevel=9, mtime=0)).decode("ascii")
+    """Return ``refs`` as the seed's compressed string: JSON (sorted keys) → gzip (mtime 0) → base64."""
+    data = _REFS_ENCODER.encode(list(refs))
+    return base64.b64encode(gzip.compress(data, compresslevel=9, mtime=0)).decode("ascii")
 
 
 def decompress_refs(blob: str | None) -> list[MessageRef]:
     """Return the references stored by :func:`compress_refs` (empty for None)."""
     if not blob:
         return []
-    return msgspec.convert(json.loads(gzip.decompress(base64.b64decode(blob))), list[MessageRef])
+    return _REFS_DECODER.decode(gzip.decompress(base64.b64decode(blob)))
 
 
 def cosine(a: tuple[float, ...], b: tuple[float, ...]) -> float:
