@@ -60,6 +60,7 @@ B = 0.75
 # much, and scoring every posting of a word in half the messages costs milliseconds).
 _EXACT_POSTINGS = 1_000
 _CANDIDATES = 256
+USER_BOOST = 1.5
 
 
 def stem(word: str) -> str:
@@ -330,8 +331,17 @@ class OlderFromProjection:
         self.key = key
 
     def ranked(self, query: str, limit: int) -> list[int]:
-        """Return the indices of the messages best matching ``query``, best first."""
-        return [h.idx for h in self.index.rank(self.key, query, limit=limit)]
+        """Return the indices of the messages best matching ``query``, best first.
+
+        A user's own words weigh USER_BOOST times more: what a person said
+        about themselves is what later questions ask about, and an assistant's
+        long replies echo the same terms.
+        """
+        hits = self.index.rank(self.key, query, limit=limit * 2)
+        messages = self.index.messages_at(self.key, sorted({h.idx for h in hits}))
+        roles = {m.index: m.role for m in messages}
+        scored = sorted(((h.score * (USER_BOOST if roles.get(h.idx) == "user" else 1.0), h.idx) for h in hits), reverse=True)
+        return [idx for _, idx in scored[:limit]]
 
     def at(self, indices: Sequence[int]) -> list[Any]:
         """Return the messages at ``indices``, in index order."""

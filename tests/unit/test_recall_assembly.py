@@ -178,3 +178,13 @@ def test_a_long_relevant_message_is_recalled_as_its_matching_passages():
     assert "booster shot on 12 May. He was calm about it." in excerpt.content and "…" in excerpt.content
     assert excerpt.tokens == COUNT(excerpt.content) + MESSAGE_OVERHEAD < messages[21].tokens // 4
     assert sum(m.tokens for m in out) <= 400
+
+
+def test_the_users_own_words_rank_before_an_assistant_echo():
+    planted = {30: "I keep my spare key under the blue flowerpot by the door.",
+               51: "A spare key under a blue flowerpot? Spare key, blue flowerpot: burglars check there first."}
+    messages = chat(100, planted)
+    source = older(messages)
+    query = "where is the spare key? blue flowerpot"
+    assert [h.idx for h in source.index.rank(source.key, query, limit=2)] == [51, 30]  # BM25 alone: the echo
+    assert source.ranked(query, 2) == [30, 51]
