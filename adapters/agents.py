@@ -9,9 +9,11 @@ the session to memfold's memory: from then on ``get_items`` returns the
 policy's memory messages followed by the items memfold still keeps verbatim,
 instead of the whole history.
 
-memfold's log is append-only: ``pop_item`` appends a retraction note (a
-system message naming the retracted event) and both are left out of
-``get_items``; ``clear_session`` erases the conversation (admin keys).
+memfold's log is append-only: ``pop_item`` appends a ``MessageRetracted``
+event for the newest item, which memfold then leaves out of every read
+(``get_items``, the context, summaries requested afterwards); a summary
+produced before keeps its content. ``clear_session`` erases the
+conversation (admin keys).
 """
 
 from __future__ import annotations
@@ -23,8 +25,7 @@ from agents.memory.session import SessionABC
 
 from memfold.client import AsyncClient, NotFoundError
 
-ITEM_KEY = "agents_item"          # metadata key holding the verbatim item
-RETRACTS_KEY = "agents_retracts"  # metadata key of a retraction note: the event id it retracts
+ITEM_KEY = "agents_item"  # metadata key holding the verbatim item
 
 
 def _text(content: Any) -> str:
@@ -63,13 +64,12 @@ class MemfoldSession(SessionABC):
         self.compacted = False
 
     async def _stored(self) -> list[Any]:
-        """Return the stored messages that are items still in the session (retracted ones and notes left out)."""
+        """Return the stored messages that are items of the session (memfold leaves retracted ones out)."""
         try:
             messages = await self.client.messages(self.session_id, limit=10_000)
         except NotFoundError:
             return []
-        retracted = {m.metadata[RETRACTS_KEY] for m in messages if RETRACTS_KEY in m.metadata}
-        return [m for m in messages if ITEM_KEY in m.metadata and m.event_id not in retracted]
+        return [m for m in messages if ITEM_KEY in m.metadata]
 
     async def get_items(self, limit: int | None = None) -> list[dict[str, Any]]:
         """Return the session's items in order (the latest ``limit``); after compaction, memory first."""
@@ -90,15 +90,12 @@ class MemfoldSession(SessionABC):
             await self.client.append(self.session_id, [to_message(dict(item)) for item in items])
 
     async def pop_item(self) -> dict[str, Any] | None:
-        """Retract the newest item (an appended note; the log keeps both) and return it, or None if empty."""
+        """Retract the newest item (a ``MessageRetracted`` event; the log keeps both) and return it, or None if empty."""
         stored = await self._stored()
         if not stored:
             return None
         last = stored[-1]
-        await self.client.append(self.session_id, [{
-            "role": "system", "content": f"(the previous {last.role} message was withdrawn)",
-            "metadata": {RETRACTS_KEY: last.event_id},
-        }])
+        await self.client.retract(self.session_id, last.event_id, reason="pop_item")
         return last.metadata[ITEM_KEY]
 
     async def clear_session(self) -> None:

@@ -142,6 +142,15 @@ class Client(_Base):
                              params=_params(budget=budget, query=query, policy=policy, as_of=_when(as_of)))
         return Context.model_validate(body)
 
+    def retract(self, conversation_id: str, message_id: str, *, reason: str | None = None) -> None:
+        """Retract one message (its ``event_id`` or the ``id`` it was appended with): reads leave it out from now on.
+
+        Raises ``NotFoundError`` for a message the conversation does not hold
+        and ``ConflictError`` when it is already retracted.
+        """
+        self._request("DELETE", f"{_conv(conversation_id)}/messages/{quote(message_id, safe='')}",
+                      params=_params(reason=reason))
+
     def forget(self, conversation_id: str, *, reason: str | None = None) -> None:
         """Erase a conversation (admin keys); afterwards it answers 404 and its log content is unreadable."""
         self._request("DELETE", _conv(conversation_id), params=_params(reason=reason))
@@ -230,6 +239,11 @@ class AsyncClient(_Base):
         body = await self._request("GET", _conv(conversation_id) + "/context",
                                    params=_params(budget=budget, query=query, policy=policy, as_of=_when(as_of)))
         return Context.model_validate(body)
+
+    async def retract(self, conversation_id: str, message_id: str, *, reason: str | None = None) -> None:
+        """See :meth:`Client.retract`."""
+        await self._request("DELETE", f"{_conv(conversation_id)}/messages/{quote(message_id, safe='')}",
+                            params=_params(reason=reason))
 
     async def forget(self, conversation_id: str, *, reason: str | None = None) -> None:
         """See :meth:`Client.forget`."""

@@ -19,9 +19,16 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError, EventConflictError, ProjectionLagTimeout, ValidationError
-from .events import MessageAppended, ToolCall, same_message, utcnow
-from .ids import new_event_id
+from .errors import (
+    AlreadyRetractedError,
+    ConfigError,
+    EventConflictError,
+    ProjectionLagTimeout,
+    UnknownMessageError,
+    ValidationError,
+)
+from .events import MessageAppended, MessageRetracted, MessageRetractedPayload, ToolCall, same_message, utcnow
+from .ids import content_hash, new_event_id
 from .ports import ContextMessage, FoldContext, MessageRecord, Policy
 from .positions import Position
 from .settings import Settings
@@ -339,6 +346,49 @@ class MemoryEngine:
             meta = {**p.metadata, "embedding_source": source}
             out[i] = out[i].model_copy(update={"payload": p.model_copy(update={"embedding": tuple(vector), "metadata": meta})})
         return out
+
+    def retract(
+        self, conversation_id: str, event_id: str, *, tenant_id: str = "default", reason: str | None = None,
+        timeout: float = 30.0,
+    ) -> Position:
+        """Withdraw the message ``event_id`` of a conversation; return the position of its ``MessageRetracted``.
+
+        The log keeps both events. Once projected (this waits for it, so the
+        next read leaves the message out), the message is marked retracted in
+        ``messages`` and left out of history, verbatim, recall and the input
+        of every summary requested afterwards; indices do not shift. A summary
+        already produced keeps its content: erasing is :meth:`forget`.
+        Raises :class:`UnknownMessageError` when ``event_id`` is no message of
+        this conversation (another tenant's message included) and
+        :class:`AlreadyRetractedError` when it was retracted before; nothing
+        is written then. The retraction's id derives from the message's, so
+        two racing retractions are stored once.
+        """
+        for name, value in (("conversation_id", conversation_id), ("event_id", event_id)):
+            if not isinstance(value, str) or not value.strip():
+                raise ValidationError(f"{name} is required and must be a non-empty string", field=name)
+        found = self.log.find([event_id]).get(event_id)
+        records = self.log.read(found.partition, found.offset, 1) if found is not None else []
+        target = records[0].event if records else None
+        if (
+            not isinstance(target, MessageAppended)
+            or (target.tenant_id, target.conversation_id) != (tenant_id, conversation_id)
+        ):
+            raise UnknownMessageError(
+                f"conversation {conversation_id!r} holds no message {event_id!r}", field="event_id"
+            )
+        retraction_id = "retract-" + content_hash(tenant_id, conversation_id, event_id)
+        if self.log.find([retraction_id]):
+            raise AlreadyRetractedError(f"message {event_id!r} is already retracted", field="event_id")
+        event = MessageRetracted(
+            event_id=retraction_id, tenant_id=tenant_id, conversation_id=conversation_id, occurred_at=utcnow(),
+            causation_id=event_id, payload=MessageRetractedPayload(retracted_event_id=event_id, reason=reason),
+        )
+        position = self.log.append([event])[0]
+        if self.store is not None:
+            self.runner.notify()
+            self.wait_for(position, timeout)
+        return position
 
     # ----------------------------------------------------------------- waiting
 

@@ -6,7 +6,9 @@
      │    ├── EmptyContentError
      │    ├── MessageTooLargeError
      │    ├── EventConflictError                an event_id already stored with different content
-     │    └── UnknownConversationError          a read names a conversation the projection does not hold
+     │    ├── UnknownConversationError          a read names a conversation the projection does not hold
+     │    ├── UnknownMessageError               a retraction names no message of that conversation
+     │    └── AlreadyRetractedError             a retraction names a message retracted before
      ├── InputFileError                         an input file that cannot be read (missing, a directory)
      ├── ConfigError                            settings that cannot work
      ├── EventDecodeError                       stored or received bytes that are not a known event
@@ -80,6 +82,14 @@ class EventConflictError(ValidationError):
 
 class UnknownConversationError(ValidationError):
     """A read names a conversation the projection does not hold (a typo, another tenant)."""
+
+
+class UnknownMessageError(ValidationError):
+    """A retraction names an event_id that is no message of that conversation (missing, another tenant's)."""
+
+
+class AlreadyRetractedError(ValidationError):
+    """A retraction names a message that was retracted before; nothing was appended."""
 
 
 class InputFileError(MemfoldError):

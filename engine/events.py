@@ -123,6 +123,13 @@ class SettingsChangedPayload(_Frozen):
     settings_hash: str | None = None
 
 
+class MessageRetractedPayload(_Frozen):
+    """Withdraws one earlier message of the same conversation, named by its ``event_id``."""
+
+    retracted_event_id: str = Field(min_length=1, max_length=200)
+    reason: str | None = Field(default=None, max_length=1000)
+
+
 class ClockTickedPayload(_Frozen):
     now: datetime
 
@@ -291,6 +298,19 @@ def same_message(a: MessageAppended, b: MessageAppended) -> bool:
     return meta_a == meta_b and a.payload.model_dump(exclude=skip) == b.payload.model_dump(exclude=skip)
 
 
+class MessageRetracted(Event):
+    """An earlier message is withdrawn: reads leave it out from now on; the log keeps both events.
+
+    Summaries produced before it keep their content (the log is immutable;
+    ``forget`` erases); summaries requested after it are not given it.
+    """
+
+    TYPE: ClassVar[str] = "MessageRetracted"
+    type: Literal["MessageRetracted"] = "MessageRetracted"
+    schema_version: Literal[1] = 1
+    payload: MessageRetractedPayload
+
+
 class ConversationDeleted(Event):
     TYPE: ClassVar[str] = "ConversationDeleted"
     type: Literal["ConversationDeleted"] = "ConversationDeleted"
@@ -361,6 +381,7 @@ EVENT_CLASSES: dict[str, type[Event]] = {
     cls.TYPE: cls
     for cls in (
         MessageAppended,
+        MessageRetracted,
         ConversationDeleted,
         SettingsChanged,
         ClockTicked,
@@ -376,6 +397,7 @@ EVENT_CLASSES: dict[str, type[Event]] = {
 AnyEvent = Annotated[
     Union[
         MessageAppended,
+        MessageRetracted,
         ConversationDeleted,
         SettingsChanged,
         ClockTicked,

@@ -18,6 +18,7 @@ from memfold.engine.events import (
     ConversationDeleted,
     Event,
     MessageAppended,
+    MessageRetracted,
     SummaryFailed,
     SummaryFailedPayload,
     SummaryProduced,
@@ -266,6 +267,9 @@ def fold_event(
        only into the policy they name; every other event into every policy.
     3. Once a conversation is deleted, nothing but ``ConversationDeleted``
        folds (a message of a deleted conversation gets no index).
+    4. A ``MessageRetracted`` folds into no policy: indices and policy state
+       stay as they were (the projector marks the message row retracted, and
+       reads, summary inputs included, leave it out).
 
     ``state_of(policy)`` returns the state to fold into; ``policies`` keeps
     its order, which is the order of the returned requests.
@@ -284,6 +288,8 @@ def fold_event(
             owner = "<other settings>"  # recorded under other settings: audit rows only, no fold
     elif isinstance(event, ConversationDeleted):
         counters = ConversationCounters(counters.message_count, counters.token_count, True)
+    elif isinstance(event, MessageRetracted):
+        return EventFold(counters)
     elif event.type.startswith("Topic"):
         owner = getattr(getattr(event, "payload", None), "policy", None)
     if counters.deleted and not isinstance(event, ConversationDeleted):

@@ -23,6 +23,7 @@ from memfold.engine.events import (
     ConversationDeleted,
     Event,
     MessageAppended,
+    MessageRetracted,
     SummaryFailed,
     SummaryProduced,
     SummaryRequested,
@@ -106,13 +107,14 @@ class Projector:
         When they erased a conversation that had content, the store file is
         rewritten (:meth:`DuckDBProjectionStore.compact`) before returning.
         """
-        for key in changes.deleted:
+        # A retraction leaves a gap in the conversation's messages: its caches reload from the store.
+        gone = changes.deleted | {(t, c) for t, c, _ in changes.retracted} if changes.retracted else changes.deleted
+        for key in gone:
             self.tail.drop(key)
             self.search.drop(key)
         if changes.erased:
             self.store.compact()  # DuckDB leaves deleted rows' bytes in freed blocks
-        deleted = changes.deleted
-        records = [r for r in changes.records if (r.tenant_id, r.conversation_id) not in deleted]
+        records = [r for r in changes.records if (r.tenant_id, r.conversation_id) not in gone]
         self.tail.extend(records)
         self.search.extend(changes.search, records)
         self.history.extend(changes)
@@ -254,6 +256,8 @@ class Projector:
                 retrieval.drop_conversation(ch.search, conv_key)
                 for policy in self.policies:
                     self._facts.pop((policy, *conv_key), None)
+            elif isinstance(event, MessageRetracted) and not conv.deleted:
+                ch.retracted.append((*conv_key, event.payload.retracted_event_id))
             for name, state in folded.states.items():
                 key = (name, *conv_key)
                 self._states[key] = state

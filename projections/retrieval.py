@@ -216,6 +216,15 @@ class _Docs:
         return True
 
 
+def _by_index(records: Iterable[Any]) -> list[Any]:
+    """Return ``records`` placed at their message index, None where one is missing (retracted)."""
+    out: list[Any] = []
+    for r in records:
+        out.extend([None] * (r.index - len(out)))
+        out.append(r)
+    return out
+
+
 class SearchIndex:
     """Conversations being recalled from, in memory: BM25 over their ``search_docs`` rows and their messages.
 
@@ -264,7 +273,7 @@ class SearchIndex:
             docs = _Docs()
             for row in self._load_rows(*key):
                 docs.add(*row[2:])
-            docs.messages = list(self._load_messages(*key))
+            docs.messages = _by_index(self._load_messages(*key))
             while len(self._convs) >= self.max_conversations:
                 self._convs.pop(next(iter(self._convs)))
         self._convs[key] = docs  # most recently used last
@@ -274,18 +283,24 @@ class SearchIndex:
         """Return the committed messages at ``indices`` (sorted), skipping those that do not exist."""
         with self._lock:
             messages = self._docs(key).messages
-            return [messages[i] for i in indices if 0 <= i < len(messages)]
+            return [messages[i] for i in indices if 0 <= i < len(messages) and messages[i] is not None]
 
     def newest(self, key: Key, before: int, budget: int) -> list[Any]:
         """Return the newest messages with index < ``before`` whose tokens fit ``budget`` (at least one), in index order."""
         with self._lock:
             messages = self._docs(key).messages
-            end = min(before, len(messages))
-            start, used = end, 0
-            while start > 0 and (start == end or used + messages[start - 1].tokens <= budget):
-                start -= 1
-                used += messages[start].tokens
-            return messages[start:end]
+            picked: list[Any] = []
+            used, i = 0, min(before, len(messages))
+            while i > 0:
+                i -= 1
+                m = messages[i]
+                if m is None:  # retracted
+                    continue
+                if picked and used + m.tokens > budget:
+                    break
+                picked.append(m)
+                used += m.tokens
+            return picked[::-1]
 
     def count(self, key: Key) -> int:
         """Return how many committed messages the conversation has."""

@@ -70,6 +70,8 @@ _DDL = [
         policy VARCHAR, tenant_id VARCHAR, conversation_id VARCHAR,
         key VARCHAR, value VARCHAR, category VARCHAR,
         introduced_by VARCHAR, retired_by VARCHAR)""",
+    # A MessageRetracted marks its message: every read below leaves retracted rows out.
+    "ALTER TABLE messages ADD COLUMN IF NOT EXISTS retracted BOOLEAN DEFAULT false",
     "ALTER TABLE facts ADD COLUMN IF NOT EXISTS fact_id VARCHAR",
     "ALTER TABLE facts ADD COLUMN IF NOT EXISTS stated_at TIMESTAMPTZ",
     "ALTER TABLE facts ADD COLUMN IF NOT EXISTS stated_in BIGINT",
@@ -120,6 +122,7 @@ class Changes:
     search: dict[str, list[Any]] = field(default_factory=new_columns)  # search_docs rows (projections.retrieval)
     deleted: set[tuple[str, str]] = field(default_factory=set)
     erased: set[tuple[str, str]] = field(default_factory=set)  # deleted ones whose text was stored
+    retracted: list[tuple[str, str, str]] = field(default_factory=list)  # (tenant, conversation, message event_id)
     state_history: list[dict[str, Any]] = field(default_factory=list)  # fold-state snapshots (projections.time_travel)
     records: list[MessageRecord] = field(default_factory=list)  # for the hot tail, not written
 
@@ -283,6 +286,11 @@ class DuckDBProjectionStore:
             _insert_columns(cur, "messages", ch.messages)
         if ch.search["doc_id"]:
             _insert_columns(cur, "search_docs", ch.search)
+        for tenant_id, conversation_id, event_id in ch.retracted:  # after the inserts: same-batch messages too
+            key = [tenant_id, conversation_id, event_id]
+            cur.execute("UPDATE messages SET retracted = true WHERE tenant_id = ? AND conversation_id = ? AND event_id = ?", key)
+            cur.execute("DELETE FROM search_docs WHERE tenant_id = ? AND conversation_id = ? AND kind = 'message' "
+                        "AND doc_id = ?", key)
         if ch.state_history:
             cur.register("_snapshots", pa.Table.from_pylist(ch.state_history))
             cur.execute("INSERT INTO state_history SELECT tenant_id, conversation_id, seq, message_count, token_count, "
@@ -510,8 +518,11 @@ class DuckDBProjectionStore:
         return row[0][0] if row else None
 
     def messages(self, tenant_id: str, conversation_id: str, start: int = 0, end: int | None = None) -> list[MessageRecord]:
-        """Return messages with ``start <= index <= end`` (``end`` None = to the last), in index order."""
-        sql = f"SELECT {_READ_COLS} FROM messages WHERE tenant_id = ? AND conversation_id = ? AND idx >= ?"
+        """Return messages with ``start <= index <= end`` (``end`` None = to the last), in index order.
+
+        Like every message read here, leaves retracted messages out (their indices are gaps).
+        """
+        sql = f"SELECT {_READ_COLS} FROM messages WHERE tenant_id = ? AND conversation_id = ? AND idx >= ? AND NOT retracted"
         params: list[Any] = [tenant_id, conversation_id, start]
         if end is not None:
             sql += " AND idx <= ?"
@@ -524,7 +535,7 @@ class DuckDBProjectionStore:
             return []
         sql = (
             f"SELECT {_READ_COLS} FROM messages WHERE tenant_id = ? AND conversation_id = ? "
-            "AND idx IN (SELECT unnest(?::BIGINT[])) ORDER BY idx"
+            "AND idx IN (SELECT unnest(?::BIGINT[])) AND NOT retracted ORDER BY idx"
         )
         return _records(self.connection.execute(sql, [tenant_id, conversation_id, list(indices)]).fetchall())
 
@@ -541,8 +552,8 @@ class DuckDBProjectionStore:
             return self.messages(tenant_id, conversation_id, start)
         sql = (
             "WITH conv AS (SELECT max(cum_tokens) AS total, max(idx) AS last FROM messages "
-            "WHERE tenant_id = ? AND conversation_id = ?) "
-            f"SELECT {_READ_COLS} FROM messages, conv WHERE tenant_id = ? AND conversation_id = ? AND idx >= ? "
+            "WHERE tenant_id = ? AND conversation_id = ? AND NOT retracted) "
+            f"SELECT {_READ_COLS} FROM messages, conv WHERE tenant_id = ? AND conversation_id = ? AND idx >= ? AND NOT retracted "
             "AND (cum_tokens - tokens >= conv.total - ? OR idx = conv.last) ORDER BY idx"
         )
         rows = self.connection.execute(
@@ -567,7 +578,7 @@ class DuckDBProjectionStore:
             return self.messages(tenant_id, conversation_id, start, end - 1)
         sql = (
             "WITH last AS (SELECT cum_tokens AS total FROM messages WHERE tenant_id = ? AND conversation_id = ? AND idx = ?) "
-            f"SELECT {_READ_COLS} FROM messages, last WHERE tenant_id = ? AND conversation_id = ? AND idx >= ? "
+            f"SELECT {_READ_COLS} FROM messages, last WHERE tenant_id = ? AND conversation_id = ? AND idx >= ? AND NOT retracted "
             "AND idx < ? AND (cum_tokens - tokens >= last.total - ? OR idx = ?) ORDER BY idx"
         )
         key = [tenant_id, conversation_id]

@@ -17,6 +17,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 
 from memfold.engine.errors import (
+    AlreadyRetractedError,
     ConfigError,
     EventConflictError,
     LogUnavailableError,
@@ -120,7 +121,7 @@ def _install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(MemfoldError)
     async def memfold_error(request: Request, exc: MemfoldError):
         kind = type(exc).__name__
-        if isinstance(exc, EventConflictError):
+        if isinstance(exc, (EventConflictError, AlreadyRetractedError)):
             return _error(409, kind, str(exc), field=exc.field, line=exc.line)
         if isinstance(exc, MessageTooLargeError):
             return _error(413, kind, str(exc), field=exc.field, line=exc.line)

@@ -14,7 +14,7 @@ from typing import Any
 
 from fastapi import APIRouter, HTTPException, Path, Query, Request
 
-from memfold.engine.errors import ValidationError
+from memfold.engine.errors import UnknownMessageError, ValidationError
 from memfold.engine.ids import content_hash
 from memfold.engine.positions import Position
 
@@ -136,6 +136,31 @@ def list_messages(
         }
         for m in records
     ])
+
+
+@router.delete("/conversations/{conversation_id}/messages/{message_id}", tags=["messages"],
+               responses={409: {"model": ErrorResponse}})
+def retract_message(
+    request: Request, key: Writer, conversation_id: str = ConversationId,
+    message_id: str = Path(min_length=1, max_length=200, description="the message's event_id, or the id it was appended with"),
+    reason: str | None = Query(None, max_length=1000, description="recorded on the MessageRetracted event"),
+) -> dict:
+    """Retract one message (writer keys): a ``MessageRetracted`` event; reads leave the message out from now on.
+
+    The log keeps the message; summaries produced before keep their content
+    (erase with ``DELETE /v1/conversations/{id}``). 404 for a message this
+    conversation does not hold, 409 when it is already retracted.
+    """
+    existing(request, key.tenant_id, conversation_id)
+    engine = services(request).engine
+    for event_id in (message_id, event_id_for(key.tenant_id, conversation_id, message_id)):
+        try:
+            position = engine.retract(conversation_id, event_id, tenant_id=key.tenant_id, reason=reason)
+        except UnknownMessageError:
+            continue
+        return {"conversation_id": conversation_id, "event_id": event_id, "retracted": True,
+                "partition": position.partition, "offset": position.offset}
+    raise HTTPException(404, f"no message {message_id!r} in conversation {conversation_id!r}")
 
 
 @router.get("/conversations/{conversation_id}/context", response_model=ContextResponse, tags=["context"])

@@ -36,6 +36,8 @@ from memfold.engine.events import (
     Fact,
     MessageAppended,
     MessagePayload,
+    MessageRetracted,
+    MessageRetractedPayload,
     SettingsChanged,
     SettingsChangedPayload,
     SummaryFailed,
@@ -136,7 +138,9 @@ def one_of_each_type(tenant: str, conversation: str, tag: str = "") -> list[Even
         ),
         TopicCompacted(**env(11), payload=TopicCompactedPayload(settings_hash="h-1", topic_id="t-1", compacted_through=12, kept_recent=3)),
         TopicEvicted(**env(12), payload=TopicEvictedPayload(settings_hash="h-1", topic_id="t-1", priority=0.0625)),
-        ConversationDeleted(**env(13), payload=ConversationDeletedPayload(reason="user asked")),
+        MessageRetracted(**env(13), causation_id=f"{tag}{conversation}-2",
+                         payload=MessageRetractedPayload(retracted_event_id=f"{tag}{conversation}-2", reason="pop_item")),
+        ConversationDeleted(**env(14), payload=ConversationDeletedPayload(reason="user asked")),
     ]
     assert {e.type for e in events} == set(EVENT_CLASSES), "a new event type needs a sample here"
     return events

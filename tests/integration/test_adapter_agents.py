@@ -9,7 +9,7 @@ from agents import Agent, OpenAIResponsesModel, Runner, set_tracing_disabled
 from openai import AsyncOpenAI
 
 from memfold.adapters.agents import MemfoldSession
-from memfold.client import AsyncClient
+from memfold.client import AsyncClient, ConflictError, NotFoundError
 
 pytestmark = pytest.mark.timeout(120)
 set_tracing_disabled(True)  # no trace export: there is no network here
@@ -35,11 +35,23 @@ def test_items_round_trip_pop_and_clear(service):
             await session.add_items(ITEMS[3:])
             assert await session.get_items() == ITEMS
             assert await session.get_items(limit=2) == ITEMS[-2:]
+            popped = [m.event_id for m in await mf.messages("s-roundtrip")][-1:]
             assert await session.pop_item() == ITEMS[-1]
             assert await session.get_items() == ITEMS[:-1]
+            assert await session.pop_item() == ITEMS[-2]
+            assert await session.get_items() == ITEMS[:-2]
             stored = await mf.messages("s-roundtrip")
-            assert [m.role for m in stored] == ["user", "assistant", "tool", "assistant", "assistant", "system"]
+            assert [m.role for m in stored] == ["user", "assistant", "tool"]  # retracted: gone, and no note appended
             assert stored[1].tool_calls[0]["name"] == "book_table" and stored[2].tool_call_id == "call_1"
+            context = await mf.context("s-roundtrip")
+            assert [m.kind for m in context.messages if m.role == "system"] in ([], ["system_prompt"])
+            assert all("Booked: reference" not in m.content and "[reasoning]" not in m.content for m in context.messages)
+            audit = await mf.audit("s-roundtrip")
+            assert audit["events"]["MessageRetracted"] == 2  # the log keeps both the items and their retractions
+            with pytest.raises(ConflictError):
+                await mf.retract("s-roundtrip", popped[0])
+            with pytest.raises(NotFoundError):
+                await mf.retract("s-roundtrip", "no-such-message")
             await session.clear_session()
             assert await session.get_items() == []
 

@@ -70,6 +70,7 @@ def test_every_route_hides_other_tenants(service):
         a.post("/v1/conversations/a-own/messages", params={"wait": "true"},
                json={"messages": [{"role": "user", "content": "a's message"}]})
         before = _b_state(b)
+        b_message = before[0]["messages"][0]["event_id"]  # routes naming a message get one of B's
         paths = a.get("/openapi.json").json()["paths"]
         walked, scoped = 0, set()
         routes = [(m.upper(), t) for t, ops in paths.items() for m in ops]
@@ -85,7 +86,8 @@ def test_every_route_hides_other_tenants(service):
             body = BODIES.get((method, template))
             answers = []
             for conv in ("b-private", f"nowhere-{walked}"):
-                r = a.request(method, template.replace("{conversation_id}", conv), json=body)
+                path = template.replace("{conversation_id}", conv).replace("{message_id}", b_message)
+                r = a.request(method, path, json=body)
                 text = r.text.replace(conv, "<conv>")
                 answers.append((r.status_code, re.sub(r'"(event_id|offset|partition)":("?)[^,}"]*\2', "", text)))
             assert answers[0] == answers[1], f"{method} {template}: B's conversation differs from a missing one"
@@ -93,4 +95,5 @@ def test_every_route_hides_other_tenants(service):
             assert answers[0][0] == expected, f"{method} {template}: {answers[0]}"
             walked += 1
         assert walked >= 5 and scoped == set(TENANT_SCOPED)
+        assert a.delete(f"/v1/conversations/a-own/messages/{b_message}").status_code == 404  # not through A's own
         assert _b_state(b) == before

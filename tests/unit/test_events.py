@@ -96,6 +96,7 @@ PAYLOADS: dict[str, st.SearchStrategy[Any]] = {
         ev.TopicCompactedPayload, settings_hash=hashes, topic_id=names, compacted_through=small_ints, kept_recent=small_ints
     ),
     "TopicEvicted": st.builds(ev.TopicEvictedPayload, settings_hash=hashes, topic_id=names, priority=finite),
+    "MessageRetracted": st.builds(ev.MessageRetractedPayload, retracted_event_id=names, reason=opt(short)),
 }
 
 
