@@ -23,7 +23,7 @@ from typing import Any
 
 from agents.memory.session import SessionABC
 
-from memfold.client import AsyncClient, NotFoundError
+from memfold.client import AsyncClient, ConflictError, NotFoundError
 
 ITEM_KEY = "agents_item"  # metadata key holding the verbatim item
 
@@ -95,7 +95,10 @@ class MemfoldSession(SessionABC):
         if not stored:
             return None
         last = stored[-1]
-        await self.client.retract(self.session_id, last.event_id, reason="pop_item")
+        try:
+            await self.client.retract(self.session_id, last.event_id, reason="pop_item")
+        except ConflictError:
+            pass  # already retracted: a retry whose first attempt got through (or a concurrent pop_item)
         return last.metadata[ITEM_KEY]
 
     async def clear_session(self) -> None:

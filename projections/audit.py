@@ -53,7 +53,7 @@ def audit(store: DuckDBProjectionStore, tenant_id: str, conversation_id: str) ->
     counts: dict[str, int] = defaultdict(int)
     for e in events:
         counts[e["type"]] += 1
-    messages = _rows(store, "SELECT idx, seq, role, occurred_at, tokens, content FROM messages "
+    messages = _rows(store, "SELECT idx, seq, role, occurred_at, tokens, content, retracted FROM messages "
                             "WHERE tenant_id = ? AND conversation_id = ? ORDER BY idx", key)
     summaries = _summaries(store, key, positions, seqs)
     facts = _facts(store, key, summaries, messages)
@@ -68,7 +68,7 @@ def audit(store: DuckDBProjectionStore, tenant_id: str, conversation_id: str) ->
         "events": dict(sorted(counts.items())),
         "messages": [
             {"index": m["idx"], "seq": m["seq"], "role": m["role"], "occurred_at": _iso(m["occurred_at"]),
-             "tokens": m["tokens"], "preview": _preview(m["content"])}
+             "tokens": m["tokens"], "preview": _preview(m["content"]), "retracted": bool(m["retracted"])}
             for m in messages
         ],
         "summaries": summaries,

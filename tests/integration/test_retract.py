@@ -49,6 +49,9 @@ def test_retracted_message_leaves_every_read_and_later_summaries(tmp_path):
         assert [r[0] for r in rows] == [early[2], ids[0]]
         _, rows = engine.sql("SELECT payload->>'retracted_event_id' FROM events WHERE type = 'MessageRetracted'")
         assert sorted(r[0] for r in rows) == sorted([ids[0], early[2]])
+        audit = engine.audit("c1")
+        assert [m["index"] for m in audit["messages"] if m["retracted"]] == [2, 7]  # the audit shows what was withdrawn
+        assert audit["events"]["MessageRetracted"] == 2
 
         _say(engine, "c1", [f"later turn {i}: parcel #{700 + i}" for i in range(6)])
         later = [s for s in engine.summaries("c1") if s["status"] == "completed" and s["covers_to"] >= 8]
