@@ -5,8 +5,37 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
 import time
 from typing import Any
+
+# Randomness for ids is read from the OS in blocks: os.urandom releases the GIL,
+# so one call per message let the projector thread take the interpreter for a
+# whole switch interval each time (170 us per id under load, not 1 us).
+_POOL_BYTES = 4096
+_pool = b""
+_pool_at = 0
+_pool_lock = threading.Lock()
+
+
+def _reset_pool() -> None:
+    """Forget the block in a forked child: parent and child must not hand out the same bytes."""
+    global _pool, _pool_at, _pool_lock
+    _pool, _pool_at, _pool_lock = b"", 0, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_reset_pool)
+
+
+def random_bytes(n: int) -> bytes:
+    """Return ``n`` bytes from the OS random source, drawn in blocks of 4 KiB (thread- and fork-safe)."""
+    global _pool, _pool_at
+    with _pool_lock:
+        if _pool_at + n > len(_pool):
+            _pool, _pool_at = os.urandom(max(_POOL_BYTES, n)), 0
+        out = _pool[_pool_at : _pool_at + n]
+        _pool_at += n
+        return out
 
 
 def canonical_json(value: Any) -> str:
@@ -28,7 +57,7 @@ def new_event_id() -> str:
     (measured +40% append throughput over uuid4 on the SQLite log).
     """
     millis = time.time_ns() // 1_000_000
-    rand = int.from_bytes(os.urandom(10), "big")
+    rand = int.from_bytes(random_bytes(10), "big")
     value = (millis & 0xFFFFFFFFFFFF) << 80 | rand
     value = (value & ~(0xF << 76)) | (0x7 << 76)  # version 7
     value = (value & ~(0x3 << 62)) | (0x2 << 62)  # RFC 9562 variant

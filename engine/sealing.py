@@ -58,19 +58,22 @@ class Sealer:
         if not todo:
             return list(events)
         keys = self.keys.active_keys([e.key for e in todo])
-        return [self._seal(e, keys[e.key]) if _sealable(e) else e for e in events]
+        # One read of the OS random source for the whole batch: os.urandom releases the GIL,
+        # and a call per event let the projector thread stall the appender each time.
+        randomness = os.urandom(NONCE_BYTES * len(todo))
+        nonces = (randomness[i : i + NONCE_BYTES] for i in range(0, len(randomness), NONCE_BYTES))
+        return [self._seal(e, keys[e.key], next(nonces)) if _sealable(e) else e for e in events]
 
-    def _seal(self, event: Event, key: tuple[str, bytes]) -> Event:
+    def _seal(self, event: Event, key: tuple[str, bytes], nonce: bytes) -> Event:
         p = event.payload
         if isinstance(event, MessageAppended):
-            sealed = self._encrypt(event, p.content.encode("utf-8"), key)
+            sealed = self._encrypt(event, p.content.encode("utf-8"), key, nonce)
             return _replace(event, payload=_replace(p, content=None, encrypted=sealed))
         plain = json.dumps({"text": p.text, "facts": [f.model_dump(mode="json") for f in p.facts]}).encode("utf-8")
-        sealed = self._encrypt(event, plain, key)
+        sealed = self._encrypt(event, plain, key, nonce)
         return _replace(event, payload=_replace(p, text="", facts=(), encrypted=sealed))
 
-    def _encrypt(self, event: Event, plain: bytes, key: tuple[str, bytes]) -> EncryptedContent:
-        nonce = os.urandom(NONCE_BYTES)
+    def _encrypt(self, event: Event, plain: bytes, key: tuple[str, bytes], nonce: bytes) -> EncryptedContent:
         ciphertext = self._cipher(*key).encrypt(nonce, plain, _aad(event))
         # Built from values made right here: validation would only cost time on the append path.
         values = {
