@@ -80,13 +80,32 @@ def stem(word: str) -> str:
     return word[:-1] if len(word) >= 3 and word.endswith("e") else word
 
 
+def _term(word: str) -> str | None:
+    """Return the index term of one lower-cased word, or None when it is not indexed."""
+    if word in STOP_WORDS or (len(word) == 1 and not word.isdigit()):
+        return None
+    return stem(word)
+
+
+# word -> term (None: not indexed). Talk reuses a small vocabulary, so nearly every word
+# is a hit: indexing skips ~20 stem() calls per message. Cleared when full (memory stays flat).
+_TERMS: dict[str, str | None] = {}
+_TERMS_MAX = 200_000
+_UNSEEN: Any = object()  # marks a word not in the cache yet
+
+
 def analyze(text: str) -> list[str]:
     """Return the index terms of ``text``: lower-cased words, stop words dropped, lightly stemmed, numbers kept."""
+    terms = _TERMS
     out = []
     for word in _WORD.findall(text.lower()):
-        if word in STOP_WORDS or (len(word) == 1 and not word.isdigit()):
-            continue
-        out.append(stem(word))
+        term = terms.get(word, _UNSEEN)
+        if term is _UNSEEN:
+            if len(terms) >= _TERMS_MAX:
+                terms.clear()
+            term = terms[word] = _term(word)
+        if term is not None:
+            out.append(term)
     return out
 
 
