@@ -476,6 +476,7 @@ class MemoryEngine:
         return assemble(
             plan, verbatim, budget=budget, system_prompt=self.settings.system_prompt, count_tokens=self.counter.count,
             older=None if plan.fallback == "deleted" else older, query=query,
+            recall_share=self.settings.context.recall_share,
         )
 
     def context_as_of(
@@ -522,6 +523,7 @@ class MemoryEngine:
         return assemble(
             plan, verbatim, budget=budget, system_prompt=self.settings.system_prompt, count_tokens=self.counter.count,
             older=None if plan.fallback == "deleted" else older, query=query,
+            recall_share=self.settings.context.recall_share,
         )
 
     def _verbatim(self, plan, tenant_id: str, conversation_id: str, budget: int | None) -> list[MessageRecord]:

@@ -139,6 +139,17 @@ class EmbedderSettings(BaseModel):
     timeout_s: float = Field(10.0, gt=0)
 
 
+class ContextSettings(BaseModel):
+    """How a read fills its budget (``projections.context``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    # Share of the budget left after memory and the current message kept for recalled
+    # messages when there is a query: recent verbatim turns can be long (ten 800-token
+    # answers fill 8,000 tokens) and would otherwise leave recall nothing.
+    recall_share: float = Field(0.5, ge=0, le=1)
+
+
 class Settings(BaseSettings):
     """Everything memfold can be told. See the module docstring for where values come from."""
 
@@ -166,6 +177,7 @@ class Settings(BaseSettings):
     tenant_policies: dict[str, str] = Field(default_factory=dict)
     summarizer: SummarizerSettings = SummarizerSettings()
     embedder: EmbedderSettings = EmbedderSettings()
+    context: ContextSettings = ContextSettings()
     hierarchical: HierarchicalSettings = HierarchicalSettings()
     chunked: ChunkedSettings = ChunkedSettings()
     sliding_window: SlidingWindowSettings = SlidingWindowSettings()

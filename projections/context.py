@@ -3,10 +3,16 @@
 Order: [system prompt][memory system messages][recalled older messages]
 [recent verbatim][current user message]. The budget counts everything.
 
-1. The system prompt, the memory messages and the current user message are
-   fixed: never trimmed (seed 000: leading SystemMessages are protected).
-2. The plan's verbatim messages (those the memory does not cover yet) come
-   next, newest first; what does not fit is trimmed from the oldest.
+1. The system prompt, the memory messages and the current user message come
+   first. The system prompt and the current message are never trimmed; the
+   memory is trimmed only when it alone would not fit (:func:`fit_memory`:
+   the oldest facts, the last lines of a narrative or summary go first, each
+   memory message keeps its first line as long as any of it fits).
+2. With a query, unless the policy fell back to takeLast with no memory,
+   ``recall_share`` of what is left is kept for recall (recent verbatim turns
+   can be long: ten 800-token answers would leave recall nothing). The plan's
+   verbatim messages (those the memory does not cover yet) take the rest,
+   newest first; what does not fit is trimmed from the oldest.
 3. What is left goes to older messages (*recall*): first the ones most
    relevant to the query (a recalled question brings its answer, a recalled
    answer its question, when they fit), then the newest ones not yet in.
@@ -103,15 +109,19 @@ def assemble(
     count_tokens: Callable[[str], int],
     older: OlderMessages | None = None,
     query: str | None = None,
+    recall_share: float = 0.0,
 ) -> list[ContextMessage]:
     """Return the context for ``plan`` given its ``verbatim`` messages (oldest first), within ``budget``.
 
     ``count_tokens(text)`` counts content tokens; each message also costs
-    ``MESSAGE_OVERHEAD``. When the fixed part alone (system prompt, memory,
-    current message) exceeds the budget, it is returned untrimmed: memory is
-    never dropped to make room. Recall needs ``older`` and a budget (with no
-    budget every verbatim message is already in). ``query`` defaults to the
-    current user message (else the newest user message in ``verbatim``).
+    ``MESSAGE_OVERHEAD``. The result never exceeds ``budget`` unless the
+    system prompt and the current message alone do (memory is trimmed to what
+    they leave, :func:`fit_memory`). Recall needs ``older`` and a budget (with
+    no budget every verbatim message is already in). ``query`` defaults to
+    the current user message (else the newest user message in ``verbatim``);
+    when it is not empty and the plan is not a fallback without memory,
+    ``recall_share`` (0..1) of the budget left after memory and the current
+    message is kept from the verbatim messages for it.
     """
     head: list[ContextMessage] = []
     if system_prompt:
@@ -123,8 +133,19 @@ def assemble(
     current: MessageRecord | None = None
     if body and body[-1].role == "user":
         current = body.pop()
+    if budget is not None:
+        room = budget - (head[0].tokens if system_prompt else 0) - (current.tokens if current else 0)
+        memory = fit_memory(head[1:] if system_prompt else head, room, count_tokens)
+        head = head[:1] + memory if system_prompt else memory
     fixed = sum(m.tokens for m in head) + (current.tokens if current else 0)
-    remaining = None if budget is None else budget - fixed
+    remaining = None if budget is None else max(0, budget - fixed)
+    if older is not None and query is None:
+        query = current.content if current else next((m.content for m in reversed(body) if m.role == "user"), "")
+    # Not when the policy fell back to takeLast with no memory (a short conversation): recency decides there.
+    recalling = (plan.memory or plan.fallback is None) and older is not None and query and query.strip()
+    reserve = int(remaining * recall_share) if remaining and recalling else 0
+    if remaining is not None:
+        remaining -= reserve
     kept: list[list[MessageRecord]] = []
     for group in reversed(tool_groups(body)):
         if group[0].role == "tool":  # its call is not in the context: never send a lone result
@@ -137,21 +158,74 @@ def assemble(
         kept.append(group)
     kept_messages = [m for group in reversed(kept) for m in group]
     recalled: list[ContextMessage] = []
+    if remaining is not None:
+        remaining += reserve
     if older is not None and remaining is not None and remaining > 0:
-        if query is None:
-            query = current.content if current else next((m.content for m in reversed(body) if m.role == "user"), "")
         exclude = {m.index for m in kept_messages}
         upper = current.index if current else max(older.end(), max((m.index + 1 for m in verbatim), default=0))
         if current:
             exclude.add(current.index)
         contiguous = plan.verbatim_indices is None
         before = kept_messages[0].index if kept_messages and contiguous else upper
-        recalled = _Recall(older, count_tokens, exclude, upper, remaining).run(query, before)
+        recalled = _Recall(older, count_tokens, exclude, upper, remaining).run(query or "", before)
     out = head + recalled
     out.extend(_message(m, "verbatim") for m in kept_messages)
     if current is not None:
         out.append(_message(current, "current"))
     return out
+
+
+def fit_memory(memory: list[ContextMessage], room: int, count_tokens: Callable[[str], int]) -> list[ContextMessage]:
+    """Return ``memory`` trimmed to cost at most ``room`` tokens (unchanged when it fits). Deterministic.
+
+    The longest memory message loses a line at a time (ties: the later
+    message): facts lose their oldest fact line first (a date line goes with
+    its last fact; the newest fact stays), any other memory its last line (a
+    one-line message its last sentence), so a message keeps its head while
+    anything else can go; when no message can lose more, the last one is
+    dropped whole.
+    """
+    if sum(m.tokens for m in memory) <= room:
+        return memory
+    parts = [_memory_units(m) for m in memory]
+    out = list(memory)
+    while out and sum(m.tokens for m in out) > room:
+        cut = [i for i, m in enumerate(out) if _can_drop(parts[i], m.kind)]
+        if not cut:
+            parts.pop()
+            out.pop()
+            continue
+        i = max(cut, key=lambda j: (out[j].tokens, j))
+        _drop_unit(parts[i], out[i].kind)
+        sep = "\n" if "\n" in out[i].content else " "
+        content = sep.join(parts[i])
+        out[i] = ContextMessage("system", content, out[i].kind, count_tokens(content) + MESSAGE_OVERHEAD)
+    return out
+
+
+def _memory_units(m: ContextMessage) -> list[str]:
+    lines = [x for x in m.content.split("\n") if x.strip()]
+    if len(lines) > 1:
+        return lines
+    return [x for x in _SENTENCE.split(m.content) if x.strip()]
+
+
+def _can_drop(units: list[str], kind: str) -> bool:
+    if kind == "memory:facts":
+        return sum(x.startswith("- ") for x in units) > 1 or (len(units) > 1 and not any(x.startswith("- ") for x in units))
+    return len(units) > 1
+
+
+def _drop_unit(units: list[str], kind: str) -> None:
+    """Drop the least valuable unit of a memory message: its oldest fact (and a date line left empty), else its last."""
+    facts = [j for j, x in enumerate(units) if x.startswith("- ")] if kind == "memory:facts" else []
+    if len(facts) > 1:
+        del units[facts[0]]
+        empty = [j for j, x in enumerate(units) if x.startswith("[") and (j + 1 == len(units) or units[j + 1].startswith("["))]
+        for j in reversed(empty):
+            del units[j]
+        return
+    del units[-1]
 
 
 class _Recall:

@@ -43,7 +43,7 @@ def test_trims_oldest_verbatim_first_and_keeps_current_user_message():
     assert sum(m.tokens for m in out) <= per * 4
 
 
-def test_memory_messages_are_never_trimmed_and_count_against_the_budget():
+def test_memory_counts_against_the_budget_and_is_trimmed_only_when_it_alone_does_not_fit():
     messages = chat(11)
     memory = (MemoryMessage("Facts:\n- order_id: #1234", "facts"), MemoryMessage("Customer wants a refund.", "narrative"))
     plan = ContextPlan(memory=memory)
@@ -52,9 +52,31 @@ def test_memory_messages_are_never_trimmed_and_count_against_the_budget():
     out = assemble(plan, messages, budget=mem_cost + per * 3, system_prompt=None, count_tokens=COUNT)
     assert [m.kind for m in out[:2]] == ["memory:facts", "memory:narrative"]
     assert [m.index for m in out[2:]] == [8, 9, 10]
-    # A budget smaller than the memory alone still returns the memory (never trimmed) and the current turn.
+    # A budget smaller than the memory alone: memory goes (it never fits), the current turn stays.
     tiny = assemble(plan, messages, budget=5, system_prompt=None, count_tokens=COUNT)
-    assert [m.kind for m in tiny] == ["memory:facts", "memory:narrative", "current"]
+    assert [m.kind for m in tiny] == ["current"]
+
+
+def test_memory_too_big_loses_the_oldest_facts_and_the_last_narrative_lines_first():
+    messages = chat(3)
+    facts = "[2024-01-02]\n- car: red\n- city: Oslo\n[2024-02-03]\n- dog: Rex\n[2024-03-04]\n- job: nurse"
+    narrative = "The user is moving house.\nThey compared two vans.\nThey booked the cheaper one.\nThen lunch."
+    plan = ContextPlan(memory=(MemoryMessage(facts, "facts"), MemoryMessage(narrative, "narrative")))
+    current = messages[-1].tokens
+    whole = [assemble(plan, messages, budget=10_000, system_prompt=None, count_tokens=COUNT)[i] for i in (0, 1)]
+    need = sum(m.tokens for m in whole) + current
+    out = assemble(plan, messages[-1:], budget=need - 12, system_prompt=None, count_tokens=COUNT)
+    assert sum(m.tokens for m in out) <= need - 12
+    assert [m.kind for m in out] == ["memory:facts", "memory:narrative", "current"]
+    kept_facts, kept_story = out[0].content.split("\n"), out[1].content.split("\n")
+    assert "- job: nurse" in kept_facts and "- car: red" not in kept_facts  # the oldest fact went first
+    assert narrative.startswith(out[1].content) and kept_story[0] == "The user is moving house."
+    # Deterministic, and each message keeps its head while anything else can go.
+    assert out == assemble(plan, messages[-1:], budget=need - 12, system_prompt=None, count_tokens=COUNT)
+    heads = ["[2024-03-04]\n- job: nurse", "The user is moving house."]
+    room = current + sum(COUNT(h) + 4 for h in heads)
+    small = assemble(plan, messages[-1:], budget=room, system_prompt=None, count_tokens=COUNT)
+    assert [m.content for m in small[:2]] == heads and sum(m.tokens for m in small) <= room
 
 
 def test_tool_call_and_results_are_kept_or_dropped_together():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import datetime, timedelta, timezone
 
 from hypothesis import given, settings
@@ -133,6 +134,16 @@ def test_a_recalled_tool_result_brings_its_call():
     assert call.tool_calls and call.kind == "recalled"
 
 
+def big_memory(lines: int, kind: str) -> ContextPlan:
+    """A plan whose memory may alone exceed the budget: dated fact lines or narrative sentences."""
+    if kind == "facts":
+        body = "\n".join(f"[2024-03-{1 + i // 3:02d}]\n- item {i}: {FILLER[i % len(FILLER)]}" for i in range(lines))
+    else:
+        body = "The user chats about daily life. " + " ".join(f"{FILLER[i % len(FILLER)]} ({i})." for i in range(lines))
+    return ContextPlan(memory=(MemoryMessage(body, kind, COUNT(body) + MESSAGE_OVERHEAD),
+                               MemoryMessage("Summary: small talk.", "summary", COUNT("Summary: small talk.") + MESSAGE_OVERHEAD)))
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     n=st.integers(min_value=2, max_value=80),
@@ -140,16 +151,30 @@ def test_a_recalled_tool_result_brings_its_call():
     budget=st.integers(min_value=0, max_value=900),
     tool_at=st.one_of(st.none(), st.integers(min_value=0, max_value=77)),
     query=st.sampled_from([None, "", "Porto order shipped", "football match weather", "train"]),
+    memory=st.one_of(st.none(), st.tuples(st.integers(min_value=1, max_value=120), st.sampled_from(["facts", "narrative"]))),
+    share=st.sampled_from([0.0, 0.5, 1.0]),
 )
-def test_never_over_budget_ordered_marked_and_tool_groups_whole(n, cut, budget, tool_at, query):
+def test_never_over_budget_ordered_marked_and_tool_groups_whole(n, cut, budget, tool_at, query, memory, share):
     messages = tool_chat(n, tool_at) if tool_at is not None and tool_at + 1 < n else chat(n)
     plan = plan_after(min(cut, n - 1))
-    out = context(messages, plan, budget=budget, query=query)
-    fixed = sum(m.tokens for m in out if m.kind in ("system_prompt", "memory:summary", "current"))
+    if memory is not None:  # memory alone can be larger than the budget: it is trimmed, never sent over budget
+        plan = dataclasses.replace(big_memory(*memory), verbatim_from=plan.verbatim_from)
+    out = assemble(plan, messages[plan.verbatim_from:], budget=budget, system_prompt="Be brief.",
+                   count_tokens=COUNT, older=older(messages), query=query, recall_share=share)
+    fixed = sum(m.tokens for m in out if m.kind in ("system_prompt", "current"))
     assert sum(m.tokens for m in out) <= max(budget, fixed)
+    source = {f"memory:{x.kind}": x.content for x in plan.memory}
+    for m in out:
+        if m.kind.startswith("memory:"):  # trimmed memory: what is left is the original's, counted exactly
+            assert m.tokens == COUNT(m.content) + MESSAGE_OVERHEAD
+            if m.kind == "memory:facts":
+                assert set(m.content.split("\n")) <= set(source[m.kind].split("\n"))
+            else:
+                assert source[m.kind].startswith(m.content)
     kinds = [m.kind for m in out]
-    order = {"system_prompt": 0, "memory:summary": 1, "recalled": 2, "verbatim": 3, "current": 4}
-    assert [order[k] for k in kinds] == sorted(order[k] for k in kinds)
+    order = {"system_prompt": 0, "recalled": 2, "verbatim": 3, "current": 4}
+    ranks = [1 if k.startswith("memory:") else order[k] for k in kinds]
+    assert ranks == sorted(ranks)
     recalled = [m.index for m in out if m.kind == "recalled"]
     assert recalled == sorted(set(recalled))
     present = {m.index for m in out if m.index is not None}
