@@ -190,7 +190,11 @@ class _Corpus:
         for postings in lists:
             df = len(postings)
             weight = math.log(1.0 + (n - df + 0.5) / (df + 0.5)) * (K1 + 1.0)
-            if scored + df <= _EXACT_POSTINGS or not scores:
+            if not scores:  # the rarest term, in full: one comprehension, not a += per posting (same values)
+                scored += df
+                scores = defaultdict(float, {d: weight * tf / (tf + base + per_length * lengths[d]) for d, tf in postings.items()})
+                continue
+            if scored + df <= _EXACT_POSTINGS:
                 scored += df
                 for d, tf in postings.items():
                     scores[d] += weight * tf / (tf + base + per_length * lengths[d])
