@@ -77,7 +77,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--data-dir", default=os.environ.get("MEMFOLD_DATA_DIR", ".memfold"),
                    help="data directory (env MEMFOLD_DATA_DIR, default ./.memfold)")
     p.add_argument("--config", default=None, help="memfold.toml (env MEMFOLD_CONFIG, default ./memfold.toml if present)")
-    p.add_argument("--policy", default=None, help="policy to read/keep (env MEMFOLD_POLICY, default hierarchical)")
+    p.add_argument("--policy", default=None, help="policy to read/keep (env MEMFOLD_POLICY, default sliding_window)")
     p.add_argument("--log", default=None, help="event log URL: sqlite:///FILE (default) or kafka://HOST:PORT")
     p.add_argument("--url", default=os.environ.get("MEMFOLD_URL"),
                    help="talk to a running 'memfold serve' at this URL instead of a data dir (env MEMFOLD_URL)")

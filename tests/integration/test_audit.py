@@ -16,6 +16,7 @@ from memfold.engine.settings import Settings
 from memfold.projections.views import VIEWS
 
 T0 = datetime(2026, 3, 2, 9, 0, tzinfo=timezone.utc)
+HIERARCHICAL = {"policy": "hierarchical", "policies": ("hierarchical",)}
 LOW_TRIGGER = {"hierarchical": {"trigger_message_count": 6, "recent_message_count": 2, "resummarize_every": 4}}
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 
@@ -40,7 +41,7 @@ def _conversation(engine: MemoryEngine, conversation: str = "c1") -> None:
 
 @pytest.fixture
 def engine(tmp_path):
-    with MemoryEngine(Settings.load(None, data_dir=tmp_path / "data", **LOW_TRIGGER)) as eng:
+    with MemoryEngine(Settings.load(None, data_dir=tmp_path / "data", **HIERARCHICAL, **LOW_TRIGGER)) as eng:
         _conversation(eng)
         yield eng
 
@@ -95,8 +96,9 @@ def test_cli_json_and_html_page_render_in_headless_chromium(engine, tmp_path, ca
     engine.close()
     page = tmp_path / "audit.html"
     config = tmp_path / "memfold.toml"  # the settings the data dir was built with: a read does not rebuild
-    config.write_text("".join(f"[{policy}]\n" + "".join(f"{k} = {v}\n" for k, v in knobs.items())
-                              for policy, knobs in LOW_TRIGGER.items()))
+    config.write_text('policy = "hierarchical"\npolicies = ["hierarchical"]\n'
+                      + "".join(f"[{policy}]\n" + "".join(f"{k} = {v}\n" for k, v in knobs.items())
+                                for policy, knobs in LOW_TRIGGER.items()))
     assert main(["--data-dir", str(data), "--config", str(config), "audit", "c1", "--json", "--html", str(page)]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["conversation"]["message_count"] == 16

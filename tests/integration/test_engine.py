@@ -10,6 +10,7 @@ from memfold.engine.settings import Settings
 
 
 def _engine(tmp_path, **overrides) -> MemoryEngine:
+    overrides = {"policy": "hierarchical", "policies": ("hierarchical",), **overrides}
     return MemoryEngine(Settings.load(None, data_dir=tmp_path / "data", **overrides))
 
 

@@ -10,7 +10,7 @@ from memfold.engine.settings import Settings
 
 def _settings(tmp_path, url: str, **summarizer) -> Settings:
     return Settings.load(
-        None, data_dir=tmp_path / "d", policies=("hierarchical", "rolling"),
+        None, data_dir=tmp_path / "d", policy="hierarchical", policies=("hierarchical", "rolling"),
         hierarchical={"trigger_message_count": 8, "recent_message_count": 4, "resummarize_every": 4},
         rolling={"message_threshold": 8, "recent_messages_to_keep": 4, "regeneration_threshold": 4},
         summarizer={"kind": "openai", "base_url": url, "api_key": "test-key", "max_retries": 1,

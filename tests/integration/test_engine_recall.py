@@ -37,7 +37,7 @@ def run(data_dir: Path, *args: str) -> subprocess.CompletedProcess:
 
 
 def test_context_fills_the_budget_recalls_by_query_and_survives_a_rebuild(tmp_path):
-    settings = Settings.load(None, data_dir=tmp_path / "d", policies=("hierarchical",))
+    settings = Settings.load(None, data_dir=tmp_path / "d", policy="hierarchical", policies=("hierarchical",))
     with MemoryEngine(settings) as engine:
         engine.append_many(conversation())
         engine.wait_idle(timeout=120)

@@ -15,7 +15,7 @@ from memfold.engine.keystore import SQLiteKeyStore
 from memfold.engine.settings import Settings
 from memfold.streams.sqlite_log import SQLiteEventLog
 
-LOW_TRIGGER = {"hierarchical": {"trigger_message_count": 6, "recent_message_count": 2, "resummarize_every": 2}}
+LOW_TRIGGER = {"policy": "hierarchical", "policies": ("hierarchical",), "hierarchical": {"trigger_message_count": 6, "recent_message_count": 2, "resummarize_every": 2}}
 
 
 def _plant() -> str:

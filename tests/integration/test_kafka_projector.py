@@ -45,7 +45,8 @@ def _messages(conversations: int, per: int, prefix: str = "m") -> list[MessageAp
 
 
 def _cli(*args: str, check: bool = True, **env_extra: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMFOLD_")} | env_extra
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMFOLD_")}
+    env |= {"MEMFOLD_POLICY": "hierarchical", "MEMFOLD_POLICIES": "hierarchical"} | env_extra  # what the tests expect
     proc = subprocess.run([MEMFOLD, *args], capture_output=True, text=True, timeout=180, env=env)
     assert "Traceback" not in proc.stderr, proc.stderr
     if check:

@@ -39,7 +39,7 @@ def test_rebuild_from_the_log_is_identical_and_calls_no_model(tmp_path):
 
 
 def test_changed_settings_rebuild_on_open_and_keep_the_other_policies_identical(tmp_path):
-    base = Settings.load(None, data_dir=tmp_path / "d", policies=("hierarchical", "rolling"))
+    base = Settings.load(None, data_dir=tmp_path / "d", policy="hierarchical", policies=("hierarchical", "rolling"))
     with MemoryEngine(base) as engine:
         _ingest_sample(engine)
         hier = engine.sql("SELECT * FROM summaries WHERE policy = 'hierarchical' ORDER BY request_id")[1]
@@ -57,7 +57,7 @@ def test_changed_settings_rebuild_on_open_and_keep_the_other_policies_identical(
 def test_cache_answers_a_replay_of_the_same_messages_without_model_calls(tmp_path, openai_server):
     def settings(d: Path) -> Settings:
         return Settings.load(
-            None, data_dir=d, policies=("hierarchical",),
+            None, data_dir=d, policy="hierarchical", policies=("hierarchical",),
             summarizer={"kind": "openai", "base_url": openai_server.url, "api_key": "test-key", "max_retries": 0},
         )
 

@@ -10,7 +10,7 @@ from memfold.engine.engine import MemoryEngine
 from memfold.engine.errors import AlreadyRetractedError, UnknownMessageError, ValidationError
 from memfold.engine.settings import Settings
 
-SETTINGS = {"policies": ("hierarchical",),
+SETTINGS = {"policy": "hierarchical", "policies": ("hierarchical",),
             "hierarchical": {"trigger_message_count": 6, "recent_message_count": 2, "resummarize_every": 3}}
 
 

@@ -16,7 +16,8 @@ pytestmark = [
     pytest.mark.timeout(180),
     pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"no Chromium at {CHROMIUM} (apt-get install chromium)"),
 ]
-LOW_TRIGGER = {"MEMFOLD_HIERARCHICAL__TRIGGER_MESSAGE_COUNT": "6", "MEMFOLD_HIERARCHICAL__RECENT_MESSAGE_COUNT": "2",
+LOW_TRIGGER = {"MEMFOLD_POLICY": "hierarchical", "MEMFOLD_POLICIES": "hierarchical",
+               "MEMFOLD_HIERARCHICAL__TRIGGER_MESSAGE_COUNT": "6", "MEMFOLD_HIERARCHICAL__RECENT_MESSAGE_COUNT": "2",
                "MEMFOLD_HIERARCHICAL__RESUMMARIZE_EVERY": "4"}
 LINES = [
     "Hi, my name is Dana Whitfield and my order number is #48213.", "Thanks Dana, looking it up.",

@@ -14,6 +14,7 @@ from memfold.engine.settings import Settings
 
 T0 = datetime(2026, 5, 4, 8, 0, tzinfo=timezone.utc)
 SETTINGS = {
+    "policy": "hierarchical",
     "policies": ("hierarchical", "rolling", "sliding_window", "chunked"),
     "hierarchical": {"trigger_message_count": 8, "recent_message_count": 3, "resummarize_every": 3},
     "rolling": {"message_threshold": 10, "recent_messages_to_keep": 4, "regeneration_threshold": 5},

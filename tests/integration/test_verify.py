@@ -8,7 +8,7 @@ from memfold.engine.engine import MemoryEngine
 from memfold.engine.cli import main
 from memfold.engine.settings import Settings
 
-SETTINGS = {"policies": ("hierarchical", "rolling"),
+SETTINGS = {"policy": "hierarchical", "policies": ("hierarchical", "rolling"),
             "hierarchical": {"trigger_message_count": 6, "recent_message_count": 2, "resummarize_every": 3}}
 
 
@@ -40,7 +40,7 @@ def test_verify_passes_on_live_and_names_each_difference(tmp_path):
         assert {d.table for d in engine.verify("c2")} == {"facts"}
         assert "only in the replay" in diffs["facts"].describe()
     config = tmp_path / "memfold.toml"
-    config.write_text('policies = ["hierarchical", "rolling"]\n[hierarchical]\ntrigger_message_count = 6\n'
+    config.write_text('policy = "hierarchical"\npolicies = ["hierarchical", "rolling"]\n[hierarchical]\ntrigger_message_count = 6\n'
                       "recent_message_count = 2\nresummarize_every = 3\n")
     assert main(["--data-dir", str(tmp_path / "d"), "--config", str(config), "verify", "c1"]) == 1
     assert main(["--data-dir", str(tmp_path / "d"), "--config", str(config), "verify", "c1", "--tenant", "t9"]) == 0
