@@ -33,8 +33,10 @@ MEMFOLD = str(Path(sys.executable).with_name("memfold"))
 SAMPLE = Path(__file__).resolve().parents[2] / "engine" / "data" / "sample.jsonl"
 T0 = datetime(2026, 5, 1, 9, 0, tzinfo=timezone.utc)
 WAIT_S = 120  # an upper bound for "the workers are idle" on a loaded machine; never reached when all is well
-# Columns that measure a run (durations) or locate it in one log (offsets), not what was projected.
-RUN_COLUMNS = {"latency_ms", "generation_time_ms", "offset"}
+# Columns that measure a run (durations), locate it in one log (offsets) or say how an answer was
+# obtained (a worker killed after caching a summary but before appending it answers from the cache
+# on restart: same content, cached=true), not what was projected.
+RUN_COLUMNS = {"latency_ms", "generation_time_ms", "offset", "cached"}
 
 
 def conversation(conversation_id: str, count: int) -> list[MessageAppended]:
