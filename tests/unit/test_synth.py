@@ -3,29 +3,16 @@
 from __future__ import annotations
 
 import datetime as dt
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
 from memfold.engine.events import ROLES, MessagePayload
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+from support.benchmarks import BENCH, load as _load
 
 
-def _load(name: str):
-    if str(BENCH) not in sys.path:  # synth imports its sibling synth_domains
-        sys.path.insert(0, str(BENCH))
-    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-synth = sys.modules.get("synth") or _load("synth")
+synth = _load("synth")
 DOMAINS = tuple(synth.domains.DOMAINS)
 ALLOWED_KEYS = {"conversation_id", "tenant_id", "role", "content", "model_variant", "metadata", "ts", "tool_calls",
                 "tool_call_id"}
