@@ -126,6 +126,7 @@ class MemoryEngine:
             raise ConfigError(f"unknown engine role {role!r}; choose from {', '.join(self.ROLES)}")
         self.role = role
         self._embedder = None
+        self.dense = None
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         settings = _bind_log(settings)
         self.settings = settings
@@ -163,6 +164,13 @@ class MemoryEngine:
             self.log, self.store, self.store, self.summarizer, settings, on_appended=self._wake,
             concurrency=settings.summarizer.concurrency, max_pending=settings.summarizer.max_pending,
         )
+        if settings.retrieval.embedder != "none":
+            from memfold.projections.dense import DenseIndex, build_dense_embedder, embedder_name
+
+            self.dense = DenseIndex(self.store, build_dense_embedder(settings), embedder_name(settings))
+            self.projector.listeners.append(self.dense.committed)
+            if start or role == "worker":
+                self.dense.start()
         summarizes = role in ("embedded", "worker")
         self.runner = Runner(
             self.log, self.store, self.projector, on_requests=self.worker.submit if summarizes else (lambda r: None),
@@ -397,11 +405,17 @@ class MemoryEngine:
         self.runner.wait_for(position, timeout)
 
     def wait_idle(self, timeout: float = 120.0) -> None:
-        """Block until the projection is caught up and every summary due has been produced or failed."""
+        """Block until the projection is caught up, every summary due has been produced or failed, and (dense
+        retrieval on) every message is embedded or the embedder is failing."""
         deadline = time.monotonic() + timeout
         if self.store is None:
             return  # a client has nothing to wait for locally
-        idle = self.worker.idle if self.role in ("embedded", "worker") else (lambda: True)
+        summaries_idle = self.worker.idle if self.role in ("embedded", "worker") else (lambda: True)
+        dense = self.dense
+
+        def idle() -> bool:
+            return summaries_idle() and (dense is None or dense.idle())
+
         while True:
             self.runner.notify()
             if self.runner.caught_up() and idle():
@@ -439,8 +453,14 @@ class MemoryEngine:
         policy: str | None = None,
         tenant_id: str = "default",
         as_of: Position | datetime | None = None,
+        dense: bool | None = None,
     ) -> list[ContextMessage]:
-        """Return the messages for the next model call, within ``budget`` tokens. Never calls a model.
+        """Return the messages for the next model call, within ``budget`` tokens. Never calls a summarizer.
+
+        With dense retrieval configured (``retrieval.embedder``), recall fuses
+        BM25 with the cosine ranking of message embeddings, embedding the
+        query once (cached); if the embedder fails, recall is BM25 alone and a
+        warning is logged. ``dense=False`` asks for BM25 alone.
 
         ``as_of`` (a log :class:`Position`, or a timezone-aware ``datetime``)
         returns the context as memfold would have assembled it at that point
@@ -455,10 +475,10 @@ class MemoryEngine:
         ``lazy_timeout_ms`` for it, then fall back.
         """
         from memfold.projections.context import assemble
-        from memfold.projections.retrieval import OlderFromProjection
 
         if as_of is not None:
-            return self.context_as_of(conversation_id, as_of, budget=budget, query=query, policy=policy, tenant_id=tenant_id)
+            return self.context_as_of(conversation_id, as_of, budget=budget, query=query, policy=policy,
+                                      tenant_id=tenant_id, dense=dense)
         name = self._policy_name(policy, tenant_id)
         impl, ctx = self.policies[name]
         ctx = self._read_contexts.setdefault(name, dataclasses.replace(ctx, count_tokens=self._count_cached))
@@ -472,7 +492,7 @@ class MemoryEngine:
             plan = impl.plan(self.projector.state(name, tenant_id, conversation_id), ctx)
         log_budget_decisions(name, conversation_id, plan)
         verbatim = self._verbatim(plan, tenant_id, conversation_id, budget)
-        older = OlderFromProjection(self.projector.search, (tenant_id, conversation_id))
+        older = self._older(tenant_id, conversation_id, dense)
         return assemble(
             plan, verbatim, budget=budget, system_prompt=self.settings.system_prompt, count_tokens=self.counter.count,
             older=None if plan.fallback == "deleted" else older, query=query,
@@ -488,6 +508,7 @@ class MemoryEngine:
         query: str | None = None,
         policy: str | None = None,
         tenant_id: str = "default",
+        dense: bool | None = None,
     ) -> list[ContextMessage]:
         """Return the context memfold would have assembled right after ``as_of`` (time travel).
 
@@ -501,7 +522,7 @@ class MemoryEngine:
         or a naive datetime. Never waits for a summary.
         """
         from memfold.projections.context import assemble
-        from memfold.projections.retrieval import OlderAsOf, OlderFromProjection
+        from memfold.projections.retrieval import OlderAsOf
         from memfold.projections.time_travel import seq_as_of, state_as_of
 
         name = self._policy_name(policy, tenant_id)
@@ -519,12 +540,23 @@ class MemoryEngine:
         else:
             recent = self.projector.search.newest(key, end, budget) if end else []
             verbatim = [m for m in recent if m.index >= plan.verbatim_from]
-        older = OlderAsOf(OlderFromProjection(self.projector.search, (tenant_id, conversation_id)), end)
+        older = OlderAsOf(self._older(tenant_id, conversation_id, dense), end)
         return assemble(
             plan, verbatim, budget=budget, system_prompt=self.settings.system_prompt, count_tokens=self.counter.count,
             older=None if plan.fallback == "deleted" else older, query=query,
             recall_share=self.settings.context.recall_share,
         )
+
+    def _older(self, tenant_id: str, conversation_id: str, dense: bool | None):
+        """Return where recall finds older messages: BM25, fused with dense retrieval when configured and not refused."""
+        from memfold.projections.retrieval import OlderFromProjection
+
+        older = OlderFromProjection(self.projector.search, (tenant_id, conversation_id))
+        if self.dense is None or dense is False:
+            return older
+        from memfold.projections.dense import FusedOlder
+
+        return FusedOlder(older, self.dense, (tenant_id, conversation_id), self.settings.retrieval.rrf_k)
 
     def _verbatim(self, plan, tenant_id: str, conversation_id: str, budget: int | None) -> list[MessageRecord]:
         if plan.verbatim_indices is not None:
@@ -622,26 +654,29 @@ class MemoryEngine:
         Steps: (1) fold the log into a fresh file next to the live one (reads
         keep answering from the live projection meanwhile); (2) pause the
         live runner, fold what arrived since, and swap the files; (3) wait for
-        the summaries the rebuilt projection finds open. ``llm_cache`` is
-        carried over and outcomes already in the log are folded, not
-        recomputed, so replaying unchanged history calls no model.
+        the summaries the rebuilt projection finds open. ``llm_cache`` and
+        ``dense_vectors`` are carried over and outcomes already in the log are
+        folded, not recomputed, so replaying unchanged history calls no model
+        and no embedder.
         """
         beside = self._fold_beside("rebuild")
         try:
             with self.runner.paused():
                 self._fold_beside("rebuild", store=beside)
                 beside.set_meta("policies", self.store.meta("policies") or "{}")
-                cache = self.store.connection.sql("SELECT * FROM llm_cache").to_arrow_table()
                 cur = beside.connection
-                cur.register("_live_cache", cache)
-                cur.execute("INSERT OR IGNORE INTO llm_cache SELECT * FROM _live_cache")
-                cur.unregister("_live_cache")
+                for table in ("llm_cache", "dense_vectors"):
+                    cur.register("_live_cache", self.store.connection.sql(f"SELECT * FROM {table}").to_arrow_table())
+                    cur.execute(f"INSERT OR IGNORE INTO {table} SELECT * FROM _live_cache")
+                    cur.unregister("_live_cache")
                 self.store.replace_with(beside)
                 self.projector.forget()
         except BaseException:
             beside.close()
             beside.path.unlink(missing_ok=True)
             raise
+        if self.dense is not None:
+            self.dense.resync()  # vectors written while the files were swapped are embedded again
         self.wait_idle(timeout)  # the runner hands the open requests it finds to the summarizer
 
     def verify(self, conversation_id: str | None = None, *, tenant_id: str = "default") -> list:
@@ -695,6 +730,8 @@ class MemoryEngine:
         if self.store is not None:
             self.runner.stop()
             self.worker.stop()
+            if self.dense is not None:
+                self.dense.stop()
             self.store.close()
         self.log.close()
 

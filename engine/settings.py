@@ -150,6 +150,18 @@ class ContextSettings(BaseModel):
     recall_share: float = Field(0.5, ge=0, le=1)
 
 
+class RetrievalSettings(BaseModel):
+    """How recall ranks older messages: BM25 always; dense retrieval fused with it when ``embedder`` is set."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    # none: BM25 only (the default, no model). local / openai / sentence-transformers: embed
+    # every message (outside the fold, projections.dense) with that embedder, configured by
+    # the [embedder] settings, and fuse the cosine ranking with BM25's by reciprocal rank.
+    embedder: Literal["none", "local", "openai", "sentence-transformers"] = "none"
+    rrf_k: int = Field(60, ge=1)
+
+
 class Settings(BaseSettings):
     """Everything memfold can be told. See the module docstring for where values come from."""
 
@@ -179,6 +191,7 @@ class Settings(BaseSettings):
     summarizer: SummarizerSettings = SummarizerSettings()
     embedder: EmbedderSettings = EmbedderSettings()
     context: ContextSettings = ContextSettings()
+    retrieval: RetrievalSettings = RetrievalSettings()
     hierarchical: HierarchicalSettings = HierarchicalSettings()
     chunked: ChunkedSettings = ChunkedSettings()
     sliding_window: SlidingWindowSettings = SlidingWindowSettings()

@@ -13,7 +13,7 @@ import hashlib
 import itertools
 import json
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,6 +82,8 @@ class Projector:
         self.tail = TailCache()
         self.search = retrieval.SearchIndex(store.search_rows, store.messages)
         self.history = time_travel.HistoryCache(store)
+        # Called with each batch's Changes once durable (the dense index queues its messages to embed).
+        self.listeners: list[Callable[[Changes], None]] = []
         self._conversations: dict[tuple[str, str], _Conversation] = {}
         self._states: dict[tuple[str, str, str], BaseModel] = {}
         # (policy, tenant, conversation) -> (key, value) -> [fact_id, superseded_by, retired_by] of its newest row
@@ -119,6 +121,8 @@ class Projector:
         self.search.extend(changes.search, records)
         self.history.extend(changes)
         self._bound(changes.conversations)
+        for listener in self.listeners:
+            listener(changes)
 
     def _bound(self, touched: Iterable[tuple[str, str]]) -> None:
         """Keep at most ``max_conversations`` conversations' fold state in memory, least recently folded out.

@@ -27,6 +27,7 @@ from memfold.engine.events import SummaryRequested, ToolCall
 from memfold.engine.ports import MessageRecord
 from memfold.engine.positions import Position
 
+from .dense import DENSE_DDL
 from .retrieval import SEARCH_COLUMNS, SEARCH_DDL, new_columns
 from .summary_cache import CACHE_TABLE_DDL, CACHE_TABLE_MIGRATIONS
 from .views import view_ddl
@@ -166,7 +167,7 @@ class DuckDBProjectionStore:
         self._open.set()
         self._write_lock = threading.Lock()
         if not read_only:
-            for ddl in (*_DDL, CACHE_TABLE_DDL, *CACHE_TABLE_MIGRATIONS, *view_ddl()):
+            for ddl in (*_DDL, CACHE_TABLE_DDL, *CACHE_TABLE_MIGRATIONS, *DENSE_DDL, *view_ddl()):
                 self._con.execute(ddl)
             self._con.execute(
                 "INSERT OR IGNORE INTO store_meta VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)]
@@ -212,7 +213,7 @@ class DuckDBProjectionStore:
         )
 
     def reset(self) -> None:
-        """Drop every projection table and position, keeping ``llm_cache``; the next apply starts at offset 0.
+        """Drop every projection table and position, keeping ``llm_cache`` and ``dense_vectors``; the next apply starts at offset 0.
 
         This is how a projection is rebuilt from the log (new policies or
         settings): projections are disposable, cached model outputs are not.
@@ -718,7 +719,8 @@ def _erase(cur: duckdb.DuckDBPyConnection, tenant_id: str, conversation_id: str)
     """
     key = [tenant_id, conversation_id]
     count = 0
-    for table in ("messages", "summaries", "facts", "policy_rows", "search_docs", "state_history", "llm_cache"):
+    for table in ("messages", "summaries", "facts", "policy_rows", "search_docs", "state_history", "llm_cache",
+                  "dense_vectors"):
         count += cur.execute(f"DELETE FROM {table} WHERE tenant_id = ? AND conversation_id = ?", key).fetchone()[0]
     count += cur.execute(
         "UPDATE events SET payload = ? WHERE tenant_id = ? AND conversation_id = ? "
