@@ -88,6 +88,8 @@ class Projector:
         self._states: dict[tuple[str, str, str], BaseModel] = {}
         # (policy, tenant, conversation) -> (key, value) -> [fact_id, superseded_by, retired_by] of its newest row
         self._facts: dict[tuple[str, str, str], dict[tuple[str, str], list[str | None]]] = {}
+        # (policy, tenant, conversation) -> the policy rows last handed to the store: unchanged rows are not rewritten
+        self._rows: dict[tuple[str, str, str], dict[str, list[dict[str, Any]]]] = {}
 
     # ----------------------------------------------------------------- state access
 
@@ -148,6 +150,7 @@ class Projector:
         self._conversations.clear()
         self._states.clear()
         self._facts.clear()
+        self._rows.clear()
 
     def forget_partitions(self, partitions: set[int]) -> None:
         """Drop the cached state of conversations living in ``partitions`` (given up to another worker)."""
@@ -161,6 +164,7 @@ class Projector:
         for name in self.policies:
             self._states.pop((name, *key), None)
             self._facts.pop((name, *key), None)
+            self._rows.pop((name, *key), None)
 
     def _conversation(self, tenant_id: str, conversation_id: str, partition: int) -> _Conversation:
         key = (tenant_id, conversation_id)
@@ -283,7 +287,9 @@ class Projector:
             ch.policy_states[key] = state_codec.encode(state)
             rows = getattr(self.policies[key[0]][0], "rows", None)
             if rows is not None:
-                ch.policy_rows[key] = rows(state)
+                new_rows = rows(state)
+                if self._rows.get(key) != new_rows:  # most events leave a policy's rows as they were
+                    ch.policy_rows[key] = self._rows[key] = new_rows
         return ch, positions, decided
 
     # ----------------------------------------------------------------- rows
