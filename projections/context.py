@@ -34,7 +34,7 @@ from typing import Protocol
 from memfold.engine.ports import ContextMessage, ContextPlan, MessageRecord
 from memfold.engine.tokens import MESSAGE_OVERHEAD
 
-from .retrieval import analyze
+from .retrieval import analyze, query_terms
 
 # Ranked hits considered per read: enough to fill an 8k budget with short turns.
 RANK_LIMIT = 64
@@ -47,7 +47,11 @@ FILL_ROUNDS = 8
 # would otherwise take the room of ten relevant turns.
 EXCERPT_OVER = 240
 EXCERPT_TOKENS = 160
+# A passage longer than this (a run-on sentence, a code line) is cut at its clauses: one
+# 2,500-character sentence must not turn an excerpt back into the whole message.
+PASSAGE_CHARS = 400
 _SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
+_CLAUSE = re.compile(r"(?<=[,;:])\s+")
 
 
 class OlderMessages(Protocol):
@@ -259,7 +263,7 @@ class _Recall:
             if m.tool_calls or m.role == "tool" or m.index in self.chosen or m.index in self.exclude or m.index >= self.upper:
                 return False
             if terms and m.tokens > EXCERPT_OVER:
-                r = _excerpt(m, terms, self.count_tokens) or _recalled(m, self.count_tokens)
+                r = _excerpt(m, terms, self.count_tokens)
             else:
                 r = _recalled(m, self.count_tokens)
             if r.tokens > self.remaining:
@@ -289,7 +293,7 @@ class _Recall:
                     for j in range(max(0, m.index - TOOL_SPAN), m.index + TOOL_SPAN + 1)}
             found.update((m.index, m) for m in self.older.at(sorted(wide - set(found))))
         unit_of = _units(found)
-        terms = frozenset(analyze(query))
+        terms = frozenset(query_terms(query))
         for i in ranked:
             if self.remaining <= MESSAGE_OVERHEAD:
                 return
@@ -337,35 +341,69 @@ def _units(found: dict[int, MessageRecord]) -> dict[int, list[MessageRecord]]:
     return unit_of
 
 
-def _excerpt(m: MessageRecord, terms: frozenset[str], count_tokens: Callable[[str], int]) -> ContextMessage | None:
-    """Render the sentences of ``m`` that hold query terms (each with the one after), about EXCERPT_TOKENS long.
+def passages(text: str) -> list[str]:
+    """Split ``text`` into sentences (and lines); one longer than PASSAGE_CHARS into runs of its clauses.
 
-    Best-matching sentences first, shown in their original order, gaps
-    marked with "…". None when no sentence matches.
+    A clause longer than PASSAGE_CHARS is cut at a word boundary.
     """
-    sentences = [x for x in _SENTENCE.split(m.content) if x.strip()]
+    out: list[str] = []
+    for sentence in _SENTENCE.split(text):
+        if not sentence.strip():
+            continue
+        if len(sentence) <= PASSAGE_CHARS:
+            out.append(sentence)
+            continue
+        run = ""
+        for clause in _CLAUSE.split(sentence):
+            while len(clause) > PASSAGE_CHARS:
+                cut = clause.rfind(" ", 0, PASSAGE_CHARS)
+                cut = cut if cut > 0 else PASSAGE_CHARS
+                if run:
+                    out.append(run)
+                    run = ""
+                out.append(clause[:cut])
+                clause = clause[cut:].lstrip()
+            if run and len(run) + 1 + len(clause) > PASSAGE_CHARS:
+                out.append(run)
+                run = ""
+            run = f"{run} {clause}" if run else clause
+        if run.strip():
+            out.append(run)
+    return out
+
+
+def _excerpt(m: MessageRecord, terms: frozenset[str], count_tokens: Callable[[str], int]) -> ContextMessage:
+    """Render the passages of ``m`` that hold query terms (each with the one after), about EXCERPT_TOKENS long.
+
+    Best-matching passages first (:func:`passages`), shown in their original
+    order, gaps marked with "…". A message with no matching passage (a
+    recalled question's long answer) is shown by its opening passages.
+    """
+    parts_of = passages(m.content)
+    if not parts_of:
+        return _recalled(m, count_tokens)
     hits = sorted(
-        ((len(terms.intersection(analyze(x))), i) for i, x in enumerate(sentences)), key=lambda h: (-h[0], h[1])
+        ((len(terms.intersection(analyze(x))), i) for i, x in enumerate(parts_of)), key=lambda h: (-h[0], h[1])
     )
+    if not hits or hits[0][0] == 0:
+        hits = [(1, i) for i in range(len(parts_of))]  # nothing matches: the opening, in order
     keep: set[int] = set()
     size = 0
     for score, i in hits:
         if score == 0 or size >= EXCERPT_TOKENS:
             break
         for j in (i, i + 1):
-            if j < len(sentences) and j not in keep:
+            if j < len(parts_of) and j not in keep:
                 keep.add(j)
-                size += len(sentences[j]) // 4 + 1  # chars/4: a cheap estimate; the result is counted exactly
-    if not keep:
-        return None
+                size += len(parts_of[j]) // 4 + 1  # chars/4: a cheap estimate; the result is counted exactly
     parts: list[str] = []
     last = -1
     for j in sorted(keep):
         if j != last + 1:
             parts.append("…")
-        parts.append(sentences[j])
+        parts.append(parts_of[j])
         last = j
-    if last < len(sentences) - 1:
+    if last < len(parts_of) - 1:
         parts.append("…")
     content = f"[{m.occurred_at.date().isoformat()}] (excerpt)\n" + " ".join(parts)
     return ContextMessage(

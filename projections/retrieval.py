@@ -53,6 +53,11 @@ STOP_WORDS = frozenset(
     yes ok okay oh hi hello hey thanks thank please sure really well like get got let lets""".split()
 )
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
+# Words a question uses to point at the conversation itself ("what did I mention about the
+# move?"): every turn is "said" or "talked about", so they only add noise to a query with other
+# terms. Dropped from queries (when something else remains), never from documents.
+QUERY_META_WORDS = """mention mentioned mentioning remind reminded remember remembered recall recalled said say
+    says tell told talk talked talking discuss discussed discussing ask asked asking brought bring""".split()
 K1 = 1.2
 B = 0.75
 # Postings scored in full per read, rarest terms first; after that, commoner terms only re-score
@@ -107,6 +112,19 @@ def analyze(text: str) -> list[str]:
         if term is not None:
             out.append(term)
     return out
+
+
+_QUERY_META = frozenset(analyze(" ".join(QUERY_META_WORDS)))
+
+
+def query_terms(query: str) -> list[str]:
+    """Return the index terms of a query: :func:`analyze` minus the words about the conversation itself.
+
+    Those words (QUERY_META_WORDS) stay when the query has nothing else.
+    """
+    terms = analyze(query)
+    kept = [t for t in terms if t not in _QUERY_META]
+    return kept or terms
 
 
 def new_columns() -> dict[str, list[Any]]:
@@ -340,7 +358,7 @@ class SearchIndex:
         on the newer document. Summaries and facts are restricted to
         ``policy`` when given.
         """
-        terms = set(analyze(query))
+        terms = set(query_terms(query))
         if not terms:
             return []
         hits: list[Hit] = []

@@ -213,3 +213,33 @@ def test_the_users_own_words_rank_before_an_assistant_echo():
     query = "where is the spare key? blue flowerpot"
     assert [h.idx for h in source.index.rank(source.key, query, limit=2)] == [51, 30]  # BM25 alone: the echo
     assert source.ranked(query, 2) == [30, 51]
+
+
+def test_a_run_on_sentence_is_excerpted_by_its_clauses():
+    clauses = [f"and I have also set up item {k} in the old shed" for k in range(80)]
+    clauses[50] = "and my passport number is X1234 for the trip"
+    run_on = "I did many things, " + ", ".join(clauses) + "."
+    messages = chat(100, {21: run_on})
+    out = context(messages, plan_after(95), budget=400, query="What is my passport number?")
+    excerpt = next(m for m in out if m.index == 21)
+    assert "passport number is X1234" in excerpt.content and excerpt.content.startswith("[2024-03-22] (excerpt)\n")
+    assert excerpt.tokens < messages[21].tokens // 4
+
+
+def test_a_recalled_questions_long_answer_comes_as_its_opening_when_nothing_in_it_matches():
+    answer = "Here is a plan. " + " ".join(f"Step {k}: water the tomatoes and check the soil." for k in range(120))
+    messages = chat(100, {40: "My landlord Ferreira wants the flat back by June, what now?", 41: answer})
+    out = context(messages, plan_after(95), budget=500, query="What does Ferreira want?")
+    recalled = {m.index: m for m in out if m.kind == "recalled"}
+    assert 40 in recalled and 41 in recalled
+    assert recalled[41].content.startswith("[2024-04-11] (excerpt)\nHere is a plan. Step 0")
+    assert recalled[41].tokens < messages[41].tokens // 4
+
+
+def test_words_about_the_conversation_itself_do_not_rank():
+    planted = {30: "I work as a colour technologist at a paint factory.",
+               60: "You mentioned that earlier, and I mentioned it too, as we said."}
+    source = older(chat(100, planted))
+    assert retrieval.query_terms("What profession did I mention I work in?") == ["profession", "work"]
+    assert retrieval.query_terms("What did I mention?") == ["mention"]  # nothing else: kept
+    assert source.ranked("What profession did I mention I work in?", 5) == [30]
