@@ -1,5 +1,8 @@
 """The ``memfold`` command line: append, ingest, context, history, summaries, sql, schema, demo, serve, keys.
 
+Replay namespaces (replay, replays, drop, promote) are in cli_replay.py; memory over time (forget,
+verify, audit) in cli_memory.py.
+
 ``--url`` (env ``MEMFOLD_URL``) runs append, ingest, context, history,
 summaries and sql against a running ``memfold serve`` instead of a data dir
 (see cli_remote.py), with ``--api-key`` (env ``MEMFOLD_API_KEY``).
@@ -39,7 +42,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from . import cli_memory
+from . import cli_memory, cli_replay
 from .errors import ConfigError, InputFileError, MemfoldError, ProjectionBusyError, ValidationError
 
 
@@ -158,6 +161,7 @@ def _parser() -> argparse.ArgumentParser:
     d = command("demo", help="ingest the bundled sample and show what memfold keeps")
     d.add_argument("--budget", type=_positive_int, default=600)
     cli_memory.add_commands(command)
+    cli_replay.add_commands(command)
 
     sv = command("serve", help="serve this data dir over HTTP (API keys, /docs, /metrics, /ui)")
     sv.add_argument("--host", default="127.0.0.1")
@@ -631,6 +635,7 @@ _COMMANDS = {
     "worker": cmd_worker,
     "demo": cmd_demo,
     **cli_memory.COMMANDS,
+    **cli_replay.COMMANDS,
     "serve": cmd_serve,
     "keys": cmd_keys,
 }

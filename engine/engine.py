@@ -14,7 +14,7 @@ import functools
 import importlib
 import logging
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -129,11 +129,15 @@ class MemoryEngine:
         self.dense = None
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         settings = _bind_log(settings)
+        if role != "client":
+            from .replaying import with_promoted
+
+            settings = with_promoted(settings)
         self.settings = settings
         self.counter = token_counter(settings.encoding)
         # Plans count their memory text on every read; the same summary is read many times.
         self._count_cached = functools.lru_cache(maxsize=1024)(self.counter.count)
-        self._read_contexts: dict[str, FoldContext] = {}
+        self._read_contexts: dict[tuple[str, str], FoldContext] = {}
         self._closed = True
         log_ = open_log(settings.log_url(), partitions=settings.partitions, topic=settings.topic, timeout=log_timeout)
         try:
@@ -481,7 +485,7 @@ class MemoryEngine:
                                       tenant_id=tenant_id, dense=dense)
         name = self._policy_name(policy, tenant_id)
         impl, ctx = self.policies[name]
-        ctx = self._read_contexts.setdefault(name, dataclasses.replace(ctx, count_tokens=self._count_cached))
+        ctx = self._read_contexts.setdefault((name, ctx.settings_hash), dataclasses.replace(ctx, count_tokens=self._count_cached))
         plan = impl.plan(self.projector.state(name, tenant_id, conversation_id), ctx)
         lazy_ms = getattr(ctx.settings, "lazy_timeout_ms", 0)
         pending = plan.notes.get("pending_request") if plan.notes else None
@@ -527,7 +531,7 @@ class MemoryEngine:
 
         name = self._policy_name(policy, tenant_id)
         impl, ctx = self.policies[name]
-        ctx = self._read_contexts.setdefault(name, dataclasses.replace(ctx, count_tokens=self._count_cached))
+        ctx = self._read_contexts.setdefault((name, ctx.settings_hash), dataclasses.replace(ctx, count_tokens=self._count_cached))
         key = (tenant_id, conversation_id)
         history = self.projector.history.conversation(key)
         counters, states = state_as_of(history, self.policies, key, seq_as_of(history, key, as_of))
@@ -680,29 +684,108 @@ class MemoryEngine:
         self.wait_idle(timeout)  # the runner hands the open requests it finds to the summarizer
 
     def verify(self, conversation_id: str | None = None, *, tenant_id: str = "default") -> list:
-        """Fold the log again beside the live projection with the live settings; return the differences.
+        """Replay the log with the live settings into a temporary namespace; return its differences from live.
 
         An empty list proves the live projection (summaries, facts, version
         chains, retrieval tables, fold states, snapshots) is exactly what the
         log folds to; otherwise one :class:`~memfold.streams.replay.Difference`
-        per table that differs. ``conversation_id`` restricts the comparison
-        to it. The live runner is paused while the replay catches up to the
-        same positions; the live projection is never written.
+        per table that differs. ``conversation_id`` replays and compares only
+        that conversation. The live runner is paused while the replay folds
+        to the same positions; the live projection is never written, and the
+        temporary namespace is removed afterwards.
         """
-        from memfold.streams.replay import compare
+        from .replaying import verify
 
-        self.wait_idle()
-        with self.runner.paused():
-            beside = self._fold_beside("verify")
-            try:
-                only = (tenant_id, conversation_id) if conversation_id else None
-                return compare(self.store, beside, only)
-            finally:
-                beside.close()
-                beside.path.unlink(missing_ok=True)
+        return verify(self, conversation_id, tenant_id)
+
+    def replay(
+        self,
+        name: str,
+        *,
+        policy: str | None = None,
+        overrides: Mapping[str, Any] | None = None,
+        settings_file: str | Path | None = None,
+        conversations: Sequence[str] | None = None,
+        progress: Callable[[int, int], None] | None = None,
+    ):
+        """Fold the log with other settings into the namespace ``name``; create it or resume it; return a report.
+
+        The settings are the live ones changed by ``settings_file`` (a
+        memfold.toml: its policy settings), then ``policy`` (the read policy,
+        folded too), then ``overrides`` (dotted keys such as
+        ``{"hierarchical.trigger_message_count": 30}``,
+        :mod:`memfold.engine.overrides`). ``conversations`` restricts the
+        replay to those conversation ids. The namespace lives in
+        ``<data_dir>/replays/NAME/`` (:mod:`memfold.streams.namespaces`): its
+        own DuckDB projection and positions, and a side log for the summary
+        requests and outcomes it makes. Nothing is written to the live log
+        or the live projection; summaries go through the shared summary
+        cache (the report counts hits, misses and model calls).
+
+        Calling it again with only ``name`` resumes a replay that was
+        interrupted (to the same result as an uninterrupted run) or catches
+        a finished one up with what the log gained since. Calling it with
+        other settings than the namespace's raises :class:`ConfigError`.
+        ``progress(done, total)`` is called after every batch of log events.
+        Returns a :class:`~memfold.streams.namespaces.ReplayReport`.
+        """
+        from .replaying import replay
+
+        if self.store is None:
+            raise ConfigError("a client engine keeps no projection; replay from an embedded or projector engine")
+        return replay(self, name, policy=policy, overrides=overrides, settings_file=settings_file,
+                      conversations=conversations, progress=progress)
+
+    def replays(self) -> list[dict[str, Any]]:
+        """Return the manifest of every replay namespace of this data dir (name, settings, status, head...)."""
+        from memfold.streams.namespaces import list_namespaces
+
+        return [space.manifest for space in list_namespaces(self.settings.data_dir)]
+
+    def drop_replay(self, name: str) -> Path:
+        """Delete the replay namespace ``name``; return its path. Raises :class:`UnknownReplayError` if none."""
+        from memfold.streams.namespaces import drop
+
+        return drop(self.settings.data_dir, name)
+
+    def promote(self, name: str, *, timeout: float = 600.0) -> Position:
+        """Make the settings of replay ``name`` live; return the position of the ``SettingsChanged`` recording it.
+
+        Steps: (1) catch the replay up with the log; (2) append one
+        ``SettingsChanged`` (policy, settings, hash, replay name: the audit
+        record) and the summary events the replay made to the live log, so
+        the log alone reproduces them (idempotent by event id: promoting
+        again appends nothing new); (3) record the settings in the data dir
+        (``promoted.json``: later processes open with them); (4) fold the
+        log beside the live projection under the new settings, pause the
+        runner, fold what arrived since, swap the files and switch the
+        engine's folds. Reads answer from the old projection until the swap
+        and from the new one after it, never from an empty one. Afterwards
+        the live projection is what a fresh rebuild of the log under the
+        new settings gives. Embedded mode only.
+        """
+        from .replaying import promote
+
+        return promote(self, name, timeout)
+
+    def switch_settings(self, settings: Settings) -> None:
+        """Fold and read with ``settings`` from now on; the caller has swapped in a projection made with them.
+
+        Call with the runner paused. Readers in flight finish with the old
+        fold contexts (every policy name stays resolvable).
+        """
+        from memfold.projections.projector import Projector
+
+        policies = fold_contexts(settings)
+        projector = Projector(self.store, policies, self.counter)
+        self.policies = policies
+        self.projector = projector
+        self.runner.projector = projector
+        self.worker.settings = settings
+        self.settings = settings
 
     def _fold_beside(self, name: str, store=None):
-        """Fold the log up to the live projection's positions into ``store`` (a fresh beside file if None)."""
+        """Fold the log up to its end into ``store`` (a fresh beside file if None)."""
         from memfold.projections.store import DuckDBProjectionStore
         from memfold.streams.replay import beside_path, fold_beside
 
@@ -711,7 +794,7 @@ class MemoryEngine:
             path.unlink(missing_ok=True)
             path.with_name(path.name + ".wal").unlink(missing_ok=True)
             store = DuckDBProjectionStore(path)
-        ends = self.store.position() if name == "verify" else self.log.end_positions()
+        ends = self.log.end_positions()
         try:
             fold_beside(self.log, store, self.policies, self.counter, ends)
         except BaseException:

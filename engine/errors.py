@@ -8,7 +8,8 @@
      │    ├── EventConflictError                an event_id already stored with different content
      │    ├── UnknownConversationError          a read names a conversation the projection does not hold
      │    ├── UnknownMessageError               a retraction names no message of that conversation
-     │    └── AlreadyRetractedError             a retraction names a message retracted before
+     │    ├── AlreadyRetractedError             a retraction names a message retracted before
+     │    └── UnknownReplayError                a command names a replay namespace that does not exist
      ├── InputFileError                         an input file that cannot be read (missing, a directory)
      ├── ConfigError                            settings that cannot work
      ├── EventDecodeError                       stored or received bytes that are not a known event
@@ -90,6 +91,10 @@ class UnknownMessageError(ValidationError):
 
 class AlreadyRetractedError(ValidationError):
     """A retraction names a message that was retracted before; nothing was appended."""
+
+
+class UnknownReplayError(ValidationError):
+    """A command names a replay namespace that does not exist (``memfold replays`` lists them)."""
 
 
 class InputFileError(MemfoldError):

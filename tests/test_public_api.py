@@ -8,6 +8,8 @@ import pytest
 
 PUBLIC = {
     "memfold.engine.engine": ["MemoryEngine", "load_policy", "fold_contexts"],
+    "memfold.engine.overrides": ["parse_assignments", "load_file", "apply", "policy_view"],
+    "memfold.streams.namespaces": ["ReplayReport", "ReplayStats", "Namespace", "ReplayFold", "list_namespaces", "drop"],
     "memfold.engine.events": [
         "Event", "MessageAppended", "ConversationDeleted", "SettingsChanged", "ClockTicked", "SummaryRequested",
         "SummaryProduced", "SummaryFailed", "TopicAssigned", "TopicCompacted", "TopicEvicted", "MessagePayload",
@@ -18,7 +20,7 @@ PUBLIC = {
         "ConfigError", "EventDecodeError", "UnknownEventTypeError", "UpcastError", "LogError",
         "LogUnavailableError", "AppendFailedError", "ProjectionError", "ProjectionBusyError",
         "ProjectionLagTimeout", "SummarizerError", "SummarizerTimeoutError", "SummarizerOutputError",
-        "TokenizerUnavailableError",
+        "TokenizerUnavailableError", "UnknownReplayError",
     ],
     "memfold.engine.ports": [
         "EventLog", "Policy", "Summarizer", "Embedder", "ProjectionStore", "MessageSource", "FoldContext",

@@ -1,0 +1,258 @@
+"""The facade's replay operations: replay into a namespace, verify, promote (composition code of MemoryEngine).
+
+Kept apart from :mod:`memfold.engine.engine` so the facade stays small; the
+namespace itself (manifest, fold, side log) is
+:mod:`memfold.streams.namespaces`. Every function takes the open engine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from . import overrides as ov
+from .errors import ConfigError, ValidationError
+from .events import SettingsChanged, SettingsChangedPayload, utcnow
+from .ids import content_hash
+from .positions import Position
+from .settings import Settings
+
+if TYPE_CHECKING:
+    from memfold.streams.namespaces import Namespace, ReplayReport
+
+    from .engine import MemoryEngine
+
+PROMOTED = "promoted.json"
+SETTINGS_TENANT, SETTINGS_CONVERSATION = "_memfold", "settings"  # where SettingsChanged events are recorded
+
+
+def replay_settings(
+    engine: "MemoryEngine", *, policy: str | None = None, overrides: Mapping[str, Any] | None = None,
+    settings_file: str | Path | None = None,
+) -> tuple[Settings, dict[str, Any]]:
+    """Return the settings a replay folds with (the live ones, changed by the file, ``policy`` and ``overrides``) and the dotted changes."""
+    changes: dict[str, Any] = {}
+    if settings_file is not None:
+        changes.update(ov.load_file(settings_file)[0])
+    if policy is not None:
+        changes["policy"] = policy
+    changes.update(overrides or {})
+    return ov.apply(engine.settings, changes), changes
+
+
+def replay(
+    engine: "MemoryEngine",
+    name: str,
+    *,
+    policy: str | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    settings_file: str | Path | None = None,
+    conversations: Sequence[str] | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    target: Mapping[int, int] | None = None,
+    root: Path | None = None,
+) -> "ReplayReport":
+    """Create or resume the namespace ``name`` and catch it up with the log (see :meth:`MemoryEngine.replay`)."""
+    from memfold.streams import namespaces as ns
+
+    root = root or ns.replays_dir(engine.settings.data_dir) / ns.check_name(name)
+    asked = policy is not None or overrides or settings_file is not None or conversations is not None
+    if (root / ns.MANIFEST).is_file():
+        space = ns.Namespace.open(root)
+        settings = ov.apply(engine.settings, space.manifest["settings"])
+        if asked:
+            wanted, _ = replay_settings(engine, policy=policy, overrides=overrides, settings_file=settings_file)
+            if ov.hashes(wanted) != space.manifest["hashes"] or wanted.policy != settings.policy or (
+                conversations is not None and sorted(conversations) != sorted(space.manifest["conversations"] or [])
+            ):
+                raise ConfigError(
+                    f"replay {name!r} exists with other settings; resume it with `memfold replay --name {name}` "
+                    f"alone, or drop it first (`memfold drop {name}`)")
+    else:
+        settings, _ = replay_settings(engine, policy=policy, overrides=overrides, settings_file=settings_file)
+        space = ns.Namespace.create(root, ns.new_manifest(
+            name, settings_view=ov.policy_view(settings), hashes=ov.hashes(settings),
+            settings_hash=ov.combined_hash(settings),
+            source={"log": engine.settings.log_url(), "topic": engine.settings.topic},
+            conversations=sorted(conversations) if conversations is not None else None,
+        ))
+    return _catch_up(engine, space, settings, progress=progress, target=target)
+
+
+def _catch_up(engine: "MemoryEngine", space: "Namespace", settings: Settings, *,
+              progress: Callable[[int, int], None] | None, target: Mapping[int, int] | None) -> "ReplayReport":
+    """Fold the namespace up to its target (the recorded one when resuming, else ``target`` or the log's end)."""
+    from memfold.streams import namespaces as ns
+
+    from .engine import fold_contexts
+
+    started = time.perf_counter()
+    m = space.manifest
+    if m["status"] != "running" or not m["target"]:
+        m["target"] = {str(p): o for p, o in (target or engine.log.end_positions()).items()}
+        m["status"] = "running"
+        space.save()
+    goal = ns.positions(m["target"])
+    live = json.loads(engine.store.meta("policies") or "{}")
+    policies = fold_contexts(settings)
+    emit = [name for name, (_impl, ctx) in policies.items() if live.get(name) != ctx.settings_hash]
+    wanted = set(m["conversations"] or ())
+    keep = (lambda e: e.conversation_id in wanted) if m["conversations"] is not None else None
+    with _opened(engine, space) as (store, side):
+        start = store.position()
+        total = sum(max(0, end - start.get(p, 0)) for p, end in goal.items())
+        done = [0]
+
+        def advance(n: int) -> None:
+            done[0] += n
+            if progress is not None:
+                progress(done[0], total)
+
+        if store.meta("policies") is None:
+            store.set_meta("policies", json.dumps(ov.hashes(settings), sort_keys=True))
+        fold = ns.ReplayFold(engine.log, side, store, policies, engine.counter, emit=emit,
+                             summarizer=engine.summarizer, settings=settings, keep=keep, progress=advance)
+        stats = fold.run(goal)
+    m["status"], m["head"] = "ready", m["target"]
+    m["stats"] = _asdict(space.stats().add(stats))
+    space.save()
+    ends = engine.log.end_positions()
+    lag = sum(max(0, end - goal.get(p, 0)) for p, end in ends.items())
+    return ns.ReplayReport(name=space.name, status=m["status"], settings_hash=m["settings_hash"], head=goal, lag=lag,
+                           seconds=time.perf_counter() - started, run=stats, total=space.stats(), path=space.root)
+
+
+@contextlib.contextmanager
+def _opened(engine: "MemoryEngine", space: "Namespace") -> Iterator[tuple[Any, Any]]:
+    """Open a namespace's projection and side log (sealed with the live key store, so forgetting covers it)."""
+    from memfold.projections.store import DuckDBProjectionStore
+    from memfold.streams.sealed_log import SealedLog
+    from memfold.streams.sqlite_log import SQLiteEventLog
+
+    store = DuckDBProjectionStore(space.store_path)
+    inner = None
+    try:
+        inner = SQLiteEventLog(space.side_path, partitions=engine.log.partition_count)
+        side = SealedLog(inner, engine.sealer) if engine.sealer is not None else inner
+        yield store, side
+    finally:
+        if inner is not None:
+            inner.close()  # not side.close(): the key store is the live engine's
+        store.close()
+
+
+def _asdict(stats: Any) -> dict[str, int]:
+    from dataclasses import asdict
+
+    return asdict(stats)
+
+
+def verify(engine: "MemoryEngine", conversation_id: str | None, tenant_id: str) -> list:
+    """Replay the log with the live settings into a temporary namespace and compare it with live (paused)."""
+    from memfold.projections.store import DuckDBProjectionStore
+    from memfold.streams import namespaces as ns
+    from memfold.streams.replay import compare
+
+    engine.wait_idle()
+    root = ns.replays_dir(engine.settings.data_dir) / f".verify-{os.getpid()}-{time.monotonic_ns()}"
+    try:
+        with engine.runner.paused():
+            replay(engine, root.name, conversations=[conversation_id] if conversation_id else None,
+                   target=engine.store.position(), root=root)
+            replica = DuckDBProjectionStore(root / "projections.duckdb", read_only=True)
+            try:
+                only = (tenant_id, conversation_id) if conversation_id else None
+                return compare(engine.store, replica, only)
+            finally:
+                replica.close()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def promote(engine: "MemoryEngine", name: str, timeout: float) -> Position:
+    """Make replay ``name``'s settings live (see :meth:`MemoryEngine.promote`); return the SettingsChanged position."""
+    from memfold.projections.projector import Projector
+    from memfold.projections.store import DuckDBProjectionStore
+    from memfold.streams import namespaces as ns
+    from memfold.streams.replay import beside_path
+    from memfold.streams.runner import Runner
+
+    from .engine import fold_contexts
+
+    if engine.role != "embedded":
+        raise ConfigError("promote runs in embedded mode (a SQLite log); on a Kafka log it is not supported yet")
+    space = ns.Namespace.open(ns.replays_dir(engine.settings.data_dir) / ns.check_name(name))
+    if space.manifest["conversations"] is not None:
+        raise ValidationError(f"replay {name!r} covers some conversations only; replay them all to promote",
+                              field="name")
+    settings = ov.apply(engine.settings, space.manifest["settings"])
+    # 1. Catch the replay up with the log (it answers what arrived since, through the cache).
+    engine.wait_idle(timeout)
+    replay(engine, name)
+    # 2. Record the change and the replay's summary events on the live log (idempotent by event id).
+    with _opened(engine, space) as (_store, side):
+        made = ns.side_events(side)
+    change = SettingsChanged(
+        event_id="settings-" + content_hash(name, space.manifest["created_at"], space.manifest["settings_hash"]),
+        tenant_id=SETTINGS_TENANT, conversation_id=SETTINGS_CONVERSATION, occurred_at=utcnow(),
+        payload=SettingsChangedPayload(policy=settings.policy, settings={**space.manifest["settings"], "replay": name},
+                                       settings_hash=space.manifest["settings_hash"]),
+    )
+    position = engine.log.append([change, *made])[0]
+    # 3. The data dir keeps the promoted settings: the next process opens with them.
+    write_promoted(engine.settings.data_dir, space.manifest["settings"])
+    # 4. Fold the log beside under the new settings, then swap it in with the runner paused (reads never see a gap).
+    path = beside_path(engine.store.path, "promote")
+    path.unlink(missing_ok=True)
+    path.with_name(path.name + ".wal").unlink(missing_ok=True)
+    beside = DuckDBProjectionStore(path)
+    try:
+        policies = fold_contexts(settings)
+        projector = Projector(beside, policies, engine.counter)
+        runner = Runner(engine.log, beside, projector, emit_requests=True)
+        while runner.run_once():
+            pass
+        with engine.runner.paused():
+            while runner.run_once():
+                pass
+            beside.set_meta("policies", json.dumps(ov.hashes(settings), sort_keys=True))
+            cache = engine.store.connection.sql("SELECT * FROM llm_cache").to_arrow_table()
+            beside.connection.register("_live_cache", cache)
+            beside.connection.execute("INSERT OR IGNORE INTO llm_cache SELECT * FROM _live_cache")
+            beside.connection.unregister("_live_cache")
+            engine.store.replace_with(beside)
+            engine.switch_settings(settings)
+    except BaseException:
+        beside.close()
+        path.unlink(missing_ok=True)
+        raise
+    space.manifest["status"] = "promoted"
+    space.manifest["promoted_at"] = position.__str__()
+    space.save()
+    engine.wait_idle(timeout)
+    return position
+
+
+def write_promoted(data_dir: Path, view: Mapping[str, Any]) -> None:
+    """Record the promoted policy settings of a data dir (atomically)."""
+    tmp = Path(data_dir) / (PROMOTED + ".tmp")
+    tmp.write_text(json.dumps(dict(view), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    os.replace(tmp, Path(data_dir) / PROMOTED)
+
+
+def with_promoted(settings: Settings) -> Settings:
+    """Return ``settings`` with the data dir's promoted policy settings applied, if a replay was promoted there."""
+    path = settings.data_dir / PROMOTED
+    if not path.is_file():
+        return settings
+    try:
+        view = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise ConfigError(f"{path} (the promoted settings) is unreadable: {exc}") from exc
+    return ov.apply(settings, view)

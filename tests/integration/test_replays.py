@@ -1,0 +1,182 @@
+"""Replay namespaces: what-if replays beside the live projection, resumable, listed, dropped and promoted."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+
+from memfold.engine.cli import main
+from memfold.engine.engine import MemoryEngine
+from memfold.engine.errors import ConfigError, UnknownReplayError, ValidationError
+from memfold.engine.settings import Settings
+from memfold.projections.store import DuckDBProjectionStore
+
+SETTINGS = {"policy": "hierarchical", "policies": ("hierarchical",),
+            "hierarchical": {"trigger_message_count": 6, "recent_message_count": 2, "resummarize_every": 3}}
+RUN_COLUMNS = {"latency_ms", "cached"}
+
+
+def _talk(engine: MemoryEngine, conversation: str, n: int) -> None:
+    for i in range(n):
+        engine.append_message(conversation, "user" if i % 2 == 0 else "assistant",
+                              f"turn {i}: order #{900 + i} ships from Leeds for ${i}.99")
+        if i % 5 == 4:
+            engine.wait_idle(60)
+    engine.wait_idle(60)
+
+
+def _live_log(engine: MemoryEngine) -> list[str]:
+    return [r.event.model_dump_json() for p in engine.log.partitions() for r in engine.log.read(p, 0, 100_000)]
+
+
+def _replay_dump(path: Path) -> dict:
+    store = DuckDBProjectionStore(path / "projections.duckdb", read_only=True)
+    try:
+        return store.dump()
+    finally:
+        store.close()
+
+
+@pytest.fixture
+def live(tmp_path):
+    engine = MemoryEngine(Settings.load(None, data_dir=tmp_path / "d", **SETTINGS))
+    _talk(engine, "c1", 24)
+    _talk(engine, "c2", 12)
+    yield engine
+    engine.close()
+
+
+def test_replay_with_live_settings_equals_live_and_changed_settings_leave_live_untouched(live):
+    before, log_before = live.store.dump(), _live_log(live)
+    same = live.replay("same")
+    assert same.status == "ready" and same.lag == 0 and same.run.model_calls == 0 and same.run.side_events == 0
+    assert _replay_dump(same.path) == before  # with the live settings the replay is the live projection
+
+    changed = live.replay("wide", overrides={"hierarchical.trigger_message_count": 12, "hierarchical.resummarize_every": 6})
+    assert changed.run.side_events > 0 and changed.run.answered > 0
+    assert live.store.dump() == before and _live_log(live) == log_before  # live untouched, table by table
+    replica = _replay_dump(changed.path)
+    wide_hash = Settings.load(None, **{**SETTINGS, "hierarchical": {**SETTINGS["hierarchical"],
+                              "trigger_message_count": 12, "resummarize_every": 6}}).settings_hash("hierarchical")
+    mine = [r for r in replica["summaries"] if wide_hash in r]
+    superseded = sum("superseded" in r for r in mine)
+    assert changed.run.model_calls == changed.run.cache_misses == changed.run.answered - superseded
+    assert mine and all("completed" in r or "superseded" in r for r in mine)
+    live_first = min(r[7] for r in before["summaries"] if r[4] == "c1" and r[13] == "completed")
+    replay_first = min(r[7] for r in mine if r[4] == "c1" and r[13] == "completed")
+    assert replay_first > live_first  # a later trigger: the first summary covers more messages
+    # A second run with nothing new costs nothing; the replay's answers came through the shared cache.
+    again = live.replay("wide")
+    assert again.run.folded == 0 and again.run.model_calls == 0 and again.total.answered == changed.run.answered
+    assert _replay_dump(changed.path) == replica
+
+
+def test_replays_list_drop_and_refuse_bad_input(live, capsys):
+    live.replay("a", policy="rolling")
+    assert [m["name"] for m in live.replays()] == ["a"]
+    manifest = live.replays()[0]
+    assert manifest["settings"]["policy"] == "rolling" and "rolling" in manifest["hashes"]
+    assert manifest["status"] == "ready" and manifest["head"]
+    with pytest.raises(ConfigError, match="other settings"):
+        live.replay("a", policy="chunked")
+    with pytest.raises(ValidationError, match="cannot override"):
+        live.replay("b", overrides={"summarizer.model": "x"})
+    with pytest.raises(ValidationError, match="trigger_message_count"):
+        live.replay("b", overrides={"hierarchical.trigger_message_count": 0})
+    with pytest.raises(ValidationError, match="replay name"):
+        live.replay("../x")
+    assert not (live.settings.data_dir / "replays" / "b").exists()
+    live.drop_replay("a")
+    assert live.replays() == []
+    with pytest.raises(UnknownReplayError):
+        live.drop_replay("a")
+
+
+def test_promote_switches_reads_without_a_gap_and_equals_a_fresh_rebuild(live, tmp_path):
+    data = live.settings.data_dir
+    live.replay("wide", overrides={"hierarchical.trigger_message_count": 12, "hierarchical.resummarize_every": 6})
+    replica = _replay_dump(data / "replays" / "wide")
+    seen, errors, stop = [], [], threading.Event()
+
+    def read() -> None:
+        while not stop.is_set():
+            try:
+                seen.append([m.as_dict() for m in live.context("c1")])
+            except Exception as exc:  # noqa: BLE001 - counted and asserted below
+                errors.append(exc)
+
+    reader = threading.Thread(target=read)
+    calls = live.worker.calls
+    reader.start()
+    try:
+        position = live.promote("wide")
+    finally:
+        stop.set()
+        reader.join()
+    assert errors == [] and seen
+    kinds = [{m["kind"] for m in ctx} for ctx in seen]
+    bad = [k for k in kinds if "verbatim" not in k or "memory:facts" not in k]
+    assert not bad, f"a read saw an empty projection: {bad[:3]} {len(bad)}/{len(seen)}"
+    assert live.settings.hierarchical.trigger_message_count == 12
+    # Audited: the promotion is a SettingsChanged in the log, shown by audit.
+    changes = live.audit("c1")["settings"]["changes"]
+    assert [c["settings"]["replay"] for c in changes] == ["wide"] and changes[0]["position"] == str(position)
+    # The live summaries are the replay's, with no model call at all.
+    produced = {r[1]: r[14] for r in live.store.dump()["summaries"] if r[13] == "completed"}
+    assert produced == {r[1]: r[14] for r in replica["summaries"] if r[13] == "completed"}
+    assert live.verify() == []
+    assert live.worker.calls == calls  # the replay's summaries came along on the log: no model call
+    live.close()
+    # A fresh rebuild of the log (the data dir keeps the promoted settings) gives the same projection.
+    fresh = tmp_path / "fresh"
+    shutil.copytree(data, fresh, ignore=shutil.ignore_patterns("projections.duckdb*", "replays"))
+    with MemoryEngine(Settings.load(None, data_dir=fresh, **SETTINGS)) as engine:
+        engine.wait_idle(120)
+        assert engine.settings.hierarchical.trigger_message_count == 12
+        assert _without_run_columns(engine.store) == _without_run_columns(_StoreAt(data))
+        assert engine.worker.calls == 0
+    assert json.loads((data / "promoted.json").read_text())["hierarchical.trigger_message_count"] == 12
+
+
+class _StoreAt:
+    def __init__(self, data: Path):
+        self.path = data / "projections.duckdb"
+
+
+def _without_run_columns(store) -> dict:
+    import duckdb
+
+    con = duckdb.connect(str(store.path), read_only=True) if isinstance(store, _StoreAt) else store.connection
+    out = {}
+    for table in ("events", "conversations", "messages", "summaries", "facts", "policy_state", "search_docs", "positions"):
+        cols = [r[0] for r in con.execute(f"DESCRIBE {table}").fetchall() if r[0] not in RUN_COLUMNS]
+        rows = con.execute(f"SELECT {', '.join(chr(34) + c + chr(34) for c in cols)} FROM {table}").fetchall()
+        out[table] = sorted(rows, key=lambda r: tuple("" if v is None else str(v) for v in r))
+    if isinstance(store, _StoreAt):
+        con.close()
+    return out
+
+
+def test_cli_replay_replays_drop(live, tmp_path, capsys):
+    data = str(live.settings.data_dir)
+    live.close()
+    config = tmp_path / "memfold.toml"
+    config.write_text('policy = "hierarchical"\npolicies = ["hierarchical"]\n[hierarchical]\ntrigger_message_count = 6\n'
+                      "recent_message_count = 2\nresummarize_every = 3\n")
+    base = ["--data-dir", data, "--config", str(config)]
+    assert main([*base, "replay", "--name", "w", "--set", "hierarchical.trigger_message_count=12"]) == 0
+    out = capsys.readouterr().out
+    assert "replay w" in out and "model call" in out
+    assert main([*base, "replays"]) == 0
+    listing = capsys.readouterr().out
+    assert "w" in listing and "ready" in listing
+    assert main([*base, "replays", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["name"] == "w"
+    assert main([*base, "replay", "--name", "w", "--set", "nonsense"]) == 2
+    assert main([*base, "drop", "w"]) == 0
+    assert main([*base, "drop", "w"]) == 2
+    assert "no replay named" in capsys.readouterr().err
