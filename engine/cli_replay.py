@@ -14,6 +14,12 @@ from collections.abc import Callable
 from typing import Any
 
 
+def _positive_int(text: str) -> int:
+    from .cli import _positive_int as parse
+
+    return parse(text)
+
+
 def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
     """Add this module's sub-commands with ``command`` (the CLI's ``add_parser`` with the common options)."""
     r = command("replay", help="fold the log with other settings into a namespace of its own (resumable)")
@@ -22,6 +28,7 @@ def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
                    help="a policy setting, e.g. hierarchical.trigger_message_count=30 (repeatable)")
     r.add_argument("--settings", metavar="FILE", help="a memfold.toml whose policy settings the replay uses")
     r.add_argument("--conversations", metavar="C1,C2", help="replay only these conversation ids")
+    r.add_argument("--batch-size", type=_positive_int, default=5000, help="log events per transaction (default 5000)")
     r.add_argument("--quiet", action="store_true", help="no progress bar")
     r.add_argument("--json", action="store_true", help="print the report as JSON")
 
@@ -49,7 +56,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     policy, args.policy = args.policy, None  # the replay's policy, not the live data dir's
     with _engine(args) as engine, _progress(not args.quiet) as progress:
         report = engine.replay(args.name, policy=policy, overrides=overrides, settings_file=args.settings,
-                               conversations=conversations, progress=progress)
+                               conversations=conversations, progress=progress, batch_size=args.batch_size)
     if args.json:
         from dataclasses import asdict
 

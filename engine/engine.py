@@ -707,6 +707,7 @@ class MemoryEngine:
         settings_file: str | Path | None = None,
         conversations: Sequence[str] | None = None,
         progress: Callable[[int, int], None] | None = None,
+        batch_size: int = 5000,
     ):
         """Fold the log with other settings into the namespace ``name``; create it or resume it; return a report.
 
@@ -726,7 +727,8 @@ class MemoryEngine:
         interrupted (to the same result as an uninterrupted run) or catches
         a finished one up with what the log gained since. Calling it with
         other settings than the namespace's raises :class:`ConfigError`.
-        ``progress(done, total)`` is called after every batch of log events.
+        ``progress(done, total)`` is called after every batch of up to
+        ``batch_size`` log events (one transaction each).
         Returns a :class:`~memfold.streams.namespaces.ReplayReport`.
         """
         from .replaying import replay
@@ -734,7 +736,7 @@ class MemoryEngine:
         if self.store is None:
             raise ConfigError("a client engine keeps no projection; replay from an embedded or projector engine")
         return replay(self, name, policy=policy, overrides=overrides, settings_file=settings_file,
-                      conversations=conversations, progress=progress)
+                      conversations=conversations, progress=progress, batch_size=batch_size)
 
     def replays(self) -> list[dict[str, Any]]:
         """Return the manifest of every replay namespace of this data dir (name, settings, status, head...)."""

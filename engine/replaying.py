@@ -57,6 +57,7 @@ def replay(
     progress: Callable[[int, int], None] | None = None,
     target: Mapping[int, int] | None = None,
     root: Path | None = None,
+    batch_size: int = 5000,
 ) -> "ReplayReport":
     """Create or resume the namespace ``name`` and catch it up with the log (see :meth:`MemoryEngine.replay`)."""
     from memfold.streams import namespaces as ns
@@ -82,11 +83,12 @@ def replay(
             source={"log": engine.settings.log_url(), "topic": engine.settings.topic},
             conversations=sorted(conversations) if conversations is not None else None,
         ))
-    return _catch_up(engine, space, settings, progress=progress, target=target)
+    return _catch_up(engine, space, settings, progress=progress, target=target, batch_size=batch_size)
 
 
 def _catch_up(engine: "MemoryEngine", space: "Namespace", settings: Settings, *,
-              progress: Callable[[int, int], None] | None, target: Mapping[int, int] | None) -> "ReplayReport":
+              progress: Callable[[int, int], None] | None, target: Mapping[int, int] | None,
+              batch_size: int = 5000) -> "ReplayReport":
     """Fold the namespace up to its target (the recorded one when resuming, else ``target`` or the log's end)."""
     from memfold.streams import namespaces as ns
 
@@ -117,7 +119,8 @@ def _catch_up(engine: "MemoryEngine", space: "Namespace", settings: Settings, *,
         if store.meta("policies") is None:
             store.set_meta("policies", json.dumps(ov.hashes(settings), sort_keys=True))
         fold = ns.ReplayFold(engine.log, side, store, policies, engine.counter, emit=emit,
-                             summarizer=engine.summarizer, settings=settings, keep=keep, progress=advance)
+                             summarizer=engine.summarizer, settings=settings, keep=keep, progress=advance,
+                             batch_size=batch_size)
         stats = fold.run(goal)
     m["status"], m["head"] = "ready", m["target"]
     m["stats"] = _asdict(space.stats().add(stats))

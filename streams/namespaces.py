@@ -235,10 +235,10 @@ class ReplayFold:
         with the rows, requests are appended before the rows that count
         them (and re-appending the same id is a no-op), outcomes in one append.
         """
-        for p, end in sorted(target.items()):
-            self._fold(self.source, p, p, end)
+        self._fold(self.source, [(p, p, end) for p, end in sorted(target.items())])
+        side = [(p, SIDE + p, None) for p in self.side.partitions()]
         while True:
-            while sum(self._fold(self.side, p, SIDE + p, None) for p in self.side.partitions()):
+            while self._fold(self.side, side):
                 pass
             open_ = self.store.open_request_events([SIDE + p for p in self.side.partitions()])
             if not open_:
@@ -247,37 +247,52 @@ class ReplayFold:
             self.side.append(outcomes)
             self.stats.side_events += len(outcomes)
 
-    def _fold(self, log: EventLog, partition: int, stored_as: int, end: int | None) -> int:
-        """Fold ``log``'s ``partition`` (stored as ``stored_as``) from the store's position up to ``end`` (None: its end)."""
+    def _fold(self, log: EventLog, parts: list[tuple[int, int, int | None]]) -> int:
+        """Fold ``log``'s partitions from the store's positions; return how many events were read.
+
+        ``parts`` lists (partition, stored as, end or None for the log's
+        end). A batch takes records from several partitions, so one
+        transaction covers them all (a DuckDB commit costs far more than a
+        record).
+        """
         folded = 0
         while True:
-            start = self.store.position().get(stored_as, 0)
-            limit = self.batch_size if end is None else min(self.batch_size, end - start)
-            if limit <= 0:
-                return folded
-            records = log.read(partition, start, limit)
+            pos = self.store.position()
+            records: list[LogRecord] = []
+            ends: dict[int, int] = {}
+            room = self.batch_size
+            for partition, stored_as, end in parts:
+                start = pos.get(stored_as, 0)
+                limit = room if end is None else min(room, end - start)
+                got = log.read(partition, start, limit) if limit > 0 else []
+                if not got:
+                    continue
+                ends[stored_as] = got[-1].position.offset + 1
+                if stored_as != partition:
+                    got = [LogRecord(Position(stored_as, r.position.offset), r.event) for r in got]
+                records.extend(got)
+                room -= len(got)
+                if room <= 0:
+                    break
             if not records:
                 return folded
-            last = records[-1].position.offset
-            if stored_as != partition:
-                records = [LogRecord(Position(stored_as, r.position.offset), r.event) for r in records]
             kept = records if self.keep is None else [r for r in records if self.keep(r.event)]
             changes, moved, decided = self.projector.project(kept)
-            moved = {**moved, stored_as: last + 1}
             mine = [r for r in decided if r.payload.policy in self.emit]
             try:
                 if mine:  # before the rows that count them (an outbox): a crash re-decides the same ids
                     self.side.append(mine)
-                self.store.apply(changes, moved)
+                self.store.apply(changes, {**moved, **ends})
             except BaseException:
                 self.projector.forget()
                 raise
             self.projector.committed(changes)
             self.stats.side_events += len(mine)
             folded += len(records)
-            if stored_as == partition:
-                self.stats.folded += len(records)
-                self.progress(len(records))
+            source = sum(1 for r in records if r.position.partition < SIDE)
+            self.stats.folded += source
+            if source:
+                self.progress(source)
 
     def _answer(self, requests: list[SummaryRequested]) -> list[Event]:
         """Return the outcome of every open request, in log order: the newest per lane answered, older superseded."""

@@ -31,6 +31,10 @@ def test_kill_embedded_projector_then_rerun(tmp_path):
     _check(crash_kit.projector_trial(tmp_path, random.Random(SEED), lines=300, conversations=3))
 
 
+def test_kill_replay_then_rerun_resumes_to_the_same_namespace(tmp_path):
+    _check(crash_kit.replay_trial(tmp_path, random.Random(SEED), lines=300, conversations=3))
+
+
 @pytest.mark.kafka
 def test_kill_kafka_ingest_then_projector_node(tmp_path, kafka_bootstrap):
     rnd = random.Random(SEED)

@@ -214,6 +214,54 @@ def projector_trial(root: Path, rnd: random.Random, lines: int = 600, conversati
     return result
 
 
+def replay_trial(root: Path, rnd: random.Random, lines: int = 600, conversations: int = 6) -> TrialResult:
+    """Kill ``memfold replay`` (a what-if fold into its own namespace) mid-fold; run it again; check.
+
+    The resumed namespace must equal one replayed without interruption
+    (run columns aside: an answer made before the kill comes from the cache
+    after it), and the live projection and log must not have changed.
+    """
+    from support.worker_kit import projection
+
+    data, path = root / "data", root / "in.jsonl"
+    expected = write_input(path, lines, conversations, seed=rnd.randrange(1 << 30))
+    _run([MEMFOLD, "--data-dir", str(data), "ingest", str(path), "--quiet"])
+    live, events = dump(data), stored_events(data)
+    knobs = ["--set", "sliding_window.rolling_window_size=6", "--set", "sliding_window.summarize_after_seq=2",
+             "--batch-size", "20", "--quiet"]
+    ref = _run([MEMFOLD, "--data-dir", str(data), "replay", "--name", "ref", *knobs])
+    took = float(ref.stdout.split(" in ", 1)[1].split("s ", 1)[0])  # the fold itself, without process start
+    side = data / "replays" / "cut" / "events.sqlite"
+    child = Child([MEMFOLD, "--data-dir", str(data), "replay", "--name", "cut", *knobs])
+    child.wait_for(lambda: _side_events(side) > 0)  # the fold is under way: it has decided a request
+    time.sleep(rnd.uniform(0, 0.5) * took)
+    result = TrialResult("embedded-replay", killed=child.kill())
+    again = _run([MEMFOLD, "--data-dir", str(data), "replay", "--name", "cut", "--quiet"])  # README: run it again
+    result.notes.append(again.stdout.strip())
+    got, want = projection(data / "replays" / "cut" / "projections.duckdb"), projection(data / "replays" / "ref" / "projections.duckdb")
+    compare(result, got, want)
+    check_log(result, stored_events(data), [], expected)
+    if stored_events(data) != events or dump(data) != live:
+        result.differs = True
+        result.notes.append("the live log or projection changed")
+    return result
+
+
+def _side_events(path: Path) -> int:
+    import sqlite3
+
+    if not path.is_file():
+        return 0
+    try:
+        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            return con.execute("SELECT count(*) FROM events").fetchone()[0]
+        finally:
+            con.close()
+    except sqlite3.Error:  # being created
+        return 0
+
+
 # --------------------------------------------------------------------------- Kafka trials
 
 
