@@ -621,8 +621,9 @@ class MemoryEngine:
         (3) wait until the projection has folded the deletion, which deletes
         its rows and summary-cache entries in the same transaction and
         rewrites the DuckDB file so no freed block keeps its text; (4) wait
-        for summaries in flight, then delete rows a late writer added. Idempotent: forgetting again redoes
-        (2)..(4). Raises :class:`ConfigError` when content is not sealed
+        for summaries in flight, then delete rows a late writer added; (5) delete its rows from every
+        replay namespace too (their side logs are sealed with the same key). Idempotent: forgetting again
+        redoes (2)..(5). Raises :class:`ConfigError` when content is not sealed
         (a Kafka log without a ``keystore``): the log could not be erased.
         """
         from memfold.engine.events import ConversationDeleted, ConversationDeletedPayload
@@ -650,6 +651,9 @@ class MemoryEngine:
             if self.store.erase(tenant_id, conversation_id):
                 self.store.compact()
             self.projector.tail.drop((tenant_id, conversation_id))
+        from .replaying import erase_in_replays
+
+        erase_in_replays(self.settings.data_dir, tenant_id, conversation_id)
         return position
 
     def rebuild(self, timeout: float = 600.0) -> None:

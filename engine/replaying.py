@@ -242,6 +242,36 @@ def promote(engine: "MemoryEngine", name: str, timeout: float) -> Position:
     return position
 
 
+def erase_in_replays(data_dir: Path, tenant_id: str, conversation_id: str) -> list[str]:
+    """Delete a forgotten conversation's rows from every replay namespace; return the names that held some.
+
+    Their side logs hold its content sealed with the destroyed key, like the
+    live log, so only the projections need erasing (and rewriting, so no
+    freed block keeps the text); its fold states go too (a replay that
+    resumes folds the deletion from the log). A namespace another process has open
+    raises :class:`~memfold.engine.errors.ProjectionBusyError`: forget again
+    once it is done (forgetting is idempotent).
+    """
+    from memfold.projections.store import DuckDBProjectionStore
+    from memfold.streams.namespaces import list_namespaces
+
+    touched = []
+    for space in list_namespaces(data_dir):
+        if not space.store_path.is_file():
+            continue
+        store = DuckDBProjectionStore(space.store_path)
+        try:
+            # The replay may not have folded the deletion yet: its fold states still hold memory text.
+            _cols, rows = store.query("DELETE FROM policy_state WHERE tenant_id = ? AND conversation_id = ?",
+                                      [tenant_id, conversation_id])
+            if store.erase(tenant_id, conversation_id) or (rows and rows[0][0]):
+                store.compact()
+                touched.append(space.name)
+        finally:
+            store.close()
+    return touched
+
+
 def write_promoted(data_dir: Path, view: Mapping[str, Any]) -> None:
     """Record the promoted policy settings of a data dir (atomically)."""
     tmp = Path(data_dir) / (PROMOTED + ".tmp")

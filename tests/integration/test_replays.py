@@ -180,3 +180,26 @@ def test_cli_replay_replays_drop(live, tmp_path, capsys):
     assert main([*base, "drop", "w"]) == 0
     assert main([*base, "drop", "w"]) == 2
     assert "no replay named" in capsys.readouterr().err
+
+
+def test_forget_erases_the_conversation_from_replays_too(live):
+    plant = "zq" + "5e1f0c2a9b7d3e"
+    for i in range(8):
+        live.append_message("secret", "user" if i % 2 == 0 else "assistant", f"turn {i}: my code name is {plant}")
+    live.wait_idle(60)
+    live.replay("wide", overrides={"hierarchical.trigger_message_count": 4})
+    root = live.settings.data_dir
+    assert any(plant.encode() in p.read_bytes() for p in (root / "replays").rglob("*") if p.is_file())
+    live.forget("secret")
+    hits = [str(p) for p in root.rglob("*") if p.is_file() and plant.encode() in p.read_bytes()]
+    assert hits == []
+    # The replay still holds the others, and shows the erased one as erased when it catches up.
+    report = live.replay("wide")
+    store = DuckDBProjectionStore(report.path / "projections.duckdb", read_only=True)
+    try:
+        rows = dict(store.query("SELECT conversation_id, deleted FROM conversations")[1])
+        assert rows["secret"] is True and rows["c1"] is False
+        assert store.query("SELECT count(*) FROM messages WHERE conversation_id = 'c1'")[1][0][0] == 24
+    finally:
+        store.close()
+    assert not [p for p in root.rglob("*") if p.is_file() and plant.encode() in p.read_bytes()]
