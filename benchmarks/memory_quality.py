@@ -26,6 +26,7 @@ takeLast and of the full history is read at each budget, with the question as
 the query, and scored by answer-content recall:
 
     .venv/bin/python benchmarks/memory_quality.py --dataset beam --path ~/beam/chats/100K --chats 1-5
+    .venv/bin/python benchmarks/memory_quality.py --dataset beam --path ~/beam/chats/100K --dense st  # + BM25 fused with MiniLM
 """
 
 from __future__ import annotations
@@ -248,9 +249,18 @@ def _ingest(engine: Any, conversations: Sequence[Sequence[dict[str, Any]]], step
         engine.wait_idle(timeout=timeout)
 
 
+_DENSE_NAMES = {"sentence-transformers": "MiniLM", "local": "local-hash", "openai": "openai"}
+
+
+def dense_label(policy: str, dense: str) -> str:
+    """Return the row name of ``policy`` read with BM25 fused with the ``dense`` embedder."""
+    return f"{policy} + {_DENSE_NAMES.get(dense, dense)}"
+
+
 def measure_beam(path: str | Path, chats: str | None = None, *, budgets: Sequence[int] = BEAM_BUDGETS,
                  policies: Sequence[str] | None = None, step: int = 10, timeout: float = 1800.0,
-                 data_dir: str | Path | None = None, kinds: Sequence[str] = beam.KINDS) -> dict[str, Any]:
+                 data_dir: str | Path | None = None, kinds: Sequence[str] = beam.KINDS,
+                 dense: str | None = None) -> dict[str, Any]:
     """Run the BEAM benchmark on the chat folders under ``path`` and return a JSON-ready dict.
 
     Steps: 1. load the chats (``chats`` selects folders, "1-5"); 2. ingest them
@@ -261,6 +271,12 @@ def measure_beam(path: str | Path, chats: str | None = None, *, budgets: Sequenc
     takeLast's at each budget and the full history, and score answer-content
     recall (:func:`beam.recall`); 5. read summarizer costs. Per question the
     result keeps every score, so misses can be inspected.
+
+    ``dense`` (an embedder kind: local, openai, sentence-transformers) turns
+    dense retrieval on: every message is embedded during ingest, and each
+    policy gets a second row, read with BM25 fused with the embeddings
+    (``dense_label``), beside its BM25-only row, from the same ingest.
+    Context read times (ms, p50/p99) are kept per row.
     """
     from memfold.engine.engine import MemoryEngine
     from memfold.engine.settings import POLICY_NAMES, Settings
@@ -274,7 +290,8 @@ def measure_beam(path: str | Path, chats: str | None = None, *, budgets: Sequenc
 
     with tempfile.TemporaryDirectory(prefix="memfold-beam-") as tmp:
         root = Path(data_dir) if data_dir is not None else Path(tmp)
-        settings = Settings.load(None, data_dir=root, policies=policies, policy=policies[0], **BEAM_LIMITS)
+        extra: dict[str, Any] = {"retrieval": {"embedder": dense}} if dense else {}
+        settings = Settings.load(None, data_dir=root, policies=policies, policy=policies[0], **BEAM_LIMITS, **extra)
         engine = MemoryEngine.open(root, settings)
         try:
             started = time.perf_counter()
@@ -288,7 +305,9 @@ def measure_beam(path: str | Path, chats: str | None = None, *, budgets: Sequenc
             details: list[dict[str, Any]] = []
             tokens: dict[tuple[str, int], list[int]] = {}
             over: Counter[tuple[str, int]] = Counter()
+            latency: dict[tuple[str, int], list[float]] = {}
             full_tokens: list[int] = []
+            rows = [(p, p, False) for p in policies] + ([(dense_label(p, dense), p, True) for p in policies] if dense else [])
             for chat in loaded:
                 conv = conv_ids[chat.chat_id]
                 history = engine.history(conv)
@@ -299,18 +318,22 @@ def measure_beam(path: str | Path, chats: str | None = None, *, budgets: Sequenc
                 for question in chat.questions:
                     answer = beam.content_words(question.answer)
                     scores: dict[str, dict[str, float]] = {}
-                    for policy in (BASELINE, *policies):
-                        scores[policy] = {}
+                    for label, policy, fused in ((BASELINE, BASELINE, False), *rows):
+                        scores[label] = {}
                         for b in budgets:
                             if policy == BASELINE:
                                 msgs = baseline[b]
                             else:
                                 extra = {"query": question.text} if takes_query else {}
+                                if dense:
+                                    extra["dense"] = fused
+                                t0 = time.perf_counter()
                                 msgs = engine.context(conv, budget=b, policy=policy, **extra)
+                                latency.setdefault((label, b), []).append((time.perf_counter() - t0) * 1000)
                             used = sum(m.tokens for m in msgs)
-                            tokens.setdefault((policy, b), []).append(used)
-                            over[(policy, b)] += used > b
-                            scores[policy][str(b)] = beam.recall(answer, beam.context_words(m.content for m in msgs))
+                            tokens.setdefault((label, b), []).append(used)
+                            over[(label, b)] += used > b
+                            scores[label][str(b)] = beam.recall(answer, beam.context_words(m.content for m in msgs))
                     scores[FULL] = {"all": beam.recall(answer, full_words)}
                     details.append({"chat": chat.chat_id, "kind": question.kind, "index": question.index,
                                     "question": question.text, "answer": question.answer,
@@ -326,18 +349,19 @@ def measure_beam(path: str | Path, chats: str | None = None, *, budgets: Sequenc
         return {"recall": _mean(everything), "by_kind": {k: _mean(v) for k, v in values.items() if v}}
 
     results: dict[str, Any] = {}
-    for policy in (BASELINE, *policies):
+    for label, policy, _fused in ((BASELINE, BASELINE, False), *rows):
         cost = costs.get(policy, {"calls": 0, "tokens_in": 0, "tokens_out": 0, "unanswered": 0})
-        results[policy] = {
-            "budgets": {str(b): {**by_kind(policy, str(b)), "avg_context_tokens": _mean(tokens.get((policy, b), [])),
-                                 "contexts_over_budget": over[(policy, b)]} for b in budgets},
+        results[label] = {
+            "budgets": {str(b): {**by_kind(label, str(b)), "avg_context_tokens": _mean(tokens.get((label, b), [])),
+                                 "contexts_over_budget": over[(label, b)],
+                                 "read_ms": _percentiles(latency.get((label, b), []))} for b in budgets},
             "summarizer": {**cost, "calls_per_chat": cost["calls"] / max(len(loaded), 1)},
         }
     report = {
         "benchmark": "memory_quality", "dataset": "beam", "path": str(path),
         "chats": [c.chat_id for c in loaded], "messages": n_messages, "questions": len(details),
         "budgets": list(budgets), "kinds": list(kinds), "summarizer": settings.summarizer.kind,
-        "step": step, "query": takes_query, "default_policy": default_policy,
+        "step": step, "query": takes_query, "default_policy": default_policy, "dense": dense,
         "seconds": {"append": appended - started, "until_idle": idle - appended, "score": scored - idle},
         "policies": results,
         "full_history": {**by_kind(FULL, "all"), "avg_context_tokens": _mean(full_tokens)},
@@ -350,6 +374,15 @@ def measure_beam(path: str | Path, chats: str | None = None, *, budgets: Sequenc
 
 def _mean(values: Sequence[float]) -> float:
     return sum(values) / len(values) if values else 0.0
+
+
+def _percentiles(values: Sequence[float]) -> dict[str, float]:
+    """Return p50 and p99 of ``values`` (nearest rank), 0 when empty."""
+    ordered = sorted(values)
+    if not ordered:
+        return {"p50": 0.0, "p99": 0.0}
+    at = lambda q: ordered[min(len(ordered) - 1, int(q * len(ordered)))]  # noqa: E731
+    return {"p50": at(0.50), "p99": at(0.99)}
 
 
 def _headline_budget(report: dict[str, Any]) -> int:
@@ -412,7 +445,8 @@ def render_beam(report: dict[str, Any]) -> None:
     table = Table(
         title=(f"BEAM answer-content recall: {len(report['chats'])} chats, {report['messages']:,} messages, "
                f"{report['questions']} questions, {report['summarizer']} summarizer, "
-               f"query {'on' if report['query'] else 'unsupported (no query passed)'}"),
+               f"query {'on' if report['query'] else 'unsupported (no query passed)'}"
+               + (f", +{report['dense']}: BM25 fused with {report['dense']} embeddings" if report.get("dense") else "")),
         caption=("recall: share of the answer's content words in the context (mean over questions); "
                  "tokens: mean context tokens; calls: summarizer calls per chat"),
     )
@@ -449,6 +483,11 @@ def render_beam(report: dict[str, Any]) -> None:
                   f"not rising with budget: {', '.join(t['not_rising']) or 'none'}; "
                   f"default ({report['default_policy']}) in top two ({', '.join(t['top_two'])}): "
                   f"{'yes' if t['default_in_top_two'] else 'NO'}")
+    if report.get("dense"):
+        reads = [(p, b, r["read_ms"]) for p, res in report["policies"].items() if p != BASELINE
+                 for b, r in res["budgets"].items()]
+        console.print("context read ms (p50/p99): " + "; ".join(
+            f"{p}@{int(b) // 1000}k {ms['p50']:.1f}/{ms['p99']:.1f}" for p, b, ms in reads))
     secs = report["seconds"]
     console.print(f"{report['messages']:,} messages ingested in {secs['append'] + secs['until_idle']:.1f}s "
                   f"(summaries included, step {report['step']}); scoring took {secs['score']:.1f}s.")
@@ -472,6 +511,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "0 = one batch per conversation (default 10)")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds to wait for summaries")
     parser.add_argument("--data-dir", default=None, help="keep the engine's files here instead of a temp dir")
+    parser.add_argument("--dense", choices=("local", "openai", "st"), default=None,
+                        help="beam: also read every policy with BM25 fused with dense retrieval by this embedder "
+                             "(st: the [st] extra's all-MiniLM-L6-v2; openai: the [embedder] settings / "
+                             "MEMFOLD_EMBEDDER__*), one extra row per policy")
     parser.add_argument("--json", action="store_true", help="print the results as JSON instead of a table")
     args = parser.parse_args(argv)
     policies = [p.strip() for p in args.policies.split(",")] if args.policies else None
@@ -480,8 +523,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error("--dataset beam needs --path (a folder of BEAM chat folders, e.g. BEAM/chats/100K)")
         budgets = [int(b) for b in args.budgets.split(",")] if args.budgets else list(BEAM_BUDGETS)
         try:
+            dense = {"st": "sentence-transformers"}.get(args.dense, args.dense)
             report = measure_beam(args.path, args.chats, budgets=budgets, policies=policies, step=args.step,
-                                  timeout=args.timeout, data_dir=args.data_dir)
+                                  timeout=args.timeout, data_dir=args.data_dir, dense=dense)
         except (FileNotFoundError, ValueError) as exc:
             parser.error(str(exc))
         render = render_beam

@@ -127,3 +127,18 @@ def test_beam_table_and_cli(beam_dir, tmp_path, capsys):
     with pytest.raises(SystemExit):
         mq.main(["--dataset", "beam"])  # --path is required
     assert "needs --path" in capsys.readouterr().err
+
+
+def test_beam_dense_adds_a_fused_row_per_policy_from_the_same_ingest(beam_dir, tmp_path, capsys):
+    mq = _load("memory_quality")
+    assert mq.main(["--dataset", "beam", "--path", str(beam_dir), "--chats", "2", "--policies", "rolling",
+                    "--budgets", "200,4000", "--data-dir", str(tmp_path / "engine"), "--dense", "local", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["dense"] == "local"
+    assert list(report["policies"]) == ["takeLast", "rolling", "rolling + local-hash"]
+    fused = report["policies"]["rolling + local-hash"]
+    assert fused["budgets"]["4000"]["recall"] == 1.0 and fused["budgets"]["200"]["avg_context_tokens"] <= 200
+    assert fused["budgets"]["200"]["read_ms"]["p99"] >= fused["budgets"]["200"]["read_ms"]["p50"] > 0
+    assert fused["summarizer"] == report["policies"]["rolling"]["summarizer"], "one ingest serves both rows"
+    mq.render_beam(report)
+    assert "rolling + local-hash" in capsys.readouterr().out
