@@ -2,6 +2,7 @@
 
     python benchmarks/ingest_and_read.py [--messages 20000,200000] [--conversations 1000]
                                          [--long 10000] [--reads 2000] [--budget 3000]
+                                         [--dense local|openai|st] [--only-reads]
 
 Prints, for each size in MESSAGES: messages/s for append+project across
 CONVERSATIONS conversations (time until the projection has caught up; the
@@ -178,13 +179,16 @@ def _talk(n: int, seed: int = 5):
                "occurred_at": T0 + timedelta(minutes=10 * i)}
 
 
-def bench_recall_read(root: Path, long: int, reads: int, budget: int) -> None:
+def bench_recall_read(root: Path, long: int, reads: int, budget: int, dense: str | None = None) -> None:
     """Print p50/p99 of ``context(budget, query=...)`` on one LONG-message conversation (BM25 recall on).
 
     Each query is a question made of 2-5 words of a random earlier message,
-    so every read ranks, recalls, and fills the rest of the budget.
+    so every read ranks, recalls, and fills the rest of the budget. With
+    ``dense`` (an embedder kind), recall fuses BM25 with that embedder's
+    ranking; every query is new, so each read embeds its query once.
     """
-    settings = Settings.load(None, data_dir=root / "recall")
+    extra = {"retrieval": {"embedder": dense}} if dense else {}
+    settings = Settings.load(None, data_dir=root / f"recall-{dense or 'bm25'}", **extra)
     with MemoryEngine(settings) as engine:
         history = list(_talk(long))
         batch = [engine.validate(m) for m in history]
@@ -214,7 +218,7 @@ def bench_recall_read(root: Path, long: int, reads: int, budget: int) -> None:
         p99 = samples[min(len(samples) - 1, int(len(samples) * 0.99))]
         cpu_p99 = cpu[min(len(cpu) - 1, int(len(cpu) * 0.99))]
     print(f"context read with a query: {long:,}-message conversation, budget {budget} tokens, {reads} reads "
-          f"(policy {settings.policy}, BM25 recall)")
+          f"(policy {settings.policy}, {'BM25 fused with ' + dense + ' embeddings' if dense else 'BM25'} recall)")
     print(f"  p50 {p50:.2f} ms   p99 {p99:.2f} ms   max {samples[-1]:.2f} ms   target p99 <= 5 ms")
     print(f"  CPU time of the reading thread: p50 {statistics.median(cpu):.2f} ms   p99 {cpu_p99:.2f} ms "
           f"(wall minus waiting for a core: tells a slow read from a busy machine)")
@@ -228,14 +232,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--long", type=int, default=10_000)
     p.add_argument("--reads", type=int, default=2_000)
     p.add_argument("--budget", type=int, default=3_000)
+    p.add_argument("--dense", choices=("local", "openai", "st"), default=None,
+                   help="also time reads with BM25 fused with this embedder's dense retrieval")
+    p.add_argument("--only-reads", action="store_true", help="skip the ingest benchmarks")
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="memfold-bench-") as tmp:
-        sizes = [int(x) for x in args.messages.split(",")]
-        for n in sizes:
-            bench_ingest(Path(tmp), n, args.conversations)
-        bench_two_processes(Path(tmp), sizes[0], args.conversations)
+        if not args.only_reads:
+            sizes = [int(x) for x in args.messages.split(",")]
+            for n in sizes:
+                bench_ingest(Path(tmp), n, args.conversations)
+            bench_two_processes(Path(tmp), sizes[0], args.conversations)
         bench_read(Path(tmp), args.long, args.reads, args.budget)
         bench_recall_read(Path(tmp), args.long, args.reads, args.budget)
+        if args.dense:
+            dense = {"st": "sentence-transformers"}.get(args.dense, args.dense)
+            bench_recall_read(Path(tmp), args.long, args.reads, args.budget, dense=dense)
     import resource
 
     print(f"peak RSS: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MiB (this process)")
