@@ -23,6 +23,8 @@ def test_wheel_contains_only_memfold_packages_and_runs(tmp_path):
     for package in ("engine", "projections", "projections/policies", "streams", "service", "client", "adapters"):
         assert f"memfold/{package}/__init__.py" in names
     assert "memfold/engine/data/sample.jsonl" in names
+    assert "memfold/engine/data/sample.truth.json" in names  # `memfold demo` scores recall against it
+    assert "memfold/service/static/ui.html" in names
     assert not any(n.startswith("memfold/__init__") for n in names)  # memfold is a namespace, nothing generic
     assert "console_scripts" in zipfile.ZipFile(wheel).read(
         next(n for n in names if n.endswith("entry_points.txt"))
