@@ -1,7 +1,9 @@
 """The HTTP service's app: one process owns the engine (the projection writer); every request goes through it.
 
 ``create_app(engine, keys, limits)`` wires routes, API-key auth, limits,
-error bodies and metrics. Every error answers ``{"error": {"type",
+error bodies and metrics, plus the two things that keep the hot paths off
+the projection: group commit of appends (:mod:`.appender`) and reuse of
+rendered contexts (:mod:`.context_cache`); ``close_app`` stops the appender. Every error answers ``{"error": {"type",
 "message", "field"?, "line"?}}``; memfold's own errors keep their names.
 """
 
@@ -27,6 +29,8 @@ from memfold.engine.errors import (
     ValidationError,
 )
 
+from .appender import GroupAppender
+from .context_cache import ContextCache
 from .keys import ApiKey, ApiKeyStore
 from .limits import BodySizeLimit, Limits, RateLimiter
 from .metrics import ServiceMetrics
@@ -43,6 +47,8 @@ class Services:
     limits: Limits
     limiter: RateLimiter
     metrics: ServiceMetrics
+    appender: GroupAppender
+    contexts: ContextCache
 
 
 def services(request: Request) -> Services:
@@ -57,9 +63,13 @@ def _presented_key(request: Request) -> str | None:
 
 
 def require(permission: str):
-    """Return a dependency that authenticates the request's key and checks ``permission`` and the rate."""
+    """Return a dependency that authenticates the request's key and checks ``permission`` and the rate.
 
-    def dependency(request: Request) -> ApiKey:
+    It runs on the event loop (async, no thread hop): a known key is a
+    dictionary hit (:meth:`ApiKeyStore.authenticate`), the rate a lock.
+    """
+
+    async def dependency(request: Request) -> ApiKey:
         svc: Services = request.app.state.memfold
         presented = _presented_key(request)
         key = svc.keys.authenticate(presented) if presented else None
@@ -182,7 +192,8 @@ def create_app(engine, keys: ApiKeyStore, limits: Limits | None = None) -> FastA
         version="0.1.0",
     )
     metrics = ServiceMetrics(engine)
-    app.state.memfold = Services(engine, keys, limits, RateLimiter(limits.rate, limits.burst), metrics)
+    app.state.memfold = Services(engine, keys, limits, RateLimiter(limits.rate, limits.burst), metrics,
+                                 GroupAppender(engine, on_group=metrics.append_groups.inc), ContextCache(engine))
     _install_error_handlers(app)
     app.include_router(router)
     app.include_router(ui_router)
@@ -202,3 +213,8 @@ def create_app(engine, keys: ApiKeyStore, limits: Limits | None = None) -> FastA
     app.add_middleware(_RequestMetrics, metrics=metrics)
     app.add_middleware(BodySizeLimit, limit=limits.max_body_bytes)
     return app
+
+
+def close_app(app: FastAPI) -> None:
+    """Write the appends still queued and stop the appender (before the engine closes)."""
+    app.state.memfold.appender.close()

@@ -4,8 +4,11 @@ A key reads ``mf_<key_id>_<secret>``. Only ``key_id`` and the sha256 of the
 secret are stored (in ``api_keys.sqlite`` in the data dir); the secret is shown
 once, at creation. The secret is 32 random bytes, so a fast hash is enough:
 there is nothing to brute-force, unlike a password. Revocation is a
-timestamp; a revoked key is refused on its next request (every request looks
-its key up, a point query on a primary key).
+timestamp; a revoked key is refused on its next request: verified keys are
+cached per thread, and the cache is dropped whenever the file changed
+(SQLite's ``PRAGMA data_version`` moves when another connection, in any
+process, commits), so ``memfold keys revoke`` in another process takes effect
+at once and a request with a known key costs no query.
 """
 
 from __future__ import annotations
@@ -62,6 +65,7 @@ class ApiKeyStore:
         self.path = Path(data_dir) / KEYS_FILE
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._local = threading.local()
+        self._epoch = 0  # bumped by this object's own writes (they do not move its data_version)
         with self._conn() as conn:
             conn.execute(_DDL)
 
@@ -86,6 +90,7 @@ class ApiKeyStore:
             "INSERT INTO api_keys VALUES (?, ?, ?, ?, ?, ?, NULL)",
             (key_id, _sha256(secret), tenant_id, role, name, created),
         )
+        self._epoch += 1
         return ApiKey(key_id, tenant_id, role, name, created, None), f"mf_{key_id}_{secret}"
 
     def list(self) -> list[ApiKey]:
@@ -101,6 +106,7 @@ class ApiKeyStore:
         now = datetime.now(timezone.utc).isoformat(timespec="seconds")
         conn = self._conn()
         conn.execute("UPDATE api_keys SET revoked_at = coalesce(revoked_at, ?) WHERE key_id = ?", (now, key_id))
+        self._epoch += 1
         row = conn.execute(
             "SELECT key_id, tenant_id, role, name, created_at, revoked_at FROM api_keys WHERE key_id = ?", (key_id,)
         ).fetchone()
@@ -112,8 +118,18 @@ class ApiKeyStore:
         """Return the active key matching ``presented`` (the full ``mf_...`` string), else None."""
         if not presented.startswith("mf_"):
             return None
+        conn = self._conn()
+        stamp = (conn.execute("PRAGMA data_version").fetchone()[0], self._epoch)
+        verified = getattr(self._local, "verified", None)
+        if verified is None or self._local.stamp != stamp:
+            verified = self._local.verified = {}  # the file changed (a key created or revoked): check again
+            self._local.stamp = stamp
+        digest = _sha256(presented)
+        key = verified.get(digest)
+        if key is not None:
+            return key
         key_id, _, secret = presented[3:].partition("_")
-        row = self._conn().execute(
+        row = conn.execute(
             "SELECT key_id, tenant_id, role, name, created_at, revoked_at, secret_sha256 FROM api_keys WHERE key_id = ?",
             (key_id,),
         ).fetchone()
@@ -121,4 +137,5 @@ class ApiKeyStore:
             return None
         if not hmac.compare_digest(row[6], _sha256(secret)):
             return None
-        return ApiKey(*row[:6])
+        key = verified[digest] = ApiKey(*row[:6])  # only verified keys: unknown ones cannot fill memory
+        return key

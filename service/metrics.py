@@ -35,6 +35,14 @@ class ServiceMetrics:
             "memfold_requests_rejected", "Requests refused by a limit or a key check.", ("reason",),
             registry=self.registry,
         )
+        self.append_groups = Counter(
+            "memfold_append_transactions", "Log transactions written for appends (group commit: appended / this is "
+            "messages per transaction).", registry=self.registry,
+        )
+        self.context_cache = Counter(
+            "memfold_context_cache", "Context reads answered from the cache (hit) or computed (miss).", ("outcome",),
+            registry=self.registry,
+        )
         self.registry.register(_ProjectionCollector(engine))
 
 

@@ -1,8 +1,11 @@
 """The /v1 routes. The tenant is always the key's; a conversation of another tenant is simply not found.
 
-Routes are plain ``def``: the engine's calls block (SQLite, DuckDB), so
+Most routes are plain ``def``: the engine's calls block (SQLite, DuckDB), so
 FastAPI runs them in its thread pool; the store gives each thread its own
-cursor.
+cursor. The two hot ones are ``async``: an append validates in the pool and
+then waits for its group commit (:mod:`.appender`) without holding a
+thread; a context read answered from :mod:`.context_cache` never leaves the
+event loop.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ from datetime import datetime
 from typing import Any
 
 from fastapi import APIRouter, HTTPException, Path, Query, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import Response
 
 from memfold.engine.errors import UnknownMessageError, ValidationError
 from memfold.engine.ids import content_hash
@@ -66,7 +71,7 @@ def me(key: Reader) -> Identity:
 
 @router.post("/conversations/{conversation_id}/messages", response_model=AppendResponse, status_code=201,
              tags=["messages"], responses={409: {"model": ErrorResponse}, 413: {"model": ErrorResponse}})
-def append_messages(
+async def append_messages(
     request: Request, body: AppendRequest, key: Writer,
     conversation_id: str = ConversationId,
     wait: bool = Query(False, description="return once the projection holds the messages (read-your-writes)"),
@@ -76,32 +81,36 @@ def append_messages(
     A message with an ``id`` already stored in this conversation is not
     stored again: the answer names the stored event, so retries are safe.
     The same ``id`` with different content is refused (409), nothing written.
+    Appends arriving together are written in one log transaction.
     """
     svc = services(request)
     limit = svc.limits.max_batch
     if limit and len(body.messages) > limit:
         raise HTTPException(413, f"{len(body.messages)} messages in one append; the limit is {limit} "
                                  "(split the batch, or memfold serve --max-batch)")
-    tenant = key.tenant_id
-    rows = []
-    for m in body.messages:
+    events = await run_in_threadpool(_validated, svc.engine, key.tenant_id, conversation_id, body)
+    positions = await svc.appender.append(events)  # conflicts (409) are checked in the group, per request
+    svc.metrics.appended.inc(len(events))
+    if wait:
+        await run_in_threadpool(svc.engine.wait_for, max(positions))
+        svc.contexts.bump(positions)  # the projection may hold them before the runner's hook has run
+    return AppendResponse(conversation_id=conversation_id, messages=[
+        {"id": m.id, "event_id": e.event_id, "partition": p.partition, "offset": p.offset}
+        for m, e, p in zip(body.messages, events, positions)
+    ])
+
+
+def _validated(engine, tenant: str, conversation_id: str, body: AppendRequest) -> list:
+    """Return the batch's events; raise the first message's ValidationError (``line`` 1-based)."""
+    events = []
+    for i, m in enumerate(body.messages):
         row = m.model_dump(exclude_none=True, exclude={"id"})
         row.update(conversation_id=conversation_id, tenant_id=tenant)
         if m.id is not None:
             row["event_id"] = event_id_for(tenant, conversation_id, m.id)
             row["metadata"] = {**(m.metadata or {}), CLIENT_ID_KEY: m.id}
-        rows.append(row)
-    engine = svc.engine
-    events = [engine.validate(r, line=i + 1) for i, r in enumerate(rows)]
-    engine.check_conflicts(events, lines=list(range(1, len(events) + 1)))  # a reused id with new content: 409
-    positions = engine.append_events(events)
-    svc.metrics.appended.inc(len(events))
-    if wait:
-        engine.wait_for(max(positions))
-    return AppendResponse(conversation_id=conversation_id, messages=[
-        {"id": m.id, "event_id": e.event_id, "partition": p.partition, "offset": p.offset}
-        for m, e, p in zip(body.messages, events, positions)
-    ])
+        events.append(engine.validate(row, line=i + 1))
+    return events
 
 
 @router.get("/conversations", response_model=ConversationsResponse, tags=["conversations"])
@@ -158,13 +167,14 @@ def retract_message(
             position = engine.retract(conversation_id, event_id, tenant_id=key.tenant_id, reason=reason)
         except UnknownMessageError:
             continue
+        services(request).contexts.bump([position])
         return {"conversation_id": conversation_id, "event_id": event_id, "retracted": True,
                 "partition": position.partition, "offset": position.offset}
     raise HTTPException(404, f"no message {message_id!r} in conversation {conversation_id!r}")
 
 
 @router.get("/conversations/{conversation_id}/context", response_model=ContextResponse, tags=["context"])
-def get_context(
+async def get_context(
     request: Request, key: Reader, conversation_id: str = ConversationId,
     budget: int | None = Query(None, ge=1, description="token budget (default: no limit)"),
     policy: str | None = Query(None, description="policy to read (default: the tenant's)"),
@@ -176,16 +186,33 @@ def get_context(
     """Return the messages for the next model call within ``budget`` tokens. Never calls a model.
 
     Memory first, then recalled older messages most relevant to ``query``,
-    recent turns and the current message.
+    recent turns and the current message. The same read answers from a cache
+    until something new of the conversation's log partition is projected.
     """
     svc = services(request)
-    existing(request, key.tenant_id, conversation_id)
-    engine = svc.engine
     started = time.perf_counter()
-    name = policy or engine.settings.policy_for(key.tenant_id)
-    messages = engine.context(conversation_id, budget=budget, query=query, policy=name, tenant_id=key.tenant_id,
-                              as_of=_point(as_of))
+    point = _point(as_of)
+    name = policy or svc.engine.settings.policy_for(key.tenant_id)
+    cache_key = (key.tenant_id, conversation_id, budget, query, name, as_of)
+    version = svc.contexts.version(key.tenant_id, conversation_id)  # before computing: see context_cache
+    body = svc.contexts.get(cache_key, version)
+    svc.metrics.context_cache.labels("miss" if body is None else "hit").inc()
+    if body is None:
+        body = await run_in_threadpool(_render_context, request, key.tenant_id, conversation_id, budget, query, name,
+                                       point)
+        lazy_ms = getattr(svc.engine.policies[name][1].settings, "lazy_timeout_ms", 0)
+        # An answer that waited out a pending summary (lazy wait) is the fallback: the next read waits again.
+        if not lazy_ms or time.perf_counter() - started < lazy_ms / 1000:
+            svc.contexts.put(cache_key, version, body)
     svc.metrics.context_seconds.observe(time.perf_counter() - started)
+    return Response(body, media_type="application/json")
+
+
+def _render_context(request: Request, tenant: str, conversation_id: str, budget: int | None, query: str | None,
+                    name: str, point: Position | datetime | None) -> bytes:
+    existing(request, tenant, conversation_id)
+    messages = services(request).engine.context(conversation_id, budget=budget, query=query, policy=name,
+                                                tenant_id=tenant, as_of=point)
     out = []
     for m in messages:
         item = m.as_dict()
@@ -193,7 +220,7 @@ def get_context(
         item["index"] = m.index
         out.append(item)
     return ContextResponse(conversation_id=conversation_id, policy=name, budget=budget,
-                           tokens=sum(m.tokens for m in messages), messages=out)
+                           tokens=sum(m.tokens for m in messages), messages=out).model_dump_json().encode()
 
 
 @router.delete("/conversations/{conversation_id}", tags=["conversations"])
@@ -208,6 +235,7 @@ def forget_conversation(
     """
     existing(request, key.tenant_id, conversation_id)
     position = services(request).engine.forget(conversation_id, tenant_id=key.tenant_id, reason=reason)
+    services(request).contexts.bump([position])
     return {"conversation_id": conversation_id, "forgotten": True, "partition": position.partition,
             "offset": position.offset}
 

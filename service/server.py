@@ -24,17 +24,21 @@ def serve(settings: Settings, *, host: str = "127.0.0.1", port: int = 8080, limi
 
     from memfold.engine.engine import MemoryEngine
 
-    from .app import create_app
+    from .app import close_app, create_app
     from .keys import ApiKeyStore
 
     role = "projector" if settings.log_url().startswith("kafka://") else "embedded"
     engine = MemoryEngine(settings, role=role)
+    app = None
     try:
         app = create_app(engine, ApiKeyStore(settings.data_dir), limits)
+        # loop/http "auto": uvloop and httptools when installed (they are dependencies), else asyncio and h11.
         config = uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False,
                                 timeout_graceful_shutdown=5)
         server = uvicorn.Server(config)
         print(f"memfold serving {settings.data_dir} on http://{host}:{port} (API docs at /docs)", flush=True)
         server.run()
     finally:
+        if app is not None:
+            close_app(app)
         engine.close()

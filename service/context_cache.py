@@ -1,0 +1,83 @@
+"""Rendered context answers, reused until the conversation's partition moves.
+
+A context is a pure function of the projection at the time of the read, and
+everything that changes a conversation's projection (a message, a summary
+outcome, a retraction, a forget) is an event of the conversation's own log
+partition. So an answer stays right for as long as nothing new of that
+partition has been projected. Each partition has a version, bumped by the
+runner's ``on_committed`` hook, which runs after the projector's in-memory
+caches (hot tail, search index) hold the committed batch; an answer is
+stored with the version read *before* it was computed, so a batch landing
+meanwhile makes the stored answer stale, never wrong.
+
+The runner's hook may run a moment after a waiting writer is told its
+events are projected, so a route that waited (``?wait=true``, retract,
+forget) also bumps the partitions it wrote: a read after it never gets an
+answer from before it. Replacing the whole projection (a promoted replay)
+calls :meth:`clear`.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Any, Hashable, Iterable
+
+from memfold.engine.events import conversation_key
+from memfold.engine.partitioner import partition_for
+from memfold.engine.positions import Position
+
+
+class ContextCache:
+    """Up to ``max_entries`` answers (bytes), least recently used out; thread-safe."""
+
+    def __init__(self, engine, *, max_entries: int = 10_000):
+        self.max_entries = max_entries
+        self._partitions = engine.log.partition_count
+        self._versions: dict[int, int] = {}
+        self._epoch = 0
+        self._entries: OrderedDict[Hashable, tuple[Any, bytes]] = OrderedDict()
+        self._lock = threading.Lock()
+        runner = engine.runner
+        previous = runner.on_committed
+
+        def committed(positions: dict[int, int]) -> None:
+            previous(positions)
+            self.bump(positions)  # its keys are the partitions of the committed batch
+
+        runner.on_committed = committed
+
+    def version(self, tenant_id: str, conversation_id: str) -> tuple[int, int]:
+        """Return the current version of the conversation's partition (read it before computing an answer)."""
+        partition = partition_for(conversation_key(tenant_id, conversation_id), self._partitions)
+        return self._epoch, self._versions.get(partition, 0)
+
+    def get(self, key: Hashable, version: tuple[int, int]) -> bytes | None:
+        """Return the answer stored under ``key`` at ``version``, else None."""
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None or entry[0] != version:
+                return None
+            self._entries.move_to_end(key)
+            return entry[1]
+
+    def put(self, key: Hashable, version: tuple[int, int], answer: bytes) -> None:
+        """Store ``answer``, computed from the projection as it was at ``version``."""
+        with self._lock:
+            self._entries[key] = (version, answer)
+            self._entries.move_to_end(key)
+            while len(self._entries) > self.max_entries:
+                self._entries.popitem(last=False)
+
+    def bump(self, written: Iterable[int | Position]) -> None:
+        """Mark every answer of the partitions ``written`` (numbers or log positions) stale."""
+        partitions = {w.partition if isinstance(w, Position) else w for w in written}
+        with self._lock:
+            for partition in partitions:
+                self._versions[partition] = self._versions.get(partition, 0) + 1
+
+    def clear(self) -> None:
+        """Drop every answer (the projection was replaced)."""
+        with self._lock:
+            self._epoch += 1
+            self._entries.clear()

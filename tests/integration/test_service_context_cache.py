@@ -1,0 +1,41 @@
+"""Context answers are reused until the conversation changes, and never outlive a write, retraction or forget."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _hits(http) -> float:
+    text = http.get("/metrics").text
+    found = re.search(r'^memfold_context_cache_total\{outcome="hit"\} (\S+)$', text, re.MULTILINE)
+    return float(found.group(1)) if found else 0.0
+
+
+def _said(http, conversation: str) -> list[str]:
+    r = http.get(f"/v1/conversations/{conversation}/context", params={"budget": 500})
+    assert r.status_code == 200, r.text
+    return [m["content"] for m in r.json()["messages"] if m["role"] == "user"]
+
+
+def test_cached_context_follows_appends_retractions_and_forget(service):
+    writer, admin = service.key("cache-co", "writer"), service.key("cache-co", "admin")
+    with service.http(writer) as w, service.http(admin) as a, service.http(service.key("cache-other", "admin")) as o:
+        w.post("/v1/conversations/cached-1/messages", params={"wait": "true"},
+               json={"messages": [{"id": f"m{i}", "role": "user", "content": f"note {i}"} for i in range(3)]})
+        first = _said(w, "cached-1")
+        hits = _hits(w)
+        assert _said(w, "cached-1") == first == ["note 0", "note 1", "note 2"]
+        assert _hits(w) == hits + 1  # the same read again: answered from the cache
+        assert o.get("/v1/conversations/cached-1/context", params={"budget": 500}).status_code == 404  # per tenant
+
+        w.post("/v1/conversations/cached-1/messages", params={"wait": "true"},
+               json={"messages": [{"id": "m3", "role": "user", "content": "note 3"}]})
+        assert _said(w, "cached-1") == ["note 0", "note 1", "note 2", "note 3"]  # read-your-writes
+        assert w.delete("/v1/conversations/cached-1/messages/m1").status_code == 200
+        assert _said(w, "cached-1") == ["note 0", "note 2", "note 3"]
+        assert a.delete("/v1/conversations/cached-1").status_code == 200
+        assert w.get("/v1/conversations/cached-1/context", params={"budget": 500}).status_code == 404
