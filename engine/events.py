@@ -18,14 +18,16 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from datetime import datetime, timezone
-from typing import Annotated, Any, ClassVar, Literal, Union
+from typing import Annotated, Any, ClassVar, Literal, TypeVar, Union
 
 import pydantic
 import pydantic_core
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
 
+from . import wire
 from .errors import EventDecodeError, UnknownEventTypeError, UpcastError, ValidationError
 
+_M = TypeVar("_M", bound=BaseModel)
 ROLES = ("user", "assistant", "system", "tool")
 Role = Literal["user", "assistant", "system", "tool"]
 FactCategory = Literal["ENTITY", "DECISION", "CONDITION", "STATE", "NUMERIC", "GENERAL"]
@@ -488,6 +490,13 @@ def decode(data: str | bytes, upcasters: UpcasterRegistry | None = None, *, even
     """
     if upcasters is None:
         cls = EVENT_CLASSES.get(event_type) if event_type is not None else _class_of(data)
+        if cls is MessageAppended:
+            try:
+                fast = _message_from_wire(wire.MESSAGE_DECODER.decode(data))
+            except wire.WireError:
+                fast = None  # pydantic decides (and names the error)
+            if fast is not None:
+                return fast
         try:  # fast path: current version, known type, validated in pydantic-core by its own class
             return cls.model_validate_json(data) if cls is not None else _ADAPTER.validate_json(data)
         except pydantic.ValidationError:
@@ -497,6 +506,51 @@ def decode(data: str | bytes, upcasters: UpcasterRegistry | None = None, *, even
     except (ValueError, UnicodeDecodeError) as exc:
         raise EventDecodeError(f"event is not valid JSON: {exc}") from exc
     return decode_dict(raw, upcasters)
+
+
+def _message_from_wire(w: wire.MessageAppendedWire) -> MessageAppended | None:
+    """Return the ``MessageAppended`` of a decoded mirror, built without validating it a second time.
+
+    None when the model would refuse it (no content at all): the caller lets pydantic say why.
+    """
+    p = w.payload
+    if p.content is None and p.encrypted is None:
+        return None
+    sealed = p.encrypted
+    if sealed is not None:
+        sealed = unchecked(EncryptedContent, {
+            "key_id": sealed.key_id, "algorithm": sealed.algorithm,
+            "nonce_b64": sealed.nonce_b64, "ciphertext_b64": sealed.ciphertext_b64,
+        })
+    payload = unchecked(MessagePayload, {
+        "role": p.role, "content": p.content, "encrypted": sealed, "name": p.name,
+        "model_variant": p.model_variant, "metadata": p.metadata, "importance": p.importance,
+        "tool_calls": tuple(unchecked(ToolCall, {"id": t.id, "name": t.name, "arguments": t.arguments})
+                            for t in p.tool_calls),
+        "tool_call_id": p.tool_call_id, "embedding": p.embedding,
+    })
+    at = w.occurred_at  # what Event._aware_utc makes of it
+    at = (at if at.tzinfo is not None else at.replace(tzinfo=timezone.utc)).astimezone(timezone.utc)
+    return unchecked(MessageAppended, {
+        "event_id": w.event_id, "type": w.type, "schema_version": w.schema_version, "tenant_id": w.tenant_id,
+        "conversation_id": w.conversation_id, "seq": w.seq, "occurred_at": at, "causation_id": w.causation_id,
+        "payload": payload,
+    })
+
+
+def unchecked(cls: type[_M], values: dict[str, Any], fields_set: set[str] | None = None) -> _M:
+    """Return a ``cls`` holding ``values`` (every field, in declaration order), not validated.
+
+    For values that are valid already (decoded by a mirror as strict as the
+    model, or copied from a validated model): what ``model_construct`` does,
+    without its per-field Python loop.
+    """
+    new = object.__new__(cls)
+    object.__setattr__(new, "__dict__", values)
+    object.__setattr__(new, "__pydantic_fields_set__", set(values) if fields_set is None else set(fields_set))
+    object.__setattr__(new, "__pydantic_extra__", None)
+    object.__setattr__(new, "__pydantic_private__", None)
+    return new
 
 
 _TYPE_KEY = '"type":"'

@@ -21,7 +21,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from .errors import EventDecodeError
-from .events import EncryptedContent, Event, Fact, MessageAppended, SummaryProduced
+from .events import EncryptedContent, Event, Fact, MessageAppended, SummaryProduced, unchecked
 from .keystore import KeyStore
 
 ALGORITHM = "AES-256-GCM"
@@ -81,7 +81,7 @@ class Sealer:
             "nonce_b64": base64.b64encode(nonce).decode("ascii"),
             "ciphertext_b64": base64.b64encode(ciphertext).decode("ascii"),
         }
-        return _construct(EncryptedContent, values, set(values))
+        return unchecked(EncryptedContent, values)
 
     def unseal(self, event: Event) -> Event:
         """Return ``event`` with its content readable; still sealed when its key was destroyed.
@@ -126,21 +126,8 @@ def _sealable(event: Event) -> bool:
 
 
 def _replace(model, **changes):
-    """Return a copy of a validated frozen model with ``changes``, not validated again.
-
-    What ``model_construct`` does, without its per-field Python loop: on the
-    append and read paths of every message this is 3x cheaper than ``model_copy``.
-    """
-    return _construct(type(model), {**model.__dict__, **changes}, model.__pydantic_fields_set__ | changes.keys())
-
-
-def _construct(cls, values: dict, fields_set: set) -> object:
-    new = object.__new__(cls)
-    object.__setattr__(new, "__dict__", values)
-    object.__setattr__(new, "__pydantic_fields_set__", set(fields_set))
-    object.__setattr__(new, "__pydantic_extra__", None)
-    object.__setattr__(new, "__pydantic_private__", None)
-    return new
+    """Return a copy of a validated frozen model with ``changes``, not validated again (3x cheaper than ``model_copy``)."""
+    return unchecked(type(model), {**model.__dict__, **changes}, model.__pydantic_fields_set__ | changes.keys())
 
 
 def _aad(event: Event) -> bytes:

@@ -19,6 +19,7 @@ must not send a request to the model again).
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import threading
 import time
@@ -32,6 +33,38 @@ from memfold.engine.positions import Position
 from memfold.projections.projector import Projector
 
 log = logging.getLogger("memfold.runner")
+
+
+# Young-generation collections while a batch is folded: every decoded event, payload
+# and row is a tracked container, so CPython's default (a collection every 700
+# allocations) spent about a third of the read path re-scanning them (py-spy).
+_BATCH_GC_THRESHOLD = 50_000
+_gc_lock = threading.Lock()
+_gc_users = 0
+_gc_saved: tuple[int, ...] = ()
+
+
+@contextlib.contextmanager
+def fewer_collections() -> Iterator[None]:
+    """Collect the young generation every :data:`_BATCH_GC_THRESHOLD` allocations instead of 700, for the block.
+
+    Nothing escapes collection: cyclic garbage is still found, a little
+    later. Process-wide while any runner is inside (counted, so nested and
+    concurrent runners restore the caller's thresholds once, at the end).
+    """
+    global _gc_users, _gc_saved
+    with _gc_lock:
+        if _gc_users == 0:
+            _gc_saved = gc.get_threshold()
+            gc.set_threshold(max(_gc_saved[0], _BATCH_GC_THRESHOLD), *_gc_saved[1:])
+        _gc_users += 1
+    try:
+        yield
+    finally:
+        with _gc_lock:
+            _gc_users -= 1
+            if _gc_users == 0:
+                gc.set_threshold(*_gc_saved)
 
 
 class Runner:
@@ -111,7 +144,7 @@ class Runner:
         (serialised); the background loop calls it too.
         """
         total = 0
-        with self._step_lock:
+        with self._step_lock, fewer_collections():
             for partition in self._owned:
                 while True:
                     start = self.store.position().get(partition, 0)

@@ -335,14 +335,34 @@ def test_an_unknown_type_raises_unknown_event_type_error() -> None:
         sample_message().encode().replace('"seq":3', '"seq":-1'),
         sample_message().encode().replace('"content":"where is order #1234?"', '"content":null'),
         sample_message().encode()[:-1] + ',"extra":1}',
+        sample_message().encode().replace('"tenant_id":"acme"', '"tenant_id":"a/b"'),
+        sample_message().encode().replace('"event_id":"e-1"', '"event_id":""'),
+        sample_message().encode().replace('"importance":null', '"importance":1.5'),
+        sample_message().encode().replace('"occurred_at":"2026-03-01T09:00:00Z"', '"occurred_at":"yesterday"'),
     ],
     ids=["empty", "broken", "not-utf8", "array", "string", "no-type", "type-not-str", "no-fields", "bad-role",
-         "negative-seq", "no-content", "extra-field"],
+         "negative-seq", "no-content", "extra-field", "slash-tenant", "empty-id", "importance-above-1", "bad-time"],
 )
 def test_malformed_data_raises_event_decode_error(data: str | bytes) -> None:
     with pytest.raises(EventDecodeError) as failure:
         decode(data)
     assert not isinstance(failure.value, UnknownEventTypeError)
+    with pytest.raises(EventDecodeError):  # the type hint (a SQLite column, a Kafka header) takes the same checks
+        decode(data, event_type="MessageAppended")
+
+
+@pytest.mark.parametrize(
+    "change",
+    [('"seq":3', '"seq":"3"'), ('"occurred_at":"2026-03-01T09:00:00Z"', '"occurred_at":"2026-03-01T14:30:00+05:30"'),
+     ('"occurred_at":"2026-03-01T09:00:00Z"', '"occurred_at":"2026-03-01T09:00:00"'), ('"importance":null', '"importance":1')],
+    ids=["numeric-string", "offset-time", "naive-time", "int-importance"],
+)
+def test_the_fast_message_decoder_agrees_with_the_model_on_lax_input(change: tuple[str, str]) -> None:
+    """A stored message the msgspec mirror reads differently, or refuses, decodes as pydantic decodes it."""
+    text = sample_message().encode().replace(*change)
+    fast = decode(text, event_type="MessageAppended")
+    assert fast == MessageAppended.model_validate_json(text)
+    assert fast.encode() == MessageAppended.model_validate_json(text).encode()
 
 
 # --------------------------------------------------------------------------- schemas
