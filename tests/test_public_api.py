@@ -30,7 +30,7 @@ PUBLIC = {
     "memfold.engine.partitioner": ["murmur2", "partition_for"],
     "memfold.engine.settings": [
         "Settings", "HierarchicalSettings", "ChunkedSettings", "SlidingWindowSettings", "RollingSettings",
-        "TopicsSettings", "SummarizerSettings", "EmbedderSettings", "POLICY_NAMES",
+        "TopicsSettings", "SummarizerSettings", "EmbedderSettings", "RetrievalSettings", "POLICY_NAMES",
     ],
     "memfold.engine.tokens": ["TokenCounter", "counter", "load_encoding"],
     "memfold.streams.logs": ["open_log"],
@@ -38,6 +38,7 @@ PUBLIC = {
     "memfold.streams.kafka_log": ["KafkaEventLog"],
     "memfold.projections.store": ["DuckDBProjectionStore"],
     "memfold.projections.context": ["assemble", "take_last"],
+    "memfold.projections.dense": ["DenseIndex", "FusedOlder", "rrf"],
     "memfold.projections.fold": ["step", "make_request", "produced", "failed", "run_sync"],
     "memfold.client": [
         "Client", "AsyncClient", "ApiError", "AuthenticationError", "ConflictError", "PermissionDeniedError", "NotFoundError",
