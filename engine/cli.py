@@ -136,6 +136,7 @@ def _parser() -> argparse.ArgumentParser:
     q = command("sql", help="run SQL over the projections (read-only)")
     q.add_argument("query", nargs="?")
     q.add_argument("--views", action="store_true", help="list the documented SQL views instead")
+    q.add_argument("--replay", metavar="NAME", help="query the projection of replay NAME instead of the live one")
     fmt = q.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true")
     fmt.add_argument("--csv", action="store_true")
@@ -431,9 +432,16 @@ def cmd_sql(args: argparse.Namespace) -> int:
     if not args.query:
         raise ValidationError("give a SQL query, or --views to list the documented views", field="query")
     settings = _settings(args)
-    with _engine(args) as engine:  # bring the projection up to date, then release the writer lock
-        _catch_up(engine)
-    store = DuckDBProjectionStore(settings.projection_path(), read_only=True)
+    path = settings.projection_path()
+    if args.replay:
+        from memfold.streams.namespaces import Namespace, check_name, replays_dir
+
+        space = Namespace.open(replays_dir(settings.data_dir) / check_name(args.replay))
+        path = space.store_path
+    else:
+        with _engine(args) as engine:  # bring the projection up to date, then release the writer lock
+            _catch_up(engine)
+    store = DuckDBProjectionStore(path, read_only=True)
     try:
         columns, rows = store.query(args.query)
     finally:

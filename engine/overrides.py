@@ -105,7 +105,13 @@ def apply(settings: Settings, overrides: Mapping[str, Any]) -> Settings:
             raise ValidationError(f"{policy}.{where}: {first.get('msg')}", field=f"{policy}.{where}") from None
     out = settings.model_copy(update=update)
     # The read policy and per-tenant picks are folded too, like the live projection does.
-    return out.model_copy(update={"policies": tuple(dict.fromkeys([*settings.active_policies, *out.active_policies]))})
+    out = out.model_copy(update={"policies": tuple(dict.fromkeys([*settings.active_policies, *out.active_policies]))})
+    idle = [p for p in knobs if p not in out.active_policies]
+    if idle:
+        raise ValidationError(
+            f"{idle[0]} is not folded here (folded: {', '.join(out.active_policies)}); its settings would change "
+            f"nothing: add it with policy={idle[0]} or policies={idle[0]}", field=idle[0])
+    return out
 
 
 def policy_view(settings: Settings) -> dict[str, Any]:

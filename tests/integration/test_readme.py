@@ -53,6 +53,27 @@ def test_cli_session_runs(tmp_path):
     assert [m["content"] for m in json.loads(ctx)] == ["Hi, my order #48213 arrived broken", "Sorry to hear that."]
 
 
+def test_replay_session_runs(tmp_path):
+    """The "Replays" block: replay, resume, another policy, list, SQL over a replay, drop, promote."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMFOLD_")}
+    (tmp_path / "c.jsonl").write_text("".join(
+        json.dumps({"conversation_id": "support-1", "role": "user" if i % 2 == 0 else "assistant",
+                    "content": f"turn {i}: order #{48200 + i} ships from Leeds on day {i}"}) + "\n" for i in range(30)))
+    subprocess.run([MEMFOLD, "ingest", "c.jsonl", "--quiet"], cwd=tmp_path, env=env, check=True, capture_output=True)
+    outputs = []
+    for line in _block("## Replays", "sh").splitlines():
+        line = line.split("  #", 1)[0].strip()
+        proc = subprocess.run([MEMFOLD, *shlex.split(line)[1:]], cwd=tmp_path, env=env, capture_output=True,
+                              text=True, timeout=300)
+        assert proc.returncode == 0, (line, proc.stderr)
+        outputs.append(proc.stdout)
+    assert "window8" in outputs[3] and "roll" in outputs[3] and "completed" in outputs[4]
+    assert json.loads((tmp_path / ".memfold" / "promoted.json").read_text())["sliding_window.rolling_window_size"] == 8
+    audit = subprocess.run([MEMFOLD, "audit", "support-1", "--json"], cwd=tmp_path, env=env, capture_output=True,
+                           text=True, check=True).stdout
+    assert [c["settings"]["replay"] for c in json.loads(audit)["settings"]["changes"]] == ["window8"]
+
+
 def test_readme_and_docs_link_only_inside_the_repository():
     root = Path(__file__).resolve().parents[2]
     pages = [root / "README.md", *sorted((root / "docs").glob("*.md"))]

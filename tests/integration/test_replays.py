@@ -87,6 +87,8 @@ def test_replays_list_drop_and_refuse_bad_input(live, capsys):
         live.replay("b", overrides={"summarizer.model": "x"})
     with pytest.raises(ValidationError, match="trigger_message_count"):
         live.replay("b", overrides={"hierarchical.trigger_message_count": 0})
+    with pytest.raises(ValidationError, match="not folded here"):
+        live.replay("b", overrides={"rolling.message_threshold": 5})
     with pytest.raises(ValidationError, match="replay name"):
         live.replay("../x")
     assert not (live.settings.data_dir / "replays" / "b").exists()
