@@ -253,7 +253,9 @@ class Projector:
                 retrieval.add_doc(ch.search, m.tenant_id, m.conversation_id, "message", m.event_id, m.index, m.content)
             elif isinstance(event, (SummaryRequested, SummaryProduced, SummaryFailed)):
                 self._summary_row(ch, event)
-                if isinstance(event, SummaryProduced):
+                # Facts and search docs only from summaries a policy folded here: one made under other
+                # settings (the live log read by a replay, a log from before a settings change) is audit only.
+                if isinstance(event, SummaryProduced) and event.payload.policy in folded.states:
                     self._facts_diff(ch, event)
                     _index_summary(ch, event)
             elif isinstance(event, ConversationDeleted):
