@@ -42,7 +42,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from . import cli_memory, cli_replay
+from . import cli_diff, cli_memory, cli_replay
 from .errors import ConfigError, InputFileError, MemfoldError, ProjectionBusyError, ValidationError
 
 
@@ -163,6 +163,7 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--budget", type=_positive_int, default=600)
     cli_memory.add_commands(command)
     cli_replay.add_commands(command)
+    cli_diff.add_commands(command, _positive_int)
 
     sv = command("serve", help="serve this data dir over HTTP (API keys, /docs, /metrics, /ui)")
     sv.add_argument("--host", default="127.0.0.1")
@@ -644,6 +645,7 @@ _COMMANDS = {
     "demo": cmd_demo,
     **cli_memory.COMMANDS,
     **cli_replay.COMMANDS,
+    **cli_diff.COMMANDS,
     "serve": cmd_serve,
     "keys": cmd_keys,
 }

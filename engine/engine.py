@@ -754,6 +754,29 @@ class MemoryEngine:
 
         return drop(self.settings.data_dir, name)
 
+    def diff_replay(
+        self,
+        name: str,
+        conversation_id: str | None = None,
+        *,
+        tenant_id: str | None = None,
+        budget: int = 4000,
+        questions: Sequence[Any] = (),
+    ):
+        """Compare replay ``name`` with live, per conversation; return a :class:`~memfold.engine.replay_diff.ReplayDiff`.
+
+        Per conversation and side: summary versions (count, newest, covered
+        messages), facts in force and the facts the replay added, changed or
+        lost, context tokens at ``budget``, answer-content recall of
+        ``questions`` (:class:`~memfold.engine.replay_diff.Question`, e.g. from
+        ``replay_diff.load_questions``) and summarizer calls and tokens. Reads only.
+        """
+        from .replay_diff import diff
+
+        if self.store is None:
+            raise ConfigError("a client engine keeps no projection; diff from an embedded or projector engine")
+        return diff(self, name, conversation_id, tenant_id=tenant_id, budget=budget, questions=questions)
+
     def promote(self, name: str, *, timeout: float = 600.0) -> Position:
         """Make the settings of replay ``name`` live; return the position of the ``SettingsChanged`` recording it.
 

@@ -34,9 +34,10 @@ def print_context(messages: Sequence[ContextMessage], *, title: str, budget: int
     console.print(table)
 
 
-def print_table(columns: Sequence[str], rows: Sequence[Sequence[Any]], *, title: str | None = None) -> None:
+def print_table(columns: Sequence[str], rows: Sequence[Sequence[Any]], *, title: str | None = None,
+                caption: str | None = None) -> None:
     """Print query results as a table."""
-    table = Table(title=title)
+    table = Table(title=title, caption=caption)
     for c in columns:
         table.add_column(str(c), overflow="fold")
     for r in rows:
