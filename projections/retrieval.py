@@ -60,11 +60,18 @@ QUERY_META_WORDS = """mention mentioned mentioning remind reminded remember reme
     says tell told talk talked talking discuss discussed discussing ask asked asking brought bring""".split()
 K1 = 1.2
 B = 0.75
-# Postings scored in full per read, rarest terms first; after that, commoner terms only re-score
-# the best _CANDIDATES documents found so far (they cannot lift a document without a rarer term
-# much, and scoring every posting of a word in half the messages costs milliseconds).
+# Bounded work per read, whatever the query: postings are scored in full, rarest terms first,
+# until _EXACT_POSTINGS are scored; a commoner term (in hundreds or thousands of messages: a
+# low-vocabulary query such as "what did we say about the order") then only adds its _HEAD best
+# postings as candidates and re-scores the candidates (rarer terms' best _CANDIDATES and the heads).
+# Its other postings could not lift a document far: such a term's IDF is small and its tf low.
 _EXACT_POSTINGS = 1_000
 _CANDIDATES = 256
+# A common term's best postings by BM25 term impact at a fixed reference length (a constant, not the
+# corpus's moving average, so the head is a pure function of the postings: the same after a reload
+# or a rebuild as live); the final scores use the real average length.
+_HEAD = 64
+_HEAD_LENGTH = 64.0
 USER_BOOST = 1.5
 
 
@@ -169,15 +176,26 @@ class Hit:
     policy: str | None = None
 
 
-class _Corpus:
-    """The documents of one kind in one conversation: BM25 statistics and postings (term -> {doc: tf})."""
+def _impact(tf: int, length: int) -> float:
+    """Return a posting's place in its term's head: BM25's tf part at the reference length _HEAD_LENGTH."""
+    return tf / (tf + K1 * (1.0 - B + B * length / _HEAD_LENGTH))
 
-    __slots__ = ("meta", "lengths", "postings", "total")
+
+class _Corpus:
+    """The documents of one kind in one conversation: BM25 statistics, postings (term -> {doc: tf}) and heads.
+
+    ``heads[term]`` holds, for a term in more than _HEAD documents, its _HEAD best postings as a
+    min-heap of (impact, doc): documents are only ever added, so keeping the heap's best on each
+    add gives exactly the top _HEAD of the whole set, whatever order the documents came in.
+    """
+
+    __slots__ = ("meta", "lengths", "postings", "heads", "total")
 
     def __init__(self) -> None:
         self.meta: list[tuple[str, int, str | None]] = []  # doc_id, idx, policy
         self.lengths: list[int] = []
         self.postings: dict[str, dict[int, int]] = {}
+        self.heads: dict[str, list[tuple[float, int]]] = {}
         self.total = 0
 
     def add(self, doc_id: str, idx: int, policy: str | None, length: int, terms: Sequence[str], tfs: Sequence[int]) -> None:
@@ -186,41 +204,61 @@ class _Corpus:
         self.lengths.append(length)
         self.total += length
         postings = self.postings
+        heads = self.heads
         for term, tf in zip(terms, tfs):
             p = postings.get(term)
             if p is None:
                 postings[term] = {n: tf}
-            else:
-                p[n] = tf
+                continue
+            p[n] = tf
+            head = heads.get(term)
+            if head is not None:
+                key = (_impact(tf, length), n)
+                if key > head[0]:
+                    heapq.heapreplace(head, key)
+            elif len(p) > _HEAD:
+                lengths = self.lengths
+                heads[term] = heapq.nlargest(_HEAD, ((_impact(f, lengths[d]), d) for d, f in p.items()))
+                heads[term].reverse()  # descending is not a heap; ascending is
 
     def scores(self, terms: Iterable[str]) -> dict[int, float]:
-        """Return BM25 scores of the documents holding any of ``terms`` (bounded work, see _EXACT_POSTINGS)."""
+        """Return BM25 scores of candidate documents for ``terms`` (bounded work, see _EXACT_POSTINGS).
+
+        Every document holding a rare term is scored; a common term brings its head.
+        """
         n = len(self.meta)
         if n == 0:
             return {}
-        lists = sorted((p for t in terms if (p := self.postings.get(t))), key=len)
-        scores: dict[int, float] = defaultdict(float)
-        scored = 0
+        lists = sorted(((t, p) for t in terms if (p := self.postings.get(t))), key=lambda tp: len(tp[1]))
         lengths = self.lengths
         base = K1 * (1.0 - B)
         per_length = K1 * B * n / self.total if self.total else 0.0
-        pruned = False
-        for postings in lists:
+        scores: dict[int, float] = {}
+        scored = 0
+        common: list[tuple[str, float, dict[int, int]]] = []
+        for term, postings in lists:
             df = len(postings)
             weight = math.log(1.0 + (n - df + 0.5) / (df + 0.5)) * (K1 + 1.0)
-            if not scores:  # the rarest term, in full: one comprehension, not a += per posting (same values)
-                scored += df
-                scores = defaultdict(float, {d: weight * tf / (tf + base + per_length * lengths[d]) for d, tf in postings.items()})
+            if scored + df > _EXACT_POSTINGS:
+                common.append((term, weight, postings))  # and so is every later (commoner) term
                 continue
-            if scored + df <= _EXACT_POSTINGS:
-                scored += df
-                for d, tf in postings.items():
-                    scores[d] += weight * tf / (tf + base + per_length * lengths[d])
+            scored += df
+            if not scores:  # the rarest term: one comprehension, not a += per posting (same values)
+                scores = {d: weight * tf / (tf + base + per_length * lengths[d]) for d, tf in postings.items()}
                 continue
-            # A common term: it only re-orders the candidates rarer terms found.
-            if not pruned and len(scores) > _CANDIDATES:
-                scores = defaultdict(float, ((d, s) for s, d in heapq.nlargest(_CANDIDATES, zip(scores.values(), scores.keys()))))
-            pruned = True
+            get = scores.get
+            for d, tf in postings.items():
+                scores[d] = get(d, 0.0) + weight * tf / (tf + base + per_length * lengths[d])
+        if not common:
+            return scores
+        if len(scores) > _CANDIDATES:  # rarer terms' best: commoner terms only re-order these
+            scores = {d: s for s, d in sorted(zip(scores.values(), scores.keys()), reverse=True)[:_CANDIDATES]}
+        for term, _, postings in common:
+            head = self.heads.get(term)
+            for d in (postings if head is None else (d for _, d in head)):
+                if d not in scores:
+                    scores[d] = 0.0
+        for _, weight, postings in common:
             for d in scores:
                 tf = postings.get(d)
                 if tf:
@@ -372,11 +410,35 @@ class SearchIndex:
                 if policy is not None and kind != "message":
                     scores = {d: s for d, s in scores.items() if corpus.meta[d][2] in (None, policy)}
                 # (score, doc) pairs compare natively; ties go to the newer document.
-                for score, d in heapq.nlargest(limit, zip(scores.values(), scores.keys())):
+                for score, d in sorted(zip(scores.values(), scores.keys()), reverse=True)[:limit]:
                     doc_id, idx, doc_policy = corpus.meta[d]
                     hits.append(Hit(kind, doc_id, idx, score, doc_policy))
         hits.sort(key=lambda h: -h.score)
         return hits[:limit]
+
+    def rank_messages(self, key: Key, query: str, limit: int, user_boost: float = 1.0) -> list[int]:
+        """Return the indices of the ``limit`` messages best matching ``query``, best first (the read's hot path).
+
+        The best ``2 * limit`` by BM25 are re-ordered with a user message's
+        score times ``user_boost``; ties go to the newer message.
+        """
+        terms = set(query_terms(query))
+        if not terms:
+            return []
+        with self._lock:
+            docs = self._docs(key)
+            corpus = docs.corpora.get("message")
+            if corpus is None:
+                return []
+            scores = corpus.scores(terms)
+            meta, messages, end = corpus.meta, docs.messages, len(docs.messages)
+            boosted = []
+            for score, d in sorted(zip(scores.values(), scores.keys()), reverse=True)[: 2 * limit]:
+                idx = meta[d][1]
+                m = messages[idx] if idx < end else None
+                boosted.append((score * user_boost if m is not None and m.role == "user" else score, idx))
+        boosted.sort(reverse=True)
+        return [idx for _, idx in boosted[:limit]]
 
 
 class OlderFromProjection:
@@ -393,11 +455,7 @@ class OlderFromProjection:
         about themselves is what later questions ask about, and an assistant's
         long replies echo the same terms.
         """
-        hits = self.index.rank(self.key, query, limit=limit * 2)
-        messages = self.index.messages_at(self.key, sorted({h.idx for h in hits}))
-        roles = {m.index: m.role for m in messages}
-        scored = sorted(((h.score * (USER_BOOST if roles.get(h.idx) == "user" else 1.0), h.idx) for h in hits), reverse=True)
-        return [idx for _, idx in scored[:limit]]
+        return self.index.rank_messages(self.key, query, limit, USER_BOOST)
 
     def at(self, indices: Sequence[int]) -> list[Any]:
         """Return the messages at ``indices``, in index order."""

@@ -243,3 +243,30 @@ def test_words_about_the_conversation_itself_do_not_rank():
     assert retrieval.query_terms("What profession did I mention I work in?") == ["profession", "work"]
     assert retrieval.query_terms("What did I mention?") == ["mention"]  # nothing else: kept
     assert source.ranked("What profession did I mention I work in?", 5) == [30]
+
+
+def test_a_query_of_common_words_scores_a_bounded_head_and_still_finds_the_best_match():
+    n = 3000
+    messages = [msg(i, "user" if i % 2 == 0 else "assistant", f"the order and the refund of parcel {i} were fine")
+                for i in range(n)]
+    messages[1234] = msg(1234, "user", "order refund order refund")  # the densest use of both words
+    source = older(messages)
+    corpus = source.index._docs(source.key).corpora["message"]
+    assert set(corpus.heads) >= {"order", "refund"} and all(len(h) == retrieval._HEAD for h in corpus.heads.values())
+    scores = corpus.scores({"order", "refund"})
+    assert len(scores) <= 2 * retrieval._HEAD < n  # not every one of the 3,000 postings per term
+    assert source.ranked("what about the order refund?", 3)[0] == 1234
+    # The head is a function of the documents: an index that followed the conversation batch by
+    # batch (as the projector feeds it) holds the same heads and ranking as one loaded at once.
+    cols = retrieval.new_columns()
+    for m in messages:
+        retrieval.add_doc(cols, "t", "c", "message", m.event_id, m.index, m.content)
+    rows = list(zip(*(cols[k] for k in retrieval.SEARCH_COLUMNS)))
+    live = SearchIndex(lambda t, c: rows[:100], lambda t, c: messages[:100])
+    live.count(("t", "c"))  # loaded with the first 100
+    for start in range(100, n, 700):
+        batch = {k: v[start : start + 700] for k, v in cols.items()}
+        live.extend(batch, messages[start : start + 700])
+    followed = live._docs(("t", "c")).corpora["message"]
+    assert followed.heads == corpus.heads
+    assert OlderFromProjection(live, ("t", "c")).ranked("order refund parcel", 20) == source.ranked("order refund parcel", 20)
