@@ -54,6 +54,13 @@ def _when(as_of: str | datetime | None) -> str | None:
     return as_of.isoformat() if isinstance(as_of, datetime) else as_of
 
 
+def _replay_body(name: str, policy: str | None, overrides: Mapping[str, Any] | None,
+                 conversations: list[str] | None) -> dict[str, Any]:
+    body = {"name": name, "policy": policy, "overrides": dict(overrides) if overrides else None,
+            "conversations": conversations}
+    return {k: v for k, v in body.items() if v is not None}
+
+
 def _params(**values: Any) -> dict[str, Any]:
     return {k: (str(v).lower() if isinstance(v, bool) else v) for k, v in values.items() if v is not None}
 
@@ -185,6 +192,51 @@ class Client(_Base):
         """Return the key's id, tenant and role."""
         return Identity.model_validate(self._request("GET", "/v1/me"))
 
+    def replay(self, name: str, *, policy: str | None = None, overrides: Mapping[str, Any] | None = None,
+               conversations: list[str] | None = None) -> dict[str, Any]:
+        """Start (or, with ``name`` alone, resume) a replay of the log with other settings (operator keys).
+
+        Runs in the service's background; returns the job. Follow it with
+        :meth:`replay_status` or :meth:`wait_replay`.
+        """
+        return self._request("POST", "/v1/replays", json=_replay_body(name, policy, overrides, conversations))
+
+    def wait_replay(self, name: str, *, timeout: float = 600.0, interval: float = 0.2) -> dict[str, Any]:
+        """Poll :meth:`replay_status` until the job is no longer running; return the last status.
+
+        Raises ``ServiceUnavailableError`` when it still runs after ``timeout``.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            status = self.replay_status(name)
+            if (status.get("job") or {}).get("state") != "running":
+                return status
+            if time.monotonic() > deadline:
+                raise ServiceUnavailableError(0, "Timeout", f"replay {name!r} still running after {timeout}s")
+            time.sleep(interval)
+
+    def replay_status(self, name: str) -> dict[str, Any]:
+        """Return a replay's manifest (status, head, stats) and its job (progress, report or error)."""
+        return self._request("GET", f"/v1/replays/{quote(name, safe='')}")
+
+    def replays(self) -> list[dict[str, Any]]:
+        """Return every replay namespace of the service's data dir (operator keys)."""
+        return self._request("GET", "/v1/replays")["replays"]
+
+    def drop_replay(self, name: str) -> None:
+        """Delete a replay namespace; the live projection is untouched."""
+        self._request("DELETE", f"/v1/replays/{quote(name, safe='')}")
+
+    def promote(self, name: str) -> dict[str, Any]:
+        """Make a replay's settings live for every tenant; returns once reads use them."""
+        return self._request("POST", f"/v1/replays/{quote(name, safe='')}/promote")
+
+    def verify(self, conversation_id: str | None = None) -> dict[str, Any]:
+        """Fold the log again and compare with the live projection: the whole data dir (operator keys) or one
+        conversation of the key's tenant (admin keys). ``identical`` is True when nothing differs."""
+        path = _conv(conversation_id) + "/verify" if conversation_id is not None else "/v1/verify"
+        return self._request("POST", path)
+
     def close(self) -> None:
         self._http.close()
 
@@ -278,6 +330,43 @@ class AsyncClient(_Base):
     async def me(self) -> Identity:
         """See :meth:`Client.me`."""
         return Identity.model_validate(await self._request("GET", "/v1/me"))
+
+    async def replay(self, name: str, *, policy: str | None = None, overrides: Mapping[str, Any] | None = None,
+                     conversations: list[str] | None = None) -> dict[str, Any]:
+        """See :meth:`Client.replay`."""
+        return await self._request("POST", "/v1/replays", json=_replay_body(name, policy, overrides, conversations))
+
+    async def wait_replay(self, name: str, *, timeout: float = 600.0, interval: float = 0.2) -> dict[str, Any]:
+        """See :meth:`Client.wait_replay`."""
+        deadline = time.monotonic() + timeout
+        while True:
+            status = await self.replay_status(name)
+            if (status.get("job") or {}).get("state") != "running":
+                return status
+            if time.monotonic() > deadline:
+                raise ServiceUnavailableError(0, "Timeout", f"replay {name!r} still running after {timeout}s")
+            await asyncio.sleep(interval)
+
+    async def replay_status(self, name: str) -> dict[str, Any]:
+        """See :meth:`Client.replay_status`."""
+        return await self._request("GET", f"/v1/replays/{quote(name, safe='')}")
+
+    async def replays(self) -> list[dict[str, Any]]:
+        """See :meth:`Client.replays`."""
+        return (await self._request("GET", "/v1/replays"))["replays"]
+
+    async def drop_replay(self, name: str) -> None:
+        """See :meth:`Client.drop_replay`."""
+        await self._request("DELETE", f"/v1/replays/{quote(name, safe='')}")
+
+    async def promote(self, name: str) -> dict[str, Any]:
+        """See :meth:`Client.promote`."""
+        return await self._request("POST", f"/v1/replays/{quote(name, safe='')}/promote")
+
+    async def verify(self, conversation_id: str | None = None) -> dict[str, Any]:
+        """See :meth:`Client.verify`."""
+        path = _conv(conversation_id) + "/verify" if conversation_id is not None else "/v1/verify"
+        return await self._request("POST", path)
 
     async def aclose(self) -> None:
         await self._http.aclose()

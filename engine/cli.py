@@ -178,7 +178,9 @@ def _parser() -> argparse.ArgumentParser:
     ksub = k.add_subparsers(dest="keys_command", required=True, metavar="ACTION")
     kc = ksub.add_parser("create", help="create a key and print it (shown once)")
     kc.add_argument("--tenant", required=True)
-    kc.add_argument("--role", required=True, choices=("admin", "writer", "reader"))
+    kc.add_argument("--role", required=True, choices=("operator", "admin", "writer", "reader"),
+                    help="reader: reads; writer: + appends; admin: + forget, SQL, verify (its tenant); "
+                         "operator: + replays, promote, verify of the whole data dir")
     kc.add_argument("--name", default=None, help="a label to recognise the key by")
     kc.add_argument("--json", action="store_true")
     kl = ksub.add_parser("list", help="list keys (never their secrets)")

@@ -26,6 +26,7 @@ from memfold.engine.errors import (
     MemfoldError,
     MessageTooLargeError,
     ProjectionLagTimeout,
+    UnknownReplayError,
     ValidationError,
 )
 
@@ -49,6 +50,7 @@ class Services:
     metrics: ServiceMetrics
     appender: GroupAppender
     contexts: ContextCache
+    replays: object = None  # replays.ReplayJobs (imported with the routes)
 
 
 def services(request: Request) -> Services:
@@ -98,6 +100,7 @@ Reader = Annotated[ApiKey, Depends(require("read"))]
 Writer = Annotated[ApiKey, Depends(require("write"))]
 Admin = Annotated[ApiKey, Depends(require("admin"))]
 Forgetter = Annotated[ApiKey, Depends(require("forget"))]
+Operator = Annotated[ApiKey, Depends(require("operate"))]
 
 
 def _error(status: int, kind: str, message: str, *, field=None, line=None, headers=None) -> JSONResponse:
@@ -133,6 +136,8 @@ def _install_error_handlers(app: FastAPI) -> None:
         kind = type(exc).__name__
         if isinstance(exc, (EventConflictError, AlreadyRetractedError)):
             return _error(409, kind, str(exc), field=exc.field, line=exc.line)
+        if isinstance(exc, UnknownReplayError):
+            return _error(404, kind, str(exc), field=exc.field)
         if isinstance(exc, MessageTooLargeError):
             return _error(413, kind, str(exc), field=exc.field, line=exc.line)
         if isinstance(exc, ValidationError):
@@ -179,6 +184,8 @@ class _RequestMetrics:
 
 def create_app(engine, keys: ApiKeyStore, limits: Limits | None = None) -> FastAPI:
     """Return the service app over a running ``engine`` and the data dir's ``keys``."""
+    from .replays import ReplayJobs
+    from .replays import router as replays_router
     from .routes import router
     from .ui import router as ui_router
 
@@ -193,9 +200,11 @@ def create_app(engine, keys: ApiKeyStore, limits: Limits | None = None) -> FastA
     )
     metrics = ServiceMetrics(engine)
     app.state.memfold = Services(engine, keys, limits, RateLimiter(limits.rate, limits.burst), metrics,
-                                 GroupAppender(engine, on_group=metrics.append_groups.inc), ContextCache(engine))
+                                 GroupAppender(engine, on_group=metrics.append_groups.inc), ContextCache(engine),
+                                 ReplayJobs(engine))
     _install_error_handlers(app)
     app.include_router(router)
+    app.include_router(replays_router)
     app.include_router(ui_router)
 
     @app.get("/healthz", tags=["operations"])

@@ -24,9 +24,11 @@ from pathlib import Path
 
 from memfold.engine.errors import ConfigError, ValidationError
 
-ROLES = ("admin", "writer", "reader")
-# What each role may do; a route names the permission it needs.
+ROLES = ("operator", "admin", "writer", "reader")
+# What each role may do; a route names the permission it needs. "operate" covers what acts on the whole
+# data dir, every tenant at once (replays, promote, verify of everything): no tenant's admin may do it.
 PERMISSIONS = {
+    "operator": frozenset({"read", "write", "forget", "admin", "operate"}),
     "admin": frozenset({"read", "write", "forget", "admin"}),
     "writer": frozenset({"read", "write"}),
     "reader": frozenset({"read"}),
@@ -50,7 +52,7 @@ class ApiKey:
     revoked_at: str | None
 
     def allows(self, permission: str) -> bool:
-        """True when this key's role grants ``permission`` (read, write, forget, admin)."""
+        """True when this key's role grants ``permission`` (read, write, forget, admin, operate)."""
         return permission in PERMISSIONS[self.role]
 
 

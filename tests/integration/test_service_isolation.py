@@ -45,12 +45,25 @@ def _checked_me(a, b_conv):
     assert a.get("/v1/me").json()["tenant_id"] == "tenant-a"
 
 
+def _operator_only(method: str, template: str):
+    """Routes acting on the whole data dir (every tenant): a tenant's admin key is refused outright."""
+
+    def check(a, b_conv):
+        r = a.request(method, template.replace("{name}", "any"), json={"name": "any"} if method == "POST" else None)
+        assert r.status_code == 403 and r.json()["error"]["type"] == "Forbidden", r.text
+
+    return check
+
+
 # Routes naming no conversation: each has its own proof that B's data stays out.
 TENANT_SCOPED = {
     ("GET", "/v1/conversations"): _checked_conversations,
     ("POST", "/v1/sql"): _checked_sql,
     ("POST", "/v1/search"): _checked_search,
     ("GET", "/v1/me"): _checked_me,
+    **{route: _operator_only(*route) for route in (
+        ("POST", "/v1/replays"), ("GET", "/v1/replays"), ("GET", "/v1/replays/{name}"),
+        ("DELETE", "/v1/replays/{name}"), ("POST", "/v1/replays/{name}/promote"), ("POST", "/v1/verify"))},
 }
 
 
