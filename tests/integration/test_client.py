@@ -54,6 +54,8 @@ def test_client_round_trip_and_typed_errors(service):
         context = mf.context("c-1", budget=200)
         assert isinstance(context, Context) and context.messages[-1].content == "and my email is eve@example.com"
         assert context.messages[-1].as_openai() == {"role": "user", "content": "and my email is eve@example.com"}
+        earlier = mf.context("c-1", as_of=f"{done[0].partition}:{done[0].offset}")  # time travel: after the 1st
+        assert [m.content for m in earlier.messages if m.role != "system"] == ["I live in Lisbon"]
         stored = mf.messages("c-1")
         assert [m.content for m in stored][:1] == ["I live in Lisbon"] and stored[2].metadata["channel"] == "chat"
         assert [c.conversation_id for c in mf.conversations()] == ["c-1"]
