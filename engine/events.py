@@ -543,11 +543,12 @@ def unchecked(cls: type[_M], values: dict[str, Any], fields_set: set[str] | None
 
     For values that are valid already (decoded by a mirror as strict as the
     model, or copied from a validated model): what ``model_construct`` does,
-    without its per-field Python loop.
+    without its per-field Python loop. ``fields_set`` (default: every key of
+    ``values``) is kept as given, not copied.
     """
     new = object.__new__(cls)
     object.__setattr__(new, "__dict__", values)
-    object.__setattr__(new, "__pydantic_fields_set__", set(values) if fields_set is None else set(fields_set))
+    object.__setattr__(new, "__pydantic_fields_set__", set(values) if fields_set is None else fields_set)
     object.__setattr__(new, "__pydantic_extra__", None)
     object.__setattr__(new, "__pydantic_private__", None)
     return new
