@@ -812,6 +812,8 @@ class MemoryEngine:
         self.runner.projector = projector
         self.worker.settings = settings
         self.settings = settings
+        # Every row may have changed: caches keyed by partition progress (the service's) drop what they hold.
+        self.runner.on_committed(self.store.position())
 
     def _fold_beside(self, name: str, store=None):
         """Fold the log up to its end into ``store`` (a fresh beside file if None)."""
