@@ -231,6 +231,11 @@ class Client(_Base):
         """Make a replay's settings live for every tenant; returns once reads use them."""
         return self._request("POST", f"/v1/replays/{quote(name, safe='')}/promote")
 
+    def diff(self, name: str, *, conversation_id: str | None = None, budget: int | None = None) -> dict[str, Any]:
+        """Compare replay ``name`` with live, per conversation (all, or one of the key's tenant), with totals."""
+        return self._request("GET", f"/v1/replays/{quote(name, safe='')}/diff",
+                             params=_params(conversation_id=conversation_id, budget=budget))
+
     def verify(self, conversation_id: str | None = None) -> dict[str, Any]:
         """Fold the log again and compare with the live projection: the whole data dir (operator keys) or one
         conversation of the key's tenant (admin keys). ``identical`` is True when nothing differs."""
@@ -362,6 +367,11 @@ class AsyncClient(_Base):
     async def promote(self, name: str) -> dict[str, Any]:
         """See :meth:`Client.promote`."""
         return await self._request("POST", f"/v1/replays/{quote(name, safe='')}/promote")
+
+    async def diff(self, name: str, *, conversation_id: str | None = None, budget: int | None = None) -> dict[str, Any]:
+        """See :meth:`Client.diff`."""
+        return await self._request("GET", f"/v1/replays/{quote(name, safe='')}/diff",
+                                   params=_params(conversation_id=conversation_id, budget=budget))
 
     async def verify(self, conversation_id: str | None = None) -> dict[str, Any]:
         """See :meth:`Client.verify`."""

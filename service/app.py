@@ -26,6 +26,7 @@ from memfold.engine.errors import (
     MemfoldError,
     MessageTooLargeError,
     ProjectionLagTimeout,
+    UnknownConversationError,
     UnknownReplayError,
     ValidationError,
 )
@@ -136,7 +137,7 @@ def _install_error_handlers(app: FastAPI) -> None:
         kind = type(exc).__name__
         if isinstance(exc, (EventConflictError, AlreadyRetractedError)):
             return _error(409, kind, str(exc), field=exc.field, line=exc.line)
-        if isinstance(exc, UnknownReplayError):
+        if isinstance(exc, (UnknownReplayError, UnknownConversationError)):
             return _error(404, kind, str(exc), field=exc.field)
         if isinstance(exc, MessageTooLargeError):
             return _error(413, kind, str(exc), field=exc.field, line=exc.line)

@@ -18,7 +18,7 @@ import threading
 from dataclasses import asdict
 from typing import Any
 
-from fastapi import APIRouter, HTTPException, Path, Request
+from fastapi import APIRouter, HTTPException, Path, Query, Request
 from fastapi.encoders import jsonable_encoder
 from pydantic import Field
 
@@ -169,6 +169,21 @@ def promote_replay(request: Request, key: Operator, name: str = ReplayName) -> d
     svc.contexts.clear()  # every cached answer came from the projection just replaced
     return {"name": name, "promoted": True, "partition": position.partition, "offset": position.offset,
             "policy": svc.engine.settings.policy}
+
+
+@router.get("/replays/{name}/diff", tags=["replays"])
+def diff_replay(
+    request: Request, key: Operator, name: str = ReplayName,
+    conversation_id: str | None = Query(None, min_length=1, max_length=200,
+                                        description="one conversation of the key's tenant (default: every "
+                                                    "conversation of the data dir)"),
+    budget: int = Query(4000, ge=1, description="the budget both sides' contexts are assembled at"),
+) -> dict:
+    """Compare a replay with live, per conversation: summary versions and coverage, facts in force and the facts
+    the replay added, changed or lost, context tokens at ``budget``, summarizer calls and tokens; with totals."""
+    found = services(request).engine.diff_replay(name, conversation_id, budget=budget,
+                                                 tenant_id=key.tenant_id if conversation_id is not None else None)
+    return jsonable_encoder(found.as_dict())
 
 
 @router.post("/verify", tags=["replays"])

@@ -63,7 +63,8 @@ TENANT_SCOPED = {
     ("GET", "/v1/me"): _checked_me,
     **{route: _operator_only(*route) for route in (
         ("POST", "/v1/replays"), ("GET", "/v1/replays"), ("GET", "/v1/replays/{name}"),
-        ("DELETE", "/v1/replays/{name}"), ("POST", "/v1/replays/{name}/promote"), ("POST", "/v1/verify"))},
+        ("DELETE", "/v1/replays/{name}"), ("POST", "/v1/replays/{name}/promote"), ("GET", "/v1/replays/{name}/diff"),
+        ("POST", "/v1/verify"))},
 }
 
 

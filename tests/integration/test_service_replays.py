@@ -29,7 +29,8 @@ def test_replay_routes_need_an_operator_and_an_admin_verifies_its_own_conversati
     with Client(replaying.url, replaying.key("acme", "admin")) as admin, \
             Client(replaying.url, replaying.key("globex", "admin")) as other:
         for call in (lambda: admin.replay("x"), admin.replays, lambda: admin.replay_status("x"),
-                     lambda: admin.drop_replay("x"), lambda: admin.promote("x"), admin.verify):
+                     lambda: admin.drop_replay("x"), lambda: admin.promote("x"), admin.verify,
+                     lambda: admin.diff("x")):
             with pytest.raises(PermissionDeniedError):
                 call()
         assert admin.verify("c1") == {"conversation_id": "c1", "identical": True, "differences": []}
@@ -49,6 +50,13 @@ def test_replay_follow_list_drop_and_promote(replaying):
         assert wide["settings"]["hierarchical.trigger_message_count"] == 12
         assert wide["job"]["report"]["run"]["folded"] >= 14 and wide["job"]["report"]["lag"] == 0
         assert ops.verify() == {"identical": True, "differences": []}  # the replay left live untouched
+        diff = ops.diff("wide", budget=500)
+        (c1,) = [c for c in diff["conversations"] if (c["tenant_id"], c["conversation_id"]) == ("acme", "c1")]
+        assert c1["live"]["messages"] == c1["replay"]["messages"] == 14 and c1["replay"]["versions"] >= 1, c1
+        assert c1["live"]["latest"] != c1["replay"]["latest"]  # each side reads the summary of its own settings
+        assert diff["budget"] == 500 and diff["totals"]["conversations"] == len(diff["conversations"])
+        with pytest.raises(NotFoundError):
+            ops.diff("wide", conversation_id="c1")  # one conversation is the key's tenant's: ops has no c1
 
         assert ops.wait_replay(ops.replay("roll", policy="rolling")["name"])["job"]["state"] == "done"
         assert [r["name"] for r in ops.replays()] == ["roll", "wide"]
