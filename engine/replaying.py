@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 import shutil
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -29,6 +30,8 @@ if TYPE_CHECKING:
     from .engine import MemoryEngine
 
 PROMOTED = "promoted.json"
+_RUNNING: dict[Path, threading.Lock] = {}  # one run per namespace in this process (a service runs them on threads)
+_RUNNING_GUARD = threading.Lock()
 SETTINGS_TENANT, SETTINGS_CONVERSATION = "_memfold", "settings"  # where SettingsChanged events are recorded
 
 
@@ -83,7 +86,21 @@ def replay(
             source={"log": engine.settings.log_url(), "topic": engine.settings.topic},
             conversations=sorted(conversations) if conversations is not None else None,
         ))
-    return _catch_up(engine, space, settings, progress=progress, target=target, batch_size=batch_size)
+    with _held(root):
+        return _catch_up(engine, space, settings, progress=progress, target=target, batch_size=batch_size)
+
+
+@contextlib.contextmanager
+def _held(root: Path) -> Iterator[None]:
+    """Hold the namespace at ``root`` for one run; raise :class:`ConfigError` when another thread runs it."""
+    with _RUNNING_GUARD:
+        lock = _RUNNING.setdefault(root.resolve(), threading.Lock())
+    if not lock.acquire(blocking=False):
+        raise ConfigError(f"replay {root.name!r} is running in this process; wait for it to finish")
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def _catch_up(engine: "MemoryEngine", space: "Namespace", settings: Settings, *,
@@ -180,13 +197,7 @@ def verify(engine: "MemoryEngine", conversation_id: str | None, tenant_id: str) 
 
 def promote(engine: "MemoryEngine", name: str, timeout: float) -> Position:
     """Make replay ``name``'s settings live (see :meth:`MemoryEngine.promote`); return the SettingsChanged position."""
-    from memfold.projections.projector import Projector
-    from memfold.projections.store import DuckDBProjectionStore
     from memfold.streams import namespaces as ns
-    from memfold.streams.replay import beside_path
-    from memfold.streams.runner import Runner
-
-    from .engine import fold_contexts
 
     if engine.role != "embedded":
         raise ConfigError("promote runs in embedded mode (a SQLite log); on a Kafka log it is not supported yet")
@@ -195,9 +206,23 @@ def promote(engine: "MemoryEngine", name: str, timeout: float) -> Position:
         raise ValidationError(f"replay {name!r} covers some conversations only; replay them all to promote",
                               field="name")
     settings = ov.apply(engine.settings, space.manifest["settings"])
+    with _held(space.root):  # no run of this replay may add to its side log meanwhile
+        return _promote(engine, space, settings, timeout)
+
+
+def _promote(engine: "MemoryEngine", space: "Namespace", settings: Settings, timeout: float) -> Position:
+    from memfold.projections.projector import Projector
+    from memfold.projections.store import DuckDBProjectionStore
+    from memfold.streams import namespaces as ns
+    from memfold.streams.replay import beside_path
+    from memfold.streams.runner import Runner
+
+    from .engine import fold_contexts
+
+    name = space.name
     # 1. Catch the replay up with the log (it answers what arrived since, through the cache).
     engine.wait_idle(timeout)
-    replay(engine, name)
+    _catch_up(engine, space, settings, progress=None, target=None)
     # 2. Record the change and the replay's summary events on the live log (idempotent by event id).
     with _opened(engine, space) as (_store, side):
         made = ns.side_events(side)
@@ -236,7 +261,7 @@ def promote(engine: "MemoryEngine", name: str, timeout: float) -> Position:
         path.unlink(missing_ok=True)
         raise
     space.manifest["status"] = "promoted"
-    space.manifest["promoted_at"] = position.__str__()
+    space.manifest["promoted_position"] = str(position)
     space.save()
     engine.wait_idle(timeout)
     return position

@@ -14,10 +14,10 @@ from memfold.engine.engine import MemoryEngine
 from memfold.engine.errors import ConfigError, UnknownReplayError, ValidationError
 from memfold.engine.settings import Settings
 from memfold.projections.store import DuckDBProjectionStore
+from support.worker_kit import projection
 
 SETTINGS = {"policy": "hierarchical", "policies": ("hierarchical",),
             "hierarchical": {"trigger_message_count": 6, "recent_message_count": 2, "resummarize_every": 3}}
-RUN_COLUMNS = {"latency_ms", "cached"}
 
 
 def _talk(engine: MemoryEngine, conversation: str, n: int) -> None:
@@ -139,28 +139,9 @@ def test_promote_switches_reads_without_a_gap_and_equals_a_fresh_rebuild(live, t
     with MemoryEngine(Settings.load(None, data_dir=fresh, **SETTINGS)) as engine:
         engine.wait_idle(120)
         assert engine.settings.hierarchical.trigger_message_count == 12
-        assert _without_run_columns(engine.store) == _without_run_columns(_StoreAt(data))
         assert engine.worker.calls == 0
+    assert projection(fresh / "projections.duckdb") == projection(data / "projections.duckdb")
     assert json.loads((data / "promoted.json").read_text())["hierarchical.trigger_message_count"] == 12
-
-
-class _StoreAt:
-    def __init__(self, data: Path):
-        self.path = data / "projections.duckdb"
-
-
-def _without_run_columns(store) -> dict:
-    import duckdb
-
-    con = duckdb.connect(str(store.path), read_only=True) if isinstance(store, _StoreAt) else store.connection
-    out = {}
-    for table in ("events", "conversations", "messages", "summaries", "facts", "policy_state", "search_docs", "positions"):
-        cols = [r[0] for r in con.execute(f"DESCRIBE {table}").fetchall() if r[0] not in RUN_COLUMNS]
-        rows = con.execute(f"SELECT {', '.join(chr(34) + c + chr(34) for c in cols)} FROM {table}").fetchall()
-        out[table] = sorted(rows, key=lambda r: tuple("" if v is None else str(v) for v in r))
-    if isinstance(store, _StoreAt):
-        con.close()
-    return out
 
 
 def test_cli_replay_replays_drop(live, tmp_path, capsys):
