@@ -200,7 +200,10 @@ def promote(engine: "MemoryEngine", name: str, timeout: float) -> Position:
     from memfold.streams import namespaces as ns
 
     if engine.role != "embedded":
-        raise ConfigError("promote runs in embedded mode (a SQLite log); on a Kafka log it is not supported yet")
+        raise ConfigError(
+            "promote runs in an embedded engine (one process folding and summarizing every partition); distributed "
+            "workers and projector nodes take their settings from their own configuration, so promoting there is "
+            "not supported yet")
     space = ns.Namespace.open(ns.replays_dir(engine.settings.data_dir) / ns.check_name(name))
     if space.manifest["conversations"] is not None:
         raise ValidationError(f"replay {name!r} covers some conversations only; replay them all to promote",
