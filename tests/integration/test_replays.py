@@ -76,7 +76,11 @@ def test_replay_with_live_settings_equals_live_and_changed_settings_leave_live_u
 
 
 def test_replays_list_drop_and_refuse_bad_input(live, capsys):
-    live.replay("a", policy="rolling")
+    before = live.store.dump()
+    report = live.replay("a", policy="rolling")
+    assert live.store.dump() == before
+    rolled = [r for r in _replay_dump(report.path)["summaries"] if r[2] == "rolling" and r[13] == "completed"]
+    assert rolled and not [r for r in before["summaries"] if r[2] == "rolling"]  # another policy, beside live
     assert [m["name"] for m in live.replays()] == ["a"]
     manifest = live.replays()[0]
     assert manifest["settings"]["policy"] == "rolling" and "rolling" in manifest["hashes"]
@@ -186,3 +190,20 @@ def test_forget_erases_the_conversation_from_replays_too(live):
     finally:
         store.close()
     assert not [p for p in root.rglob("*") if p.is_file() and plant.encode() in p.read_bytes()]
+
+
+def test_promote_after_the_log_grew_still_equals_a_fresh_rebuild(live, tmp_path):
+    data = live.settings.data_dir
+    first = live.replay("wide", overrides={"hierarchical.trigger_message_count": 12, "hierarchical.resummarize_every": 6})
+    _talk(live, "c2", 14)  # the live log moves on: the replay is behind
+    _talk(live, "c3", 14)
+    assert live.replays()[0]["head"] == {str(p): o for p, o in first.head.items()}
+    live.promote("wide")  # catches the replay up (a second round), then folds the grown log under its settings
+    assert live.replays()[0]["status"] == "promoted" and live.verify() == []
+    assert live.context("c3") and live.settings.hierarchical.resummarize_every == 6
+    live.close()
+    fresh = tmp_path / "fresh"
+    shutil.copytree(data, fresh, ignore=shutil.ignore_patterns("projections.duckdb*", "replays"))
+    with MemoryEngine(Settings.load(None, data_dir=fresh, **SETTINGS)) as engine:
+        engine.wait_idle(120)
+    assert projection(fresh / "projections.duckdb") == projection(data / "projections.duckdb")
