@@ -57,6 +57,7 @@ HEADER_EVENT_TYPE = "event_type"
 HEADER_SCHEMA_VERSION = "schema_version"
 _INDEX_CHUNK = 5000  # records per poll while indexing
 _POLL_MS = 200
+_LINGER_MS = 100  # an upper bound only: append flushes what it sent before returning
 # kafka-python backs off up to 30 s between reconnects by default; the Java
 # client's 1 s lets a log recover soon after a broker restart.
 _RECONNECT_BACKOFF_MAX_MS = 1000
@@ -204,7 +205,9 @@ class KafkaEventLog:
                 if event_id not in positions and event_id not in queued:
                     queued.add(event_id)
                     to_send.append(item)
-            positions.update(self._send(to_send))
+            sent = self._send(to_send)
+            self._index_acknowledged([(event, sent[event.event_id]) for event, _, _ in to_send])
+            positions.update(sent)
         return [positions[event.event_id] for event in events]
 
     def read(self, partition: int, start: int, limit: int = 1000) -> list[LogRecord]:
@@ -397,6 +400,26 @@ class KafkaEventLog:
             ) from first_exc
         return positions
 
+    def _index_acknowledged(self, sent: list[tuple[Event, Position]]) -> None:
+        """Index this instance's own acknowledged records without reading them back from the broker.
+
+        Only the run that continues the index without a gap: a record another
+        writer stored in between leaves the rest to be read from the partition
+        when next needed, in offset order as always.
+        """
+        by_partition: dict[int, list[tuple[int, str, str]]] = {}
+        for event, position in sent:
+            by_partition.setdefault(position.partition, []).append((position.offset, event.key, event.event_id))
+        with self._lock:
+            for partition, records in by_partition.items():
+                index = self._indexes.get(partition)
+                if index is None:
+                    continue
+                for offset, key, event_id in sorted(records):
+                    if offset != index.next_offset:
+                        break
+                    index.add(offset, key, event_id)
+
     # ------------------------------------------------------------------ reading and indexing
 
     def _index_until(self, partition: int, target: int) -> None:
@@ -493,7 +516,11 @@ class KafkaEventLog:
             "client_id": f"{self._client_id}-producer",
             "enable_idempotence": True,
             "acks": "all",
-            "linger_ms": 0,
+            # Records wait in per-partition batches until append's flush, so a batch of
+            # events goes out in a few requests: with linger 0 every record woke the
+            # sender thread (a socket write each) and most batches held one record.
+            "linger_ms": _LINGER_MS,
+            "batch_size": 512 * 1024,
             "max_request_size": 1048576,
             "request_timeout_ms": self._timeout_ms,
             "delivery_timeout_ms": self._timeout_ms + 1000,
@@ -610,7 +637,7 @@ class _Translate:
 
 def record_value(event: Event) -> bytes:
     """Return the value of the record that stores ``event``: its JSON with ``seq`` 0 (the log numbers on read)."""
-    return event.with_seq(0).encode().encode("utf-8")
+    return (event if event.seq == 0 else event.with_seq(0)).encode().encode("utf-8")
 
 
 def record_headers(event: Event) -> list[tuple[str, bytes]]:
