@@ -131,6 +131,7 @@ class KafkaEventLog:
         self._lock = threading.RLock()  # the consumer and the indexes
         self._append_lock = threading.Lock()
         self._indexes: dict[int, _PartitionIndex] = {}
+        self._known_ends: dict[int, int] = {}  # the last end offset Kafka reported, per partition
         self._assigned: int | None = None
         self._cursor: tuple[int, int] | None = None  # (partition, offset) the consumer fetches next
         self._producer: KafkaProducer | None = None
@@ -228,22 +229,29 @@ class KafkaEventLog:
             raise ValidationError(f"limit must be >= 1, got {limit}", field="limit")
         with self._lock:
             self._check_open()
-            end = self._end_offsets([partition])[partition]
+            # The end offsets are asked for only when the last known end is reached:
+            # ends only grow, so records below a known end need no round trip.
+            end = self._known_ends.get(partition, 0)
             if start >= end:
-                return []
+                end = self._end_offsets(list(range(self._partitions)))[partition]
+                if start >= end:
+                    return []
             self._index_until(partition, start)
             index = self._indexes[partition]
             records: list[LogRecord] = []
             offset = start
-            while len(records) < limit and offset < end:
+            while len(records) < limit:
+                if offset >= end:  # fewer than limit so far: look again, so a short read means the end now
+                    end = self._end_offsets(list(range(self._partitions)))[partition]
+                    if offset >= end:
+                        break
                 stop = min(end, offset + limit - len(records))
                 for record in self._fetch(partition, offset, stop):
                     if record.offset >= index.next_offset:
                         self._index_record(index, partition, record)
                     seq = index.seqs[record.offset]
                     if seq:
-                        event = self._decode(partition, record)
-                        records.append(LogRecord(Position(partition, record.offset), event.with_seq(seq)))
+                        records.append(LogRecord(Position(partition, record.offset), self._decode(partition, record, seq)))
                 offset = stop
             return records
 
@@ -452,7 +460,8 @@ class KafkaEventLog:
             )
         index.add(record.offset, key, event_id)
 
-    def _decode(self, partition: int, record: Any) -> Event:
+    def _decode(self, partition: int, record: Any, seq: int) -> Event:
+        """Decode ``record`` as the event it stores, carrying the read-assigned ``seq``."""
         event_type = next((v.decode("utf-8") for k, v in record.headers or () if k == HEADER_EVENT_TYPE), None)
         event = decode(record.value, event_type=event_type)
         key, event_id = _identity(record)
@@ -461,7 +470,7 @@ class KafkaEventLog:
                 f"topic {self._topic!r} offset {partition}:{record.offset}: the record key/headers "
                 f"({key!r}, {event_id!r}) do not match its event ({event.key!r}, {event.event_id!r})"
             )
-        return event
+        return event if event.seq == seq else event.with_seq(seq)
 
     def _fetch(self, partition: int, start: int, stop: int) -> list[Any]:
         """Return the records of ``partition`` with ``start <= offset < stop``; ``stop`` <= the end offset."""
@@ -500,7 +509,9 @@ class KafkaEventLog:
         tps = [TopicPartition(self._topic, p) for p in partitions]
         with self._translate("read the end offsets of"):
             ends = consumer.end_offsets(tps, timeout_ms=self._timeout_ms)
-        return {tp.partition: ends[tp] for tp in tps}
+        found = {tp.partition: ends[tp] for tp in tps}
+        self._known_ends.update(found)
+        return found
 
     def _beginning_offset(self, partition: int) -> int:
         consumer = self._open_consumer()

@@ -139,55 +139,81 @@ class Runner:
     def run_once(self, *, drain: bool = True) -> int:
         """Project the records available now in owned partitions; return how many events were applied.
 
-        ``drain`` False folds at most one batch per partition (a worker's loop
-        stays responsive to rebalances). Safe to call from any thread
-        (serialised); the background loop calls it too.
+        Each pass reads one batch from every owned partition (``batch_size``
+        records in all, shared between them) and commits what they hold in
+        ONE transaction: a partition holding a few new records costs no
+        transaction of its own. ``drain`` False makes one pass (a worker's
+        loop stays responsive to rebalances); True repeats while a partition
+        filled its share. Safe to call from any thread (serialised); the
+        background loop calls it too.
         """
         total = 0
         with self._step_lock, fewer_collections():
-            for partition in self._owned:
-                while True:
-                    start = self.store.position().get(partition, 0)
-                    records = self.log.read(partition, start, self.batch_size)
-                    if not records:
-                        break
-                    changes, positions, decided = self.projector.project(records)
-                    try:
-                        # Log first, then commit (an outbox): a crash in between
-                        # re-projects the batch, re-decides the same ids, and the
-                        # log de-duplicates them. The reverse order could lose a
-                        # request that the committed state already counts as pending.
-                        if decided and self.emit_requests:
-                            self.log.append(decided)
-                        self.store.apply(changes, positions)
-                    except BaseException:
-                        self.projector.forget()
-                        raise
-                    self.projector.committed(changes)
-                    total += len(changes)
-                    if self.emit_requests:  # a read replica hands nothing to a summarizer
-                        for r in records:
-                            if isinstance(r.event, SummaryRequested):
-                                self._seen[r.event.event_id] = r.event
-                    self.on_committed(positions)
-                    with self._progress:
-                        self._progress.notify_all()
-                    if not drain or len(records) < self.batch_size:
-                        break
+            pending = list(self._owned)
+            at_end: set[int] = set()
+            while pending:
+                share = max(1, self.batch_size // len(pending))
+                positions_now = self.store.position()
+                records = []
+                full = []
+                for partition in pending:
+                    batch = self.log.read(partition, positions_now.get(partition, 0), share)
+                    records.extend(batch)
+                    # Fewer than asked for: the log had nothing more in this partition when read.
+                    if len(batch) >= share:
+                        full.append(partition)
+                        at_end.discard(partition)
+                    else:
+                        at_end.add(partition)
+                if records:
+                    total += self._commit(records)
+                if not drain or not records:
+                    break
+                pending = full
             self.folded += total
-            if self.emit_requests and (self._seen or self._rescan) and self.caught_up():
-                self._hand_over()
+            if self.emit_requests and at_end and (self._seen or self._rescan):
+                self._hand_over(at_end)
         return total
 
-    def _hand_over(self) -> None:
-        # Only once caught up: a request whose outcome is already further down
-        # the log (a replay, a restart) must not reach the model again.
-        requests = dict(self._seen)
-        if self._rescan:
-            for request in self.store.open_request_events(sorted(self._rescan)):
+    def _commit(self, records: list) -> int:
+        """Fold ``records`` and commit rows + positions; return how many events were applied."""
+        changes, positions, decided = self.projector.project(records)
+        try:
+            # Log first, then commit (an outbox): a crash in between
+            # re-projects the batch, re-decides the same ids, and the
+            # log de-duplicates them. The reverse order could lose a
+            # request that the committed state already counts as pending.
+            if decided and self.emit_requests:
+                self.log.append(decided)
+            self.store.apply(changes, positions)
+        except BaseException:
+            self.projector.forget()
+            raise
+        self.projector.committed(changes)
+        if self.emit_requests:  # a read replica hands nothing to a summarizer
+            for r in records:
+                if isinstance(r.event, SummaryRequested):
+                    self._seen[r.event.event_id] = r.event
+        self.on_committed(positions)
+        with self._progress:
+            self._progress.notify_all()
+        return len(changes)
+
+    def _hand_over(self, caught_up: set[int]) -> None:
+        # Only requests of partitions read to their end: a request whose outcome
+        # is already further down the log (a replay, a restart) must not reach
+        # the model again. Request and outcome share a partition (same key).
+        n = self.log.partition_count
+        requests = {i: r for i, r in self._seen.items() if partition_for(r.key, n) in caught_up}
+        for event_id in requests:
+            del self._seen[event_id]
+        rescan = sorted(self._rescan & caught_up)
+        if rescan:
+            for request in self.store.open_request_events(rescan):
                 requests.setdefault(request.event_id, request)
-        self._seen.clear()
-        self._rescan.clear()
+            self._rescan -= set(rescan)
+        if not requests:
+            return
         known = self.store.outcomes(list(requests))
         open_ = [r for r in requests.values() if known.get(r.event_id) == "processing"]
         if open_:
