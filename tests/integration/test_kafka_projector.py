@@ -1,4 +1,4 @@
-"""Projector nodes on a real Kafka broker: CLI round trip, kill mid-batch, broker restart during ingestion."""
+"""Projector nodes on a real Kafka broker: bulk-ingest parity with embedded mode, kill mid-batch, broker restart."""
 
 from __future__ import annotations
 
@@ -12,8 +12,10 @@ from pathlib import Path
 
 import pytest
 from fixtures.kafka_broker import LocalBroker
+from support.worker_kit import SAMPLE, Topic, WorkerProcess, projection, settings_for
 
 from memfold.engine.errors import AppendFailedError, LogUnavailableError
+from memfold.engine.settings import POLICY_NAMES
 from memfold.engine.events import MessageAppended, MessagePayload
 from memfold.projections.store import DuckDBProjectionStore
 from memfold.streams.kafka_log import KafkaEventLog
@@ -62,28 +64,54 @@ def _dump(path: Path) -> dict:
         store.close()
 
 
-def test_cli_ingest_to_kafka_then_projector_nodes_serve_the_embedded_context(kafka_bootstrap, tmp_path):
+def test_cli_ingest_through_kafka_projects_what_embedded_ingest_projects_for_every_policy(kafka_bootstrap, tmp_path):
+    """Bulk ingest: Kafka + a worker (summaries) + projector nodes give embedded mode's projection, every policy.
+
+    The worker starts once the file is in the topic, so it folds the whole
+    batch at once as embedded mode does (a worker already running could fold
+    part of it first, and where an answered summary lands among the messages
+    would then depend on timing, as for a multi-batch embedded ingest).
+    """
     url, topic = f"kafka://{kafka_bootstrap}", _topic()
-    lines = [json.dumps({"conversation_id": "short", "tenant_id": "acme", "role": "user" if i % 2 == 0 else "assistant",
-                         "content": f"line {i}: ticket TCK-{100 + i}", "ts": f"2026-04-01T09:{i:02d}:00Z"})
-             for i in range(12)]
+    rows = [json.loads(line) for line in SAMPLE.read_text().splitlines() if "support-4711" in line][:40]
     jsonl = tmp_path / "in.jsonl"
-    jsonl.write_text("\n".join(lines) + "\n{broken\n")
+    jsonl.write_text("".join(json.dumps(r) + "\n" for r in rows) + "{broken\n")
+    every = {"MEMFOLD_POLICIES": ",".join(POLICY_NAMES)}
+    # chunked summarizes after 6,000 tokens by default (these 40 lines hold ~1,100). Fewer, wider topics keep each
+    # summarizer batch within the 16 calls the pool answers before appending: where the runner's next decisions
+    # land among a bigger batch's outcomes depends on timing, in embedded mode as in distributed mode.
+    config = tmp_path / "memfold.toml"
+    config.write_text("[chunked]\nchunk_summarize_threshold = 600\n[topics]\nsimilarity_threshold = 0.1\n")
+    every["MEMFOLD_CONFIG"] = str(config)
     proc = _cli("ingest", str(jsonl), "--quiet", "--log", url, "--data-dir", str(tmp_path / "client"),
-                check=False, MEMFOLD_TOPIC=topic)
-    assert proc.returncode == 2 and "ingested 12 messages" in proc.stdout and "line 13 rejected" in proc.stderr
+                check=False, MEMFOLD_TOPIC=topic, **every)
+    assert proc.returncode == 2 and "ingested 40 messages" in proc.stdout and "line 41 rejected" in proc.stderr
+    settings = settings_for(topic, tmp_path / "reader", 8)
+    kafka = Topic(kafka_bootstrap, settings)
+    worker = WorkerProcess(kafka_bootstrap, topic, 8, tmp_path / "worker", tmp_path / "worker.log", "--config", str(config))
+    try:
+        kafka.wait_idle(worker)
+        assert worker.terminate() == 0, worker.tail()
+    finally:
+        worker.close()
+        kafka.close()
     nodes = [tmp_path / "node1", tmp_path / "node2"]  # each replica its own complete DuckDB file
     for node in nodes:
-        out = _cli("project", "--log", url, "--data-dir", str(node), "--until-caught-up", MEMFOLD_TOPIC=topic).stdout
-        assert "projected 12 events" in out
-    # A node's data dir remembers its log and topic: reads need no --log.
-    history = json.loads(_cli("--data-dir", str(nodes[0]), "history", "short", "--tenant", "acme", "--json").stdout)
-    assert [h["content"] for h in history] == [f"line {i}: ticket TCK-{100 + i}" for i in range(12)]
-    context = json.loads(_cli("--data-dir", str(nodes[1]), "context", "short", "--tenant", "acme", "--json").stdout)
+        out = _cli("project", "--log", url, "--data-dir", str(node), "--until-caught-up", MEMFOLD_TOPIC=topic, **every)
+        assert "projected" in out.stdout
     embedded = tmp_path / "embedded"
-    _cli("--data-dir", str(embedded), "ingest", str(jsonl), "--quiet", check=False)
-    assert context == json.loads(_cli("--data-dir", str(embedded), "context", "short", "--tenant", "acme", "--json").stdout)
-    assert _dump(nodes[0] / "projections.duckdb")["messages"] == _dump(nodes[1] / "projections.duckdb")["messages"]
+    _cli("--data-dir", str(embedded), "ingest", str(jsonl), "--quiet", check=False, **every)
+    reference = projection(embedded / "projections.duckdb")
+    completed = {r for r in reference["summaries"] if "completed" in r}
+    assert {p for p in POLICY_NAMES if any(p in r for r in completed)} == set(POLICY_NAMES)  # every policy summarized
+    for node in (tmp_path / "worker", *nodes):
+        got = projection(node / "projections.duckdb")
+        for table, rows in reference.items():
+            assert got[table] == rows, f"{node.name}: table {table} differs from embedded mode"
+    # A node's data dir remembers its log and topic: reads need no --log; each policy's context is embedded mode's.
+    for policy in POLICY_NAMES:
+        read = ("context", "support-4711", "--tenant", "acme", "--policy", policy, "--json")
+        assert _cli("--data-dir", str(nodes[0]), *read, **every).stdout == _cli("--data-dir", str(embedded), *read, **every).stdout, policy
 
 
 def test_projector_node_killed_mid_transaction_restarts_to_the_same_projection(kafka_bootstrap, tmp_path):
