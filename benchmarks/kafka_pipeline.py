@@ -14,7 +14,9 @@ process, and prints:
 - the raw kafka-python consume rate of the same topic, measured in the same
   run (no decoding), for comparison;
 - projector lag (events behind the topic end) p50/p99/max, sampled every 100 ms;
-- peak RSS of each worker and of this process (client + projector node).
+- peak RSS of each worker and of this process (client + projector node);
+- CPU seconds of each process and the load average: on a shared machine the
+  wall-clock rates move with the load, the CPU seconds much less.
 
 Figures, not assertions.
 """
@@ -110,15 +112,17 @@ def main(argv: list[str] | None = None) -> int:
             if batch:
                 client.append_events(batch)
             appended = time.perf_counter()
-            stable_since = None
+            stable_since = projected = None
             while True:
                 ends = node.log.end_positions()
                 pos = node.store.position()
                 lags.append(sum(max(0, e - pos.get(p_, 0)) for p_, e in ends.items()))
-                done = node.runner.caught_up() and node.sql(
-                    "SELECT (SELECT count(*) FROM messages) >= ? AND "
-                    "(SELECT count(*) FROM summaries WHERE status = 'processing') = 0", [args.messages]
-                )[1][0][0]
+                messages_in, open_requests = node.sql(
+                    "SELECT (SELECT count(*) FROM messages), (SELECT count(*) FROM summaries WHERE status = 'processing')"
+                )[1][0]
+                if projected is None and messages_in >= args.messages:
+                    projected = time.perf_counter()
+                done = messages_in >= args.messages and not open_requests and (lags[-1] == 0 or node.runner.caught_up())
                 if done:
                     stable_since = stable_since or time.perf_counter()
                     if time.perf_counter() - stable_since > 3:  # nothing new for 3 s: the worker is idle
@@ -135,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
             node.close()
             client.close()
             raw = _raw_consume_rate(bootstrap, topic, total_events)
+            worker_cpu = [_cpu_seconds(w.pid) for w in workers]
             for w in workers:
                 w.terminate()
                 w.wait(60)
@@ -153,11 +158,17 @@ def main(argv: list[str] | None = None) -> int:
     e2e = args.messages / (finished - started)
     print(f"  end to end           : {e2e:>10,.0f} messages/s  "
           f"({finished - started:.1f} s: append -> fold -> summaries -> projection, {args.workers} worker(s))")
+    print(f"  messages projected   : {projected - started:>10.1f} s after the first append, summaries done at "
+          f"{finished - started:.1f} s")
     print(f"  raw kafka-python read: {raw:>10,.0f} records/s  ({total_events:,} records incl. derived events)")
     print(f"  ratio                : {e2e / raw:>10.2f}  (end to end / raw consume; target >= 0.30)")
     print(f"  projector lag        : p50 {statistics.median(lags):,.0f}  p99 {p99:,}  max {lags[-1]:,} events "
           f"({len(lags)} samples)")
     print(f"  summaries            : {dict(summaries)}")
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    print(f"  CPU seconds          : " + ", ".join(f"worker{i} {c:,.1f}" for i, c in enumerate(worker_cpu))
+          + f", client + projector node + raw read {usage.ru_utime + usage.ru_stime:,.1f} (load average "
+          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs: the machine is shared)")
     print(f"  peak RSS             : " + ", ".join(f"worker{i} {mb:,.0f} MiB" for i, mb in enumerate(worker_rss))
           + f", client + projector node {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MiB")
     return 0
@@ -173,6 +184,15 @@ def _wait_assigned(root: Path, count: int, workers: list) -> None:
             break
         time.sleep(0.2)
     raise SystemExit("the workers did not join their group: " + (root / "worker0.log").read_text()[-2000:])
+
+
+def _cpu_seconds(pid: int) -> float:
+    """Return the user + system CPU seconds a running process has used so far (Linux /proc), or NaN."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _peak_rss(log_path: Path) -> float:
