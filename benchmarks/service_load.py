@@ -10,7 +10,11 @@ client its own API key, and runs three bounded phases (each ends after
 3. mixed: each client alternates one append of a batch and one context read.
 
 Prints appended messages/s, context latency p50/p99 (client-measured, over
-HTTP) and every non-2xx status by count. Goals on a 2-core machine: context
+HTTP), every non-2xx status by count, and per phase the CPU seconds the
+server and this load generator used (on a shared machine they compete for
+the same cores: with 50 closed-loop clients, latency is about 50 / requests
+per second, so it measures throughput as much as service time). At the end:
+messages per log transaction (group commit) and the context cache's hit rate. Goals on a 2-core machine: context
 p99 <= 20 ms, >= 2,000 appended messages/s with batching, no errors but
 deliberate 429s. Run: ``python benchmarks/service_load.py`` (about a minute).
 """
@@ -54,8 +58,15 @@ def _pct(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(q * len(values)))] * 1000
 
 
+def _cpu(pid: int) -> float:
+    """CPU seconds (user + system) process ``pid`` has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 async def _phase(name: str, clients: list[httpx.AsyncClient], body, args) -> None:
     statuses: Counter = Counter()
+    cpu_server, cpu_self = _cpu(args.server_pid), _cpu(os.getpid())
     context_s: list[float] = []
     appended = 0
     deadline = time.monotonic() + args.seconds
@@ -89,7 +100,9 @@ async def _phase(name: str, clients: list[httpx.AsyncClient], body, args) -> Non
     if context_s:
         line += (f"  context n={len(context_s):>6,}  {len(context_s) / seconds:>6,.0f}/s"
                  f"  p50 {_pct(context_s, 0.50):6.1f} ms  p99 {_pct(context_s, 0.99):6.1f} ms")
-    print(line + (f"  non-2xx {dict(statuses)}" if statuses else "  errors 0"), flush=True)
+    line += f"  non-2xx {dict(statuses)}" if statuses else "  errors 0"
+    line += (f"  cpu: server {_cpu(args.server_pid) - cpu_server:.1f}s, generator {_cpu(os.getpid()) - cpu_self:.1f}s")
+    print(line, flush=True)
 
 
 def _gauge(url: str, name: str) -> float:
@@ -99,6 +112,12 @@ def _gauge(url: str, name: str) -> float:
 
 def _lag(url: str) -> float:
     return _gauge(url, "memfold_projector_lag_events")
+
+
+def _counter(url: str, name: str) -> float:
+    """Sum of every sample of counter ``name`` with the given label text (0 when absent)."""
+    metrics = httpx.get(url + "/metrics", timeout=30).text
+    return sum(float(ln.split()[-1]) for ln in metrics.splitlines() if ln.startswith(name))
 
 
 async def _load(url: str, keys: list[str], args) -> None:
@@ -162,8 +181,14 @@ def main() -> int:
             print(f"memfold serve on {url}: {args.clients} clients, batches of {args.batch}, "
                   f"context budget {args.budget}, lazy wait {args.lazy_ms} ms, phases <= {args.seconds:g}s / {args.requests} requests per client",
                   flush=True)
+            args.server_pid = server.pid
             asyncio.run(_load(url, keys, args))
-            print(f"projector lag at the end: {_lag(url):.0f} events")
+            appended = _counter(url, "memfold_messages_appended_total")
+            transactions = _counter(url, "memfold_append_transactions_total")
+            hits = _counter(url, 'memfold_context_cache_total{outcome="hit"}')
+            reads = _counter(url, "memfold_context_cache_total{")
+            print(f"projector lag at the end: {_lag(url):.0f} events; {appended / max(transactions, 1):.0f} messages "
+                  f"per log transaction; context cache hits {hits / max(reads, 1):.0%} of {reads:.0f} reads")
         finally:
             server.send_signal(signal.SIGTERM)
             server.wait(timeout=30)

@@ -209,7 +209,7 @@ def create_app(engine, keys: ApiKeyStore, limits: Limits | None = None) -> FastA
     app.include_router(ui_router)
 
     @app.get("/healthz", tags=["operations"])
-    def healthz() -> dict:
+    async def healthz() -> dict:  # async: no thread-pool hop for a probe
         """Answer 200 while the engine is open (no key needed)."""
         return {"status": "ok"}
 

@@ -64,7 +64,7 @@ def existing(request: Request, tenant_id: str, conversation_id: str) -> dict[str
 
 
 @router.get("/me", response_model=Identity, tags=["keys"])
-def me(key: Reader) -> Identity:
+async def me(key: Reader) -> Identity:
     """Return the calling key's id, tenant and role."""
     return Identity(key_id=key.key_id, tenant_id=key.tenant_id, role=key.role)
 
