@@ -78,16 +78,20 @@ async def _phase(name: str, clients: list[httpx.AsyncClient], body, args) -> Non
                 return
             for kind in body(i):
                 started = time.perf_counter()
-                if kind == "append":
-                    batch = [{"id": f"{name}-{c}-{i}-{k}", "role": "user" if k % 2 == 0 else "assistant",
-                              "content": _text(c, i * args.batch + k)} for k in range(args.batch)]
-                    r = await http.post(f"/v1/conversations/load-{c}/messages", json={"messages": batch})
-                    if r.status_code == 201:
-                        appended += args.batch
-                else:
-                    r = await http.get(f"/v1/conversations/load-{c}/context", params={"budget": args.budget})
-                    if r.status_code == 200:
-                        context_s.append(time.perf_counter() - started)
+                try:
+                    if kind == "append":
+                        batch = [{"id": f"{name}-{c}-{i}-{k}", "role": "user" if k % 2 == 0 else "assistant",
+                                  "content": _text(c, i * args.batch + k)} for k in range(args.batch)]
+                        r = await http.post(f"/v1/conversations/load-{c}/messages", json={"messages": batch})
+                        if r.status_code == 201:
+                            appended += args.batch
+                    else:
+                        r = await http.get(f"/v1/conversations/load-{c}/context", params={"budget": args.budget})
+                        if r.status_code == 200:
+                            context_s.append(time.perf_counter() - started)
+                except httpx.TransportError as exc:  # counted, not fatal: the figures say how many
+                    statuses[type(exc).__name__] += 1
+                    continue
                 if r.status_code >= 300:
                     statuses[r.status_code] += 1
 

@@ -33,8 +33,10 @@ def serve(settings: Settings, *, host: str = "127.0.0.1", port: int = 8080, limi
     try:
         app = create_app(engine, ApiKeyStore(settings.data_dir), limits)
         # loop/http "auto": uvloop and httptools when installed (they are dependencies), else asyncio and h11.
+        # Keep-alive 60 s (uvicorn's default is 5): an agent reads context once per turn, and a connection
+        # closed while idle races with the client's next request on it (a "disconnected" error, a reconnect).
         config = uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False,
-                                timeout_graceful_shutdown=5)
+                                timeout_graceful_shutdown=5, timeout_keep_alive=60)
         server = uvicorn.Server(config)
         print(f"memfold serving {settings.data_dir} on http://{host}:{port} (API docs at /docs)", flush=True)
         server.run()
