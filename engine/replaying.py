@@ -114,7 +114,8 @@ def _catch_up(engine: "MemoryEngine", space: "Namespace", settings: Settings, *,
     started = time.perf_counter()
     m = space.manifest
     if m["status"] != "running" or not m["target"]:
-        m["target"] = {str(p): o for p, o in (target or engine.log.end_positions()).items()}
+        ends = engine.log.end_positions() if target is None else target
+        m["target"] = {str(p): o for p, o in ends.items()}
         m["status"] = "running"
         space.save()
     goal = ns.positions(m["target"])
