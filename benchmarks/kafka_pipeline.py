@@ -5,8 +5,8 @@
 Starts its own broker (deploy/kafka/local-broker.sh, free ports, temp dir),
 appends MESSAGES messages over CONVERSATIONS conversations to a fresh topic,
 runs WORKERS `memfold worker` subprocesses (one consumer group: fold +
-summaries of the partitions each owns) and a projector node in this
-process, and prints:
+summaries of the partitions each owns), a projector node in this process
+and the client that appends in a process of its own, and prints:
 
 - end-to-end messages/s: from the first append until the projection holds
   every message and no summary request is left open (append -> fold ->
@@ -14,7 +14,7 @@ process, and prints:
 - the raw kafka-python consume rate of the same topic, measured in the same
   run (no decoding), for comparison;
 - projector lag (events behind the topic end) p50/p99/max, sampled every 100 ms;
-- peak RSS of each worker and of this process (client + projector node);
+- peak RSS of each process (client, workers, projector node);
 - CPU seconds of each process and the load average: on a shared machine the
   wall-clock rates move with the load, the CPU seconds much less.
 
@@ -24,6 +24,7 @@ Figures, not assertions.
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import os
 import re
 import resource
@@ -86,12 +87,17 @@ def main(argv: list[str] | None = None) -> int:
         subprocess.run(["bash", str(BROKER), "start"], env=env, check=True, capture_output=True, text=True)
         print(f"local broker up at {bootstrap} in {time.perf_counter() - t:.1f}s")
         workers: list[subprocess.Popen] = []
+        client = None
         try:
             topic = f"memfold.bench.{uuid.uuid4().hex[:8]}"
             settings = Settings.load(None, log=f"kafka://{bootstrap}", topic=topic, partitions=args.partitions,
                                      data_dir=root / "node")
-            client = MemoryEngine(settings.model_copy(update={"data_dir": root / "client"}), role="client")
             node = MemoryEngine(settings, role="projector")  # creates the topic; projects in a thread
+            spawn = multiprocessing.get_context("spawn")
+            go, report = spawn.Event(), spawn.Queue()
+            client = spawn.Process(target=_client, args=(
+                settings.model_copy(update={"data_dir": root / "client"}), args.messages, args.conversations, go, report))
+            client.start()
             wenv = {k: v for k, v in os.environ.items() if not k.startswith("MEMFOLD_")} | {
                 "MEMFOLD_TOPIC": topic, "MEMFOLD_PARTITIONS": str(args.partitions)}
             for i in range(args.workers):
@@ -102,16 +108,8 @@ def main(argv: list[str] | None = None) -> int:
                 ))
             _wait_assigned(root, args.workers, workers)
             lags: list[int] = []
-            started = time.perf_counter()
-            batch: list = []
-            for m in messages(args.messages, args.conversations, seed=4):
-                batch.append(client.validate(m))
-                if len(batch) == 2000:
-                    client.append_events(batch)
-                    batch = []
-            if batch:
-                client.append_events(batch)
-            appended = time.perf_counter()
+            go.set()
+            started = time.monotonic()  # the client process appends from now on
             stable_since = projected = None
             while True:
                 ends = node.log.end_positions()
@@ -121,14 +119,16 @@ def main(argv: list[str] | None = None) -> int:
                     "SELECT (SELECT count(*) FROM messages), (SELECT count(*) FROM summaries WHERE status = 'processing')"
                 )[1][0]
                 if projected is None and messages_in >= args.messages:
-                    projected = time.perf_counter()
+                    projected = time.monotonic()
                 done = messages_in >= args.messages and not open_requests and (lags[-1] == 0 or node.runner.caught_up())
                 if done:
-                    stable_since = stable_since or time.perf_counter()
-                    if time.perf_counter() - stable_since > 3:  # nothing new for 3 s: the worker is idle
+                    stable_since = stable_since or time.monotonic()
+                    if time.monotonic() - stable_since > 3:  # nothing new for 3 s: the worker is idle
                         break
                 else:
                     stable_since = None
+                if client.exitcode not in (None, 0):
+                    raise SystemExit(f"the client process exited with {client.exitcode}")
                 for i, w in enumerate(workers):
                     if w.poll() is not None:
                         raise SystemExit(f"worker {i} exited with {w.returncode}:\n{(root / f'worker{i}.log').read_text()}")
@@ -137,7 +137,8 @@ def main(argv: list[str] | None = None) -> int:
             summaries = node.sql("SELECT status, count(*) FROM summaries GROUP BY 1 ORDER BY 1")[1]
             total_events = sum(node.log.end_positions().values())
             node.close()
-            client.close()
+            started, appended, client_rss, client_cpu = report.get(timeout=60)
+            client.join(60)
             raw = _raw_consume_rate(bootstrap, topic, total_events)
             worker_cpu = [_cpu_seconds(w.pid) for w in workers]
             for w in workers:
@@ -145,6 +146,8 @@ def main(argv: list[str] | None = None) -> int:
                 w.wait(60)
             worker_rss = [_peak_rss(root / f"worker{i}.log") for i in range(len(workers))]
         finally:
+            if client is not None and client.is_alive():
+                client.kill()
             for w in workers:
                 if w.poll() is None:
                     w.kill()
@@ -166,12 +169,37 @@ def main(argv: list[str] | None = None) -> int:
           f"({len(lags)} samples)")
     print(f"  summaries            : {dict(summaries)}")
     usage = resource.getrusage(resource.RUSAGE_SELF)
-    print(f"  CPU seconds          : " + ", ".join(f"worker{i} {c:,.1f}" for i, c in enumerate(worker_cpu))
-          + f", client + projector node + raw read {usage.ru_utime + usage.ru_stime:,.1f} (load average "
+    print(f"  CPU seconds          : client {client_cpu:,.1f}, "
+          + ", ".join(f"worker{i} {c:,.1f}" for i, c in enumerate(worker_cpu))
+          + f", projector node + raw read {usage.ru_utime + usage.ru_stime:,.1f} (load average "
           f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs: the machine is shared)")
-    print(f"  peak RSS             : " + ", ".join(f"worker{i} {mb:,.0f} MiB" for i, mb in enumerate(worker_rss))
-          + f", client + projector node {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MiB")
+    print(f"  peak RSS             : client {client_rss:,.0f} MiB, "
+          + ", ".join(f"worker{i} {mb:,.0f} MiB" for i, mb in enumerate(worker_rss))
+          + f", projector node {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MiB")
     return 0
+
+
+def _client(settings: Settings, count: int, conversations: int, go, report) -> None:
+    """The client process: validate and append ``count`` messages in batches of 2,000 once ``go`` is set.
+
+    Reports (first append started, last acknowledged: monotonic clock, shared by the processes of this
+    machine; peak RSS MiB; CPU seconds) on ``report``.
+    """
+    client = MemoryEngine(settings, role="client")
+    go.wait()
+    started = time.monotonic()
+    batch: list = []
+    for m in messages(count, conversations, seed=4):
+        batch.append(client.validate(m))
+        if len(batch) == 2000:
+            client.append_events(batch)
+            batch = []
+    if batch:
+        client.append_events(batch)
+    appended = time.monotonic()
+    client.close()
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    report.put((started, appended, usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime))
 
 
 def _wait_assigned(root: Path, count: int, workers: list) -> None:
