@@ -6,7 +6,9 @@ client its own API key, and runs three bounded phases (each ends after
 
 1. ingest: every client appends batches of ``--batch`` messages to its own conversation;
 2. read: every client asks for its conversation's context (``--budget`` tokens): once (read-1: the
-   first read of a conversation loads its recall index), then repeatedly (read-2);
+   first read of a conversation loads its recall index), then repeatedly (read-2: closed loop, each
+   client sends its next read as soon as the last one answered), then at ``--paced`` reads/s per
+   client (paced: open loop, latency counted from when each read was due);
 3. mixed: each client alternates one append of a batch and one context read.
 
 Prints appended messages/s, context latency p50/p99 (client-measured, over
@@ -64,12 +66,15 @@ def _cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def _phase(name: str, clients: list[httpx.AsyncClient], body, args) -> None:
+async def _phase(name: str, clients: list[httpx.AsyncClient], body, args, paced: float = 0.0) -> None:
+    """Run one phase; ``paced`` > 0 sends each client's requests at that rate (per second) instead of back to back."""
     statuses: Counter = Counter()
     cpu_server, cpu_self = _cpu(args.server_pid), _cpu(os.getpid())
     context_s: list[float] = []
     appended = 0
     deadline = time.monotonic() + args.seconds
+
+    start = time.perf_counter()
 
     async def run(c: int, http: httpx.AsyncClient) -> None:
         nonlocal appended
@@ -78,6 +83,9 @@ async def _phase(name: str, clients: list[httpx.AsyncClient], body, args) -> Non
                 return
             for kind in body(i):
                 started = time.perf_counter()
+                if paced:  # open loop: request i is due at a fixed time; latency counts from then
+                    started = start + (i + c / len(clients)) / paced
+                    await asyncio.sleep(max(0.0, started - time.perf_counter()))
                 try:
                     if kind == "append":
                         batch = [{"id": f"{name}-{c}-{i}-{k}", "role": "user" if k % 2 == 0 else "assistant",
@@ -95,9 +103,8 @@ async def _phase(name: str, clients: list[httpx.AsyncClient], body, args) -> Non
                 if r.status_code >= 300:
                     statuses[r.status_code] += 1
 
-    started = time.perf_counter()
     await asyncio.gather(*(run(c, http) for c, http in enumerate(clients)))
-    seconds = time.perf_counter() - started
+    seconds = time.perf_counter() - start
     line = f"{name:<7} {seconds:6.1f}s"
     if appended:
         line += f"  appended {appended:>7,} msgs  {appended / seconds:>8,.0f} msgs/s"
@@ -141,6 +148,8 @@ async def _load(url: str, keys: list[str], args) -> None:
         # The first read of a conversation loads its recall index; the second pass is the steady state.
         await _phase("read-1", clients, lambda i: ("context",) if i == 0 else (), args)
         await _phase("read-2", clients, lambda i: ("context",), args)
+        if args.paced:
+            await _phase("paced", clients, lambda i: ("context",), args, paced=args.paced)
         await _phase("mixed", clients, lambda i: ("append", "context"), args)
     finally:
         await asyncio.gather(*(c.aclose() for c in clients))
@@ -153,6 +162,9 @@ def main() -> int:
     p.add_argument("--budget", type=int, default=1000, help="context token budget")
     p.add_argument("--seconds", type=float, default=15.0, help="time bound of each phase")
     p.add_argument("--requests", type=int, default=200, help="request bound per client and phase")
+    p.add_argument("--paced", type=float, default=4.0,
+                   help="reads/s per client of the 'paced' phase (open loop, after read-2; 0 skips it): the latency "
+                        "of a read when the service is not saturated")
     p.add_argument("--lazy-ms", type=int, default=0,
                    help="hierarchical lazy_timeout_ms: how long a read may wait for a pending summary (seed default "
                         "2000; 0 answers at once with the fallback, which is what a latency target needs)")

@@ -3,7 +3,8 @@
 ``create_app(engine, keys, limits)`` wires routes, API-key auth, limits,
 error bodies and metrics, plus the two things that keep the hot paths off
 the projection: group commit of appends (:mod:`.appender`) and reuse of
-rendered contexts (:mod:`.context_cache`); ``close_app`` stops the appender. Every error answers ``{"error": {"type",
+rendered contexts (:mod:`.context_cache`, answered before routing by
+:mod:`.fastpath`); ``close_app`` stops the appender. Every error answers ``{"error": {"type",
 "message", "field"?, "line"?}}``; memfold's own errors keep their names.
 """
 
@@ -220,6 +221,10 @@ def create_app(engine, keys: ApiKeyStore, limits: Limits | None = None) -> FastA
 
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
+    from .fastpath import ContextFastPath
+
+    context_route = next(r for r in router.routes if r.path == "/v1/conversations/{conversation_id}/context")
+    app.add_middleware(ContextFastPath, services=app.state.memfold, route=context_route)  # inside the metrics
     app.add_middleware(_RequestMetrics, metrics=metrics)
     app.add_middleware(BodySizeLimit, limit=limits.max_body_bytes)
     return app

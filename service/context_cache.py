@@ -37,6 +37,8 @@ class ContextCache:
         self._versions: dict[int, int] = {}
         self._epoch = 0
         self._entries: OrderedDict[Hashable, tuple[Any, bytes]] = OrderedDict()
+        # (tenant, conversation, raw query string) -> the key its validated parameters made (see fastpath)
+        self._aliases: dict[tuple[str, str, bytes], Hashable] = {}
         self._lock = threading.Lock()
         runner = engine.runner
         previous = runner.on_committed
@@ -69,6 +71,18 @@ class ContextCache:
             while len(self._entries) > self.max_entries:
                 self._entries.popitem(last=False)
 
+    def alias(self, tenant_id: str, conversation_id: str, raw_query: bytes, key: Hashable) -> None:
+        """Remember that this raw query string, once validated, read the answer stored under ``key``."""
+        with self._lock:
+            if len(self._aliases) >= self.max_entries:
+                self._aliases.clear()  # rebuilt by the next reads; bounded whatever clients send
+            self._aliases[(tenant_id, conversation_id, raw_query)] = key
+
+    def lookup(self, tenant_id: str, conversation_id: str, raw_query: bytes) -> bytes | None:
+        """Return the current answer to a read already validated with exactly this query string, else None."""
+        key = self._aliases.get((tenant_id, conversation_id, raw_query))
+        return None if key is None else self.get(key, self.version(tenant_id, conversation_id))
+
     def bump(self, written: Iterable[int | Position]) -> None:
         """Mark every answer of the partitions ``written`` (numbers or log positions) stale."""
         partitions = {w.partition if isinstance(w, Position) else w for w in written}
@@ -81,3 +95,4 @@ class ContextCache:
         with self._lock:
             self._epoch += 1
             self._entries.clear()
+            self._aliases.clear()

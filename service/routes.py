@@ -204,6 +204,7 @@ async def get_context(
         # An answer that waited out a pending summary (lazy wait) is the fallback: the next read waits again.
         if not lazy_ms or time.perf_counter() - started < lazy_ms / 1000:
             svc.contexts.put(cache_key, version, body)
+    svc.contexts.alias(key.tenant_id, conversation_id, request.scope.get("query_string", b""), cache_key)
     svc.metrics.context_seconds.observe(time.perf_counter() - started)
     return Response(body, media_type="application/json")
 

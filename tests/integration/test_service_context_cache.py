@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import re
 
+import httpx
 import pytest
+
+from memfold.service.keys import ApiKeyStore
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -30,6 +33,16 @@ def test_cached_context_follows_appends_retractions_and_forget(service):
         hits = _hits(w)
         assert _said(w, "cached-1") == first == ["note 0", "note 1", "note 2"]
         assert _hits(w) == hits + 1  # the same read again: answered from the cache
+        # Answered before routing (memfold.service.fastpath), yet with the route's key checks.
+        reader = service.key("cache-co", "reader")
+        by_header = httpx.get(f"{service.url}/v1/conversations/cached-1/context", params={"budget": 500},
+                              headers={"X-API-Key": reader})
+        assert by_header.status_code == 200 and _hits(w) == hits + 2
+        assert [m["content"] for m in by_header.json()["messages"] if m["role"] == "user"] == first
+        ApiKeyStore(service.data_dir).revoke(reader.split("_")[1])  # another connection, as `memfold keys revoke`
+        for headers in ({"X-API-Key": reader}, {"Authorization": f"Bearer {reader}"}, {"X-API-Key": "mf_x_y"}, {}):
+            r = httpx.get(f"{service.url}/v1/conversations/cached-1/context", params={"budget": 500}, headers=headers)
+            assert r.status_code == 401, (headers, r.text)
         assert o.get("/v1/conversations/cached-1/context", params={"budget": 500}).status_code == 404  # per tenant
 
         w.post("/v1/conversations/cached-1/messages", params={"wait": "true"},
