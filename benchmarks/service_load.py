@@ -162,7 +162,7 @@ def main() -> int:
     p.add_argument("--budget", type=int, default=1000, help="context token budget")
     p.add_argument("--seconds", type=float, default=15.0, help="time bound of each phase")
     p.add_argument("--requests", type=int, default=200, help="request bound per client and phase")
-    p.add_argument("--paced", type=float, default=4.0,
+    p.add_argument("--paced", type=float, default=1.0,
                    help="reads/s per client of the 'paced' phase (open loop, after read-2; 0 skips it): the latency "
                         "of a read when the service is not saturated")
     p.add_argument("--lazy-ms", type=int, default=0,
