@@ -8,12 +8,14 @@ policy, offline summarizer), waits for the live summaries, then times:
 is a model call of the offline summarizer: messages/s and calls printed);
 (2) the same replay into a second namespace, where every summary comes from
 the shared cache (target to report against: >= 50,000 messages/s);
-(3) ``verify`` of the live projection. Figures, not assertions.
+(3) ``verify`` of the live projection; then the peak RSS of the process.
+Figures, not assertions.
 """
 
 from __future__ import annotations
 
 import argparse
+import resource
 import sys
 import tempfile
 import time
@@ -55,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
             took = time.perf_counter() - started
             print(f"verify: {took:.2f}s ({args.messages / took:,.0f} messages/s), "
                   f"{'identical' if not diffs else f'{len(diffs)} table(s) differ'}")
+    print(f"peak RSS: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MB")  # kilobytes on Linux
     return 0
 
 

@@ -54,7 +54,7 @@ def test_cli_session_runs(tmp_path):
 
 
 def test_replay_session_runs(tmp_path):
-    """The "Replays" block: replay, resume, another policy, list, SQL over a replay, drop, promote."""
+    """The "Replays" block: replay, resume, another policy, list, SQL over a replay, diff, drop, promote."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMFOLD_")}
     (tmp_path / "c.jsonl").write_text("".join(
         json.dumps({"conversation_id": "support-1", "role": "user" if i % 2 == 0 else "assistant",
@@ -68,6 +68,7 @@ def test_replay_session_runs(tmp_path):
         assert proc.returncode == 0, (line, proc.stderr)
         outputs.append(proc.stdout)
     assert "window8" in outputs[3] and "roll" in outputs[3] and "completed" in outputs[4]
+    assert "live vs replay window8" in outputs[5] and "support" in outputs[5]  # the diff table
     assert json.loads((tmp_path / ".memfold" / "promoted.json").read_text())["sliding_window.rolling_window_size"] == 8
     audit = subprocess.run([MEMFOLD, "audit", "support-1", "--json"], cwd=tmp_path, env=env, capture_output=True,
                            text=True, check=True).stdout
