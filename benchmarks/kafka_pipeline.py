@@ -206,7 +206,7 @@ def _wait_assigned(root: Path, count: int, workers: list) -> None:
     """Wait until every worker logged a partition assignment (the group is formed), at most 60 s."""
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        if all("assigned [" in (root / f"worker{i}.log").read_text() for i in range(count)):
+        if all(re.search(r"owning \[\d", (root / f"worker{i}.log").read_text()) for i in range(count)):
             return
         if any(w.poll() is not None for w in workers):
             break
