@@ -15,6 +15,7 @@ from kafka import KafkaConsumer, TopicPartition
 from memfold.engine.engine import MemoryEngine
 from memfold.engine.settings import Settings
 from memfold.projections.store import DuckDBProjectionStore
+from support.talk import talk
 
 pytestmark = pytest.mark.kafka
 
@@ -40,12 +41,7 @@ def _records_per_topic(bootstrap: str) -> dict[str, int]:
 
 
 def _talk(engine: MemoryEngine, conversation: str, n: int) -> None:
-    for i in range(n):
-        engine.append_message(conversation, "user" if i % 2 == 0 else "assistant",
-                              f"turn {i}: order #{700 + i} for {conversation} ships from Leeds for ${i}.99")
-        if i % 5 == 4:
-            engine.wait_idle(120)
-    engine.wait_idle(120)
+    talk(engine, conversation, n, first_order=700, name_conversation=True, timeout=120)
 
 
 @pytest.fixture(scope="module")

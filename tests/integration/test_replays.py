@@ -15,18 +15,14 @@ from memfold.engine.errors import ConfigError, UnknownReplayError, ValidationErr
 from memfold.engine.settings import Settings
 from memfold.projections.store import DuckDBProjectionStore
 from support.worker_kit import projection
+from support.talk import talk
 
 SETTINGS = {"policy": "hierarchical", "policies": ("hierarchical",),
             "hierarchical": {"trigger_message_count": 6, "recent_message_count": 2, "resummarize_every": 3}}
 
 
 def _talk(engine: MemoryEngine, conversation: str, n: int) -> None:
-    for i in range(n):
-        engine.append_message(conversation, "user" if i % 2 == 0 else "assistant",
-                              f"turn {i}: order #{900 + i} ships from Leeds for ${i}.99")
-        if i % 5 == 4:
-            engine.wait_idle(60)
-    engine.wait_idle(60)
+    talk(engine, conversation, n)
 
 
 def _live_log(engine: MemoryEngine) -> list[str]:

@@ -8,17 +8,14 @@ from memfold.engine.engine import MemoryEngine
 from memfold.engine.cli import main
 from memfold.engine.settings import Settings
 
+from support.talk import talk
+
 SETTINGS = {"policy": "hierarchical", "policies": ("hierarchical", "rolling"),
             "hierarchical": {"trigger_message_count": 6, "recent_message_count": 2, "resummarize_every": 3}}
 
 
 def _talk(engine: MemoryEngine, conversation: str, n: int) -> None:
-    for i in range(n):
-        engine.append_message(conversation, "user" if i % 2 == 0 else "assistant",
-                              f"turn {i}: order #{900 + i} ships from Leeds for ${i}.99")
-        if i % 5 == 4:
-            engine.wait_idle(60)
-    engine.wait_idle(60)
+    talk(engine, conversation, n)
 
 
 def test_verify_passes_on_live_and_names_each_difference(tmp_path):
