@@ -11,6 +11,7 @@ DuckDB allows one writing process per file; a second process gets
 from __future__ import annotations
 
 import json
+import logging
 import os
 import threading
 import time
@@ -31,6 +32,8 @@ from .dense import DENSE_DDL
 from .retrieval import SEARCH_COLUMNS, SEARCH_DDL, new_columns
 from .summary_cache import CACHE_TABLE_DDL, CACHE_TABLE_MIGRATIONS
 from .views import view_ddl
+
+log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
 
@@ -195,7 +198,19 @@ class DuckDBProjectionStore:
         return self._con.cursor()
 
     def close(self) -> None:
-        """Close the store; further calls fail."""
+        """Checkpoint and close the store; further calls fail.
+
+        The explicit CHECKPOINT writes the write-ahead log into the file
+        before closing, so the ``.duckdb`` file alone holds everything (a
+        copy of it is a complete backup). DuckDB's own checkpoint at close
+        was skipped now and then while summarizer pool threads still held
+        cursors, leaving a ``.wal`` beside the file.
+        """
+        if not self.read_only:
+            try:
+                self._con.execute("CHECKPOINT")
+            except duckdb.Error as exc:
+                log.warning("could not checkpoint %s before closing (its .wal file keeps the rest): %s", self.path, exc)
         try:
             self._con.close()
         except duckdb.Error:

@@ -70,6 +70,7 @@ def test_cache_answers_a_replay_of_the_same_messages_without_model_calls(tmp_pat
     calls = len(openai_server.requests)
     assert produced > 0 and calls >= produced
     # Same messages (same ids and timestamps) in a new log; the old projection file brings its llm_cache along.
+    assert not (first / "projections.duckdb.wal").exists(), "a closed store is checkpointed: the file alone holds the cache"
     second = tmp_path / "second"
     second.mkdir()
     shutil.copy(first / "projections.duckdb", second / "projections.duckdb")
