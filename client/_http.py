@@ -61,6 +61,16 @@ def _replay_body(name: str, policy: str | None, overrides: Mapping[str, Any] | N
     return {k: v for k, v in body.items() if v is not None}
 
 
+def _diff_call(name: str, conversation_id: str | None, budget: int | None,
+               questions: Iterable[Mapping[str, Any]] | None) -> tuple[str, str, dict[str, Any]]:
+    """Return (method, path, request options) of a diff: a GET, or a POST carrying the question set."""
+    path = f"/v1/replays/{quote(name, safe='')}/diff"
+    if questions is None:
+        return "GET", path, {"params": _params(conversation_id=conversation_id, budget=budget)}
+    body = {"conversation_id": conversation_id, "budget": budget, "questions": [dict(q) for q in questions]}
+    return "POST", path, {"json": {k: v for k, v in body.items() if v is not None}}
+
+
 def _params(**values: Any) -> dict[str, Any]:
     return {k: (str(v).lower() if isinstance(v, bool) else v) for k, v in values.items() if v is not None}
 
@@ -231,10 +241,16 @@ class Client(_Base):
         """Make a replay's settings live for every tenant; returns once reads use them."""
         return self._request("POST", f"/v1/replays/{quote(name, safe='')}/promote")
 
-    def diff(self, name: str, *, conversation_id: str | None = None, budget: int | None = None) -> dict[str, Any]:
-        """Compare replay ``name`` with live, per conversation (all, or one of the key's tenant), with totals."""
-        return self._request("GET", f"/v1/replays/{quote(name, safe='')}/diff",
-                             params=_params(conversation_id=conversation_id, budget=budget))
+    def diff(self, name: str, *, conversation_id: str | None = None, budget: int | None = None,
+             questions: Iterable[Mapping[str, Any]] | None = None) -> dict[str, Any]:
+        """Compare replay ``name`` with live, per conversation (all, or one of the key's tenant), with totals.
+
+        ``questions``: ``{"question", "answer", "conversation_id"?}`` mappings
+        (the conversation defaults to ``conversation_id``); each side then
+        reports the answer-content recall of its contexts for them.
+        """
+        method, path, options = _diff_call(name, conversation_id, budget, questions)
+        return self._request(method, path, **options)
 
     def verify(self, conversation_id: str | None = None) -> dict[str, Any]:
         """Fold the log again and compare with the live projection: the whole data dir (operator keys) or one
@@ -368,10 +384,11 @@ class AsyncClient(_Base):
         """See :meth:`Client.promote`."""
         return await self._request("POST", f"/v1/replays/{quote(name, safe='')}/promote")
 
-    async def diff(self, name: str, *, conversation_id: str | None = None, budget: int | None = None) -> dict[str, Any]:
+    async def diff(self, name: str, *, conversation_id: str | None = None, budget: int | None = None,
+                   questions: Iterable[Mapping[str, Any]] | None = None) -> dict[str, Any]:
         """See :meth:`Client.diff`."""
-        return await self._request("GET", f"/v1/replays/{quote(name, safe='')}/diff",
-                                   params=_params(conversation_id=conversation_id, budget=budget))
+        method, path, options = _diff_call(name, conversation_id, budget, questions)
+        return await self._request(method, path, **options)
 
     async def verify(self, conversation_id: str | None = None) -> dict[str, Any]:
         """See :meth:`Client.verify`."""

@@ -20,7 +20,7 @@ from typing import Any
 
 from fastapi import APIRouter, HTTPException, Path, Query, Request
 from fastapi.encoders import jsonable_encoder
-from pydantic import Field
+from pydantic import Field, field_validator, model_validator
 
 from .app import Admin, Operator, services
 from .schemas import ErrorResponse, _Body
@@ -30,6 +30,8 @@ _ERRORS = {401: {"model": ErrorResponse}, 403: {"model": ErrorResponse}, 404: {"
 router = APIRouter(prefix="/v1", responses=_ERRORS)
 ReplayName = Path(min_length=1, max_length=64, description="the replay namespace")
 _SAMPLE_ROWS = 5  # differing rows shown per table; the counts are always complete
+# Each question assembles one context per side, so a request's questions are bounded like a batch.
+MAX_DIFF_QUESTIONS = 500
 
 
 class ReplayRequest(_Body):
@@ -40,6 +42,43 @@ class ReplayRequest(_Body):
     overrides: dict[str, Any] | None = Field(
         None, description='dotted policy settings, e.g. {"hierarchical.trigger_message_count": 30}')
     conversations: list[str] | None = Field(None, min_length=1, description="replay only these conversation ids")
+
+
+class DiffQuestion(_Body):
+    """One question of a diff's question set and its reference answer (scored by answer-content recall)."""
+
+    conversation_id: str | None = Field(None, min_length=1, max_length=200,
+                                        description="the key tenant's conversation it is asked in (default: the "
+                                                    "request's conversation_id)")
+    question: str = Field(min_length=1, max_length=10_000, description="asked as each side's context query")
+    answer: str = Field(min_length=1, max_length=10_000, description="the reference answer")
+
+    @field_validator("question", "answer")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must not be blank")
+        return value
+
+
+class DiffRequest(_Body):
+    """A diff with a question set: ``memfold diff NAME [CONV] --questions FILE`` over HTTP."""
+
+    conversation_id: str | None = Field(None, min_length=1, max_length=200,
+                                        description="one conversation of the key's tenant (default: every "
+                                                    "conversation of the data dir)")
+    budget: int = Field(4000, ge=1, description="the budget both sides' contexts are assembled at")
+    questions: list[DiffQuestion] = Field(min_length=1, max_length=MAX_DIFF_QUESTIONS)
+
+    @model_validator(mode="after")
+    def _asked_somewhere(self) -> "DiffRequest":
+        for i, q in enumerate(self.questions):
+            if q.conversation_id is None and self.conversation_id is None:
+                raise ValueError(f"questions[{i}] names no conversation_id and the request names none either")
+            if None not in (q.conversation_id, self.conversation_id) and q.conversation_id != self.conversation_id:
+                raise ValueError(f"questions[{i}] is asked in {q.conversation_id!r}, but the diff covers only "
+                                 f"{self.conversation_id!r}")
+        return self
 
 
 class ReplayJobs:
@@ -181,8 +220,35 @@ def diff_replay(
 ) -> dict:
     """Compare a replay with live, per conversation: summary versions and coverage, facts in force and the facts
     the replay added, changed or lost, context tokens at ``budget``, summarizer calls and tokens; with totals."""
-    found = services(request).engine.diff_replay(name, conversation_id, budget=budget,
+    return _diff(request, key, name, conversation_id, budget, ())
+
+
+@router.post("/replays/{name}/diff", tags=["replays"])
+def diff_replay_with_questions(request: Request, body: DiffRequest, key: Operator, name: str = ReplayName) -> dict:
+    """The diff of ``GET`` plus the answer-content recall of a question set on each side (operator keys).
+
+    Each question is the query of a context per side at ``budget``; a
+    side's ``recall`` is the mean share of the reference answers' content
+    words its contexts hold, ``questions`` how many were asked per
+    conversation. Questions are asked in conversations of the key's tenant
+    (404 for one it does not have, as a missing one).
+    """
+    from memfold.engine.replay_diff import Question
+
+    questions = [Question(key.tenant_id, q.conversation_id or body.conversation_id, q.question, q.answer)
+                 for q in body.questions]
+    return _diff(request, key, name, body.conversation_id, body.budget, questions)
+
+
+def _diff(request: Request, key, name: str, conversation_id: str | None, budget: int, questions: list) -> dict:
+    from memfold.engine.errors import UnknownConversationError
+
+    found = services(request).engine.diff_replay(name, conversation_id, budget=budget, questions=questions,
                                                  tenant_id=key.tenant_id if conversation_id is not None else None)
+    covered = {(c.tenant_id, c.conversation_id) for c in found.conversations}
+    for q in questions:  # a question the diff did not score would silently read as "no recall"
+        if (q.tenant_id, q.conversation_id) not in covered:
+            raise UnknownConversationError(f"no conversation {q.conversation_id!r}", field="questions")
     return jsonable_encoder(found.as_dict())
 
 

@@ -64,6 +64,7 @@ TENANT_SCOPED = {
     **{route: _operator_only(*route) for route in (
         ("POST", "/v1/replays"), ("GET", "/v1/replays"), ("GET", "/v1/replays/{name}"),
         ("DELETE", "/v1/replays/{name}"), ("POST", "/v1/replays/{name}/promote"), ("GET", "/v1/replays/{name}/diff"),
+        ("POST", "/v1/replays/{name}/diff"),
         ("POST", "/v1/verify"))},
 }
 

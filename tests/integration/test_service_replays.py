@@ -75,3 +75,47 @@ def test_replay_follow_list_drop_and_promote(replaying):
         after = reader.context("c1")  # reads use the promoted settings at once
         assert after.policy == "rolling" and after != before
         assert ops.verify()["identical"] is True  # the swapped-in projection is what the log folds to now
+
+
+def test_diff_with_a_question_set_scores_each_side_and_rejects_bad_questions(replaying):
+    op = replaying.key("acme", "operator")  # questions are asked in the key's tenant's conversations
+    with Client(replaying.url, op) as ops, replaying.http(op) as raw:
+        assert ops.wait_replay(ops.replay("asked", overrides={"hierarchical.recent_message_count": 4})["name"],
+                               timeout=120)["job"]["state"] == "done"
+        asked = [{"question": "Where do the orders ship from?", "answer": "Leeds"},
+                 {"question": "Which port?", "answer": "Zanzibar harbour", "conversation_id": "c1"}]
+        diff = ops.diff("asked", conversation_id="c1", budget=500, questions=asked)
+        (c1,) = diff["conversations"]
+        # Every message names Leeds and none names Zanzibar: each side holds 1 of 2 answers' words.
+        assert c1["questions"] == 2 and c1["live"]["recall"] == c1["replay"]["recall"] == 0.5, c1
+        assert diff["totals"]["live"]["recall"] == 0.5 and diff["budget"] == 500
+        plain = ops.diff("asked", conversation_id="c1", budget=500)  # GET: the same diff without recall
+        assert plain["conversations"][0]["live"]["recall"] is None
+        assert plain["conversations"][0]["live"]["context_tokens"] == c1["live"]["context_tokens"]
+
+        everywhere = ops.diff("asked", questions=[{"conversation_id": "c1", "question": "q", "answer": "Leeds"}])
+        scored = {(c["tenant_id"], c["conversation_id"]): c for c in everywhere["conversations"]}
+        assert scored[("acme", "c1")]["live"]["recall"] == 1.0
+        assert all(c["questions"] == 0 and c["live"]["recall"] is None for k, c in scored.items() if k != ("acme", "c1"))
+
+        url = "/v1/replays/asked/diff"
+        bad = {
+            "no conversation": {"questions": [{"question": "q", "answer": "a"}]},
+            "another conversation": {"conversation_id": "c1", "questions": [
+                {"conversation_id": "c2", "question": "q", "answer": "a"}]},
+            "blank answer": {"conversation_id": "c1", "questions": [{"question": "q", "answer": "  "}]},
+            "no answer": {"conversation_id": "c1", "questions": [{"question": "q"}]},
+            "unknown field": {"conversation_id": "c1", "questions": [{"question": "q", "answer": "a", "x": 1}]},
+            "empty set": {"conversation_id": "c1", "questions": []},
+            "too many": {"conversation_id": "c1", "questions": [{"question": "q", "answer": "a"}] * 501},
+            "not a list": {"conversation_id": "c1", "questions": {"question": "q", "answer": "a"}},
+        }
+        for why, body in bad.items():
+            r = raw.post(url, json=body)
+            assert r.status_code == 422 and r.json()["error"]["type"] == "ValidationError", (why, r.status_code, r.text)
+            assert "questions" in r.json()["error"]["message"], (why, r.json())
+        missing = raw.post(url, json={"questions": [{"conversation_id": "nowhere", "question": "q", "answer": "a"}]})
+        assert missing.status_code == 404 and "nowhere" in missing.json()["error"]["message"], missing.text
+        with Client(replaying.url, replaying.key("acme", "admin")) as admin, pytest.raises(PermissionDeniedError):
+            admin.diff("asked", conversation_id="c1", questions=asked)
+        ops.drop_replay("asked")
