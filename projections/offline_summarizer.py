@@ -238,7 +238,8 @@ class OfflineSummarizer:
     def summarize(self, request: SummaryInput) -> SummaryOutput:
         """Summarize ``request``; pure and deterministic, never over ``token_cap``/``char_cap``."""
         model, phash = self.identity(request)
-        tokens_in = self._tokens.total(message_text(m, tool_names(request.messages)) for m in request.messages)
+        names = tool_names(request.messages)  # once, not once per message: quadratic in a long conversation
+        tokens_in = self._tokens.total(message_text(m, names) for m in request.messages)
         tokens_in += self._tokens.count(request.existing_summary or "")
         tokens_in += self._tokens.count(render_facts(request.existing_facts))
         if request.kind == "facts":
