@@ -526,7 +526,6 @@ class MemoryEngine:
         or a naive datetime. Never waits for a summary.
         """
         from memfold.projections.context import assemble
-        from memfold.projections.retrieval import OlderAsOf
         from memfold.projections.time_travel import seq_as_of, state_as_of
 
         name = self._policy_name(policy, tenant_id)
@@ -544,18 +543,25 @@ class MemoryEngine:
         else:
             recent = self.projector.search.newest(key, end, budget) if end else []
             verbatim = [m for m in recent if m.index >= plan.verbatim_from]
-        older = OlderAsOf(self._older(tenant_id, conversation_id, dense), end)
+        older = self._older(tenant_id, conversation_id, dense, as_of=end)
         return assemble(
             plan, verbatim, budget=budget, system_prompt=self.settings.system_prompt, count_tokens=self.counter.count,
             older=None if plan.fallback == "deleted" else older, query=query,
             recall_share=self.settings.context.recall_share,
         )
 
-    def _older(self, tenant_id: str, conversation_id: str, dense: bool | None):
-        """Return where recall finds older messages: BM25, fused with dense retrieval when configured and not refused."""
-        from memfold.projections.retrieval import OlderFromProjection
+    def _older(self, tenant_id: str, conversation_id: str, dense: bool | None, as_of: int | None = None):
+        """Return where recall finds older messages: BM25, fused with dense retrieval when configured and not refused.
+
+        ``as_of`` (a message count): BM25 as when the conversation had that
+        many messages (time travel); the dense ranking is today's, later
+        messages dropped.
+        """
+        from memfold.projections.retrieval import OlderAsOf, OlderFromProjection
 
         older = OlderFromProjection(self.projector.search, (tenant_id, conversation_id))
+        if as_of is not None:
+            older = OlderAsOf(older, as_of)
         if self.dense is None or dense is False:
             return older
         from memfold.projections.dense import FusedOlder

@@ -20,11 +20,13 @@ a millisecond, not a DuckDB query.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 import re
 import threading
 from collections import Counter, defaultdict
+from itertools import accumulate, islice
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -189,7 +191,7 @@ class _Corpus:
     add gives exactly the top _HEAD of the whole set, whatever order the documents came in.
     """
 
-    __slots__ = ("meta", "lengths", "postings", "heads", "total")
+    __slots__ = ("meta", "lengths", "postings", "heads", "total", "as_of")
 
     def __init__(self) -> None:
         self.meta: list[tuple[str, int, str | None]] = []  # doc_id, idx, policy
@@ -197,6 +199,7 @@ class _Corpus:
         self.postings: dict[str, dict[int, int]] = {}
         self.heads: dict[str, list[tuple[float, int]]] = {}
         self.total = 0
+        self.as_of: _AsOfStats | None = None  # built by the first time-travel read (scores_as_of)
 
     def add(self, doc_id: str, idx: int, policy: str | None, length: int, terms: Sequence[str], tfs: Sequence[int]) -> None:
         n = len(self.meta)
@@ -416,11 +419,15 @@ class SearchIndex:
         hits.sort(key=lambda h: -h.score)
         return hits[:limit]
 
-    def rank_messages(self, key: Key, query: str, limit: int, user_boost: float = 1.0) -> list[int]:
+    def rank_messages(
+        self, key: Key, query: str, limit: int, user_boost: float = 1.0, as_of: int | None = None
+    ) -> list[int]:
         """Return the indices of the ``limit`` messages best matching ``query``, best first (the read's hot path).
 
         The best ``2 * limit`` by BM25 are re-ordered with a user message's
-        score times ``user_boost``; ties go to the newer message.
+        score times ``user_boost``; ties go to the newer message. With
+        ``as_of`` (a message count), exactly as when the conversation had
+        ``as_of`` messages (:func:`scores_as_of`).
         """
         terms = set(query_terms(query))
         if not terms:
@@ -430,7 +437,7 @@ class SearchIndex:
             corpus = docs.corpora.get("message")
             if corpus is None:
                 return []
-            scores = corpus.scores(terms)
+            scores = corpus.scores(terms) if as_of is None else scores_as_of(corpus, terms, as_of)
             meta, messages, end = corpus.meta, docs.messages, len(docs.messages)
             boosted = []
             for score, d in sorted(zip(scores.values(), scores.keys()), reverse=True)[: 2 * limit]:
@@ -473,10 +480,9 @@ class OlderFromProjection:
 class OlderAsOf:
     """:class:`OlderFromProjection` as it was when the conversation had ``end`` messages (time travel).
 
-    Messages from ``end`` on are invisible. Relevance is ranked with today's
-    index statistics, so under a tight budget a recalled set can differ from
-    the one the live read chose at the time; the memory, the verbatim
-    messages and the order of the context are exact.
+    Messages from ``end`` on are invisible, and relevance is ranked with the
+    index statistics of that moment (:func:`scores_as_of`): the same
+    messages, in the same order, the live read recalled then.
     """
 
     def __init__(self, older: OlderFromProjection, end: int):
@@ -484,7 +490,7 @@ class OlderAsOf:
         self._end = end
 
     def ranked(self, query: str, limit: int) -> list[int]:
-        return [i for i in self.older.ranked(query, limit + 16) if i < self._end][:limit]
+        return self.older.index.rank_messages(self.older.key, query, limit, USER_BOOST, as_of=self._end)
 
     def at(self, indices: Sequence[int]) -> list[Any]:
         return self.older.at([i for i in indices if i < self._end])
@@ -494,3 +500,107 @@ class OlderAsOf:
 
     def end(self) -> int:
         return min(self._end, self.older.end())
+
+
+class _AsOfStats:
+    """What :func:`scores_as_of` needs beyond a :class:`_Corpus`, grown lazily as the corpus grows.
+
+    ``idx``: each document's message index (documents come in index order,
+    live and reloaded alike); ``cum[k]``: the total length of the first k
+    documents; per queried term, its documents in order (``docs``: df below
+    a bound is a bisect) and its postings by head order, best first
+    (``best``: the head below a bound is a prefix scan).
+    """
+
+    __slots__ = ("idx", "cum", "docs", "best")
+
+    def __init__(self) -> None:
+        self.idx: list[int] = []
+        self.cum: list[int] = [0]
+        self.docs: dict[str, list[int]] = {}
+        self.best: dict[str, tuple[int, list[tuple[float, int]]]] = {}
+
+    def sync(self, corpus: _Corpus) -> None:
+        n = len(self.idx)
+        if n < len(corpus.meta):
+            self.idx.extend(m[1] for m in corpus.meta[n:])
+            self.cum.extend(accumulate(corpus.lengths[n:], initial=self.cum[-1]))
+            del self.cum[n + 1]  # accumulate repeats its initial value
+
+    def df(self, term: str, postings: dict[int, int], bound: int) -> int:
+        docs = self.docs.get(term)
+        if docs is None:
+            docs = self.docs[term] = list(postings)
+        elif len(docs) < len(postings):
+            docs.extend(islice(postings, len(docs), None))
+        return bisect.bisect_left(docs, bound)
+
+    def head(self, term: str, postings: dict[int, int], lengths: list[int], bound: int) -> list[int]:
+        """Return the term's _HEAD best documents among those below ``bound`` (what its live head held then)."""
+        size, best = self.best.get(term, (0, []))
+        if size < len(postings):
+            best = sorted(((_impact(tf, lengths[d]), d) for d, tf in postings.items()), reverse=True)
+            self.best[term] = (len(postings), best)
+        out: list[int] = []
+        for _, d in best:
+            if d < bound:
+                out.append(d)
+                if len(out) == _HEAD:
+                    break
+        return out
+
+
+def scores_as_of(corpus: _Corpus, terms: Iterable[str], end: int) -> dict[int, float]:
+    """Return what ``corpus.scores(terms)`` returned when the conversation had ``end`` messages.
+
+    The same algorithm as :meth:`_Corpus.scores` (same float operations in
+    the same order) over the documents of messages before ``end``: document
+    count, average length, document frequencies, which terms are common and
+    their heads are those of that moment, not today's. A unit test holds
+    the two equal against a corpus rebuilt from those documents.
+    """
+    if corpus.as_of is None:
+        corpus.as_of = _AsOfStats()
+    stats = corpus.as_of
+    stats.sync(corpus)
+    n = bisect.bisect_left(stats.idx, end)
+    if n == len(corpus.meta):
+        return corpus.scores(terms)
+    if n == 0:
+        return {}
+    total = stats.cum[n]
+    lists = sorted(((t, p, df) for t in terms if (p := corpus.postings.get(t)) and (df := stats.df(t, p, n))),
+                   key=lambda tpd: tpd[2])
+    lengths = corpus.lengths
+    base = K1 * (1.0 - B)
+    per_length = K1 * B * n / total if total else 0.0
+    scores: dict[int, float] = {}
+    scored = 0
+    common: list[tuple[str, float, dict[int, int], int]] = []
+    for term, postings, df in lists:
+        weight = math.log(1.0 + (n - df + 0.5) / (df + 0.5)) * (K1 + 1.0)
+        if scored + df > _EXACT_POSTINGS:
+            common.append((term, weight, postings, df))
+            continue
+        scored += df
+        below = islice(postings.items(), df)  # postings are in document order
+        if not scores:
+            scores = {d: weight * tf / (tf + base + per_length * lengths[d]) for d, tf in below}
+            continue
+        get = scores.get
+        for d, tf in below:
+            scores[d] = get(d, 0.0) + weight * tf / (tf + base + per_length * lengths[d])
+    if not common:
+        return scores
+    if len(scores) > _CANDIDATES:
+        scores = {d: s for s, d in sorted(zip(scores.values(), scores.keys()), reverse=True)[:_CANDIDATES]}
+    for term, _, postings, df in common:
+        for d in (islice(postings, df) if df <= _HEAD else stats.head(term, postings, lengths, n)):
+            if d not in scores:
+                scores[d] = 0.0
+    for _, weight, postings, _df in common:
+        for d in scores:
+            tf = postings.get(d)
+            if tf:
+                scores[d] += weight * tf / (tf + base + per_length * lengths[d])
+    return scores
