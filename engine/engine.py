@@ -13,6 +13,7 @@ import dataclasses
 import functools
 import importlib
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
@@ -145,10 +146,21 @@ class MemoryEngine:
         except BaseException:
             log_.close()
             raise
+        self.switching = threading.RLock()  # held while the settings change (promote, following the log)
+        self._follower = self._following = None
         if role == "client":
             self.store = None
             self._closed = False
             return
+        if role in ("worker", "projector") and settings.log_url().startswith("kafka://"):
+            from .settings_follow import SettingsFollower, at_start
+
+            try:  # nodes sharing a Kafka log fold with the settings promoted on it (see settings_follow)
+                self._follower = SettingsFollower(self.log)
+                self.settings = settings = at_start(settings, self._follower)
+            except BaseException:
+                self.log.close()
+                raise
         try:
             self.store = DuckDBProjectionStore(settings.projection_path())
         except BaseException:
@@ -186,6 +198,11 @@ class MemoryEngine:
             self.worker.start()
         if start and role != "worker":
             self.runner.start()
+        if self._follower is not None and (start or role == "worker"):
+            from .settings_follow import FollowThread
+
+            self._following = FollowThread(self)
+            self._following.start()
 
     @classmethod
     def open(cls, data_dir: str | Path | None = None, settings: Settings | None = None, **overrides: Any) -> "MemoryEngine":
@@ -797,11 +814,30 @@ class MemoryEngine:
         engine's folds. Reads answer from the old projection until the swap
         and from the new one after it, never from an empty one. Afterwards
         the live projection is what a fresh rebuild of the log under the
-        new settings gives. Embedded mode only.
+        new settings gives. Embedded engines and projector nodes (the
+        service on a Kafka log); the workers and other projector nodes adopt
+        the settings from the ``SettingsChanged`` on the log
+        (:meth:`follow_settings`).
         """
         from .replaying import promote
 
         return promote(self, name, timeout)
+
+    def follow_settings(self) -> bool:
+        """Adopt a ``SettingsChanged`` appended to the log since the last look; return True when this node switched.
+
+        Worker and projector nodes on a Kafka log only (a thread calls it
+        every second); anywhere else it returns False. See
+        :mod:`memfold.engine.settings_follow`.
+        """
+        if self._follower is None or self._closed:
+            return False
+        from .replaying import adopt
+        from .settings_follow import settings_of
+
+        with self.switching:
+            change = self._follower.poll()
+            return change is not None and adopt(self, settings_of(self.settings, change))
 
     def switch_settings(self, settings: Settings) -> None:
         """Fold and read with ``settings`` from now on; the caller has swapped in a projection made with them.
@@ -847,6 +883,8 @@ class MemoryEngine:
         if self._closed:
             return
         self._closed = True
+        if self._following is not None:
+            self._following.stop()
         if self.store is not None:
             self.runner.stop()
             self.worker.stop()

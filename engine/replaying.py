@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import shutil
 import threading
@@ -23,16 +24,18 @@ from .events import SettingsChanged, SettingsChangedPayload, utcnow
 from .ids import content_hash
 from .positions import Position
 from .settings import Settings
+from .settings_follow import SETTINGS_CONVERSATION, SETTINGS_TENANT, same_folds
 
 if TYPE_CHECKING:
     from memfold.streams.namespaces import Namespace, ReplayReport
 
     from .engine import MemoryEngine
 
+log = logging.getLogger("memfold.replay")
+
 PROMOTED = "promoted.json"
 _RUNNING: dict[Path, threading.Lock] = {}  # one run per namespace in this process (a service runs them on threads)
 _RUNNING_GUARD = threading.Lock()
-SETTINGS_TENANT, SETTINGS_CONVERSATION = "_memfold", "settings"  # where SettingsChanged events are recorded
 
 
 def replay_settings(
@@ -200,11 +203,10 @@ def promote(engine: "MemoryEngine", name: str, timeout: float) -> Position:
     """Make replay ``name``'s settings live (see :meth:`MemoryEngine.promote`); return the SettingsChanged position."""
     from memfold.streams import namespaces as ns
 
-    if engine.role != "embedded":
+    if engine.role not in ("embedded", "projector"):
         raise ConfigError(
-            "promote runs in an embedded engine (one process folding and summarizing every partition); distributed "
-            "workers and projector nodes take their settings from their own configuration, so promoting there is "
-            "not supported yet")
+            f"promote runs where the replay is: an embedded engine, or a projector node or service on the Kafka log "
+            f"(this engine is a {engine.role}); workers pick the promoted settings up from the log by themselves")
     space = ns.Namespace.open(ns.replays_dir(engine.settings.data_dir) / ns.check_name(name))
     if space.manifest["conversations"] is not None:
         raise ValidationError(f"replay {name!r} covers some conversations only; replay them all to promote",
@@ -215,18 +217,22 @@ def promote(engine: "MemoryEngine", name: str, timeout: float) -> Position:
 
 
 def _promote(engine: "MemoryEngine", space: "Namespace", settings: Settings, timeout: float) -> Position:
-    from memfold.projections.projector import Projector
-    from memfold.projections.store import DuckDBProjectionStore
-    from memfold.streams import namespaces as ns
-    from memfold.streams.replay import beside_path
-    from memfold.streams.runner import Runner
-
-    from .engine import fold_contexts
-
-    name = space.name
     # 1. Catch the replay up with the log (it answers what arrived since, through the cache).
     engine.wait_idle(timeout)
     _catch_up(engine, space, settings, progress=None, target=None)
+    with engine.switching:  # this node's follower must not fold the change it is recording a second time
+        position = _record_and_swap(engine, space, settings)
+    space.manifest["status"] = "promoted"
+    space.manifest["promoted_position"] = str(position)
+    space.save()
+    engine.wait_idle(timeout)
+    return position
+
+
+def _record_and_swap(engine: "MemoryEngine", space: "Namespace", settings: Settings) -> Position:
+    from memfold.streams import namespaces as ns
+
+    name = space.name
     # 2. Record the change and the replay's summary events on the live log (idempotent by event id).
     with _opened(engine, space) as (_store, side):
         made = ns.side_events(side)
@@ -240,14 +246,32 @@ def _promote(engine: "MemoryEngine", space: "Namespace", settings: Settings, tim
     # 3. The data dir keeps the promoted settings: the next process opens with them.
     write_promoted(engine.settings.data_dir, space.manifest["settings"])
     # 4. Fold the log beside under the new settings, then swap it in with the runner paused (reads never see a gap).
+    swap_in(engine, settings)
+    return position
+
+
+def swap_in(engine: "MemoryEngine", settings: Settings) -> None:
+    """Fold the whole log beside the live projection under ``settings``, then swap it in and read with them.
+
+    The fold runs while reads go on; the runner is paused only for the last
+    records and the swap, so a read answers from the old projection or the
+    new one, never an empty one. Only an embedded engine appends the
+    summary requests the new settings decide (on a Kafka log the workers do).
+    """
+    from memfold.projections.projector import Projector
+    from memfold.projections.store import DuckDBProjectionStore
+    from memfold.streams.replay import beside_path
+    from memfold.streams.runner import Runner
+
+    from .engine import fold_contexts
+
     path = beside_path(engine.store.path, "promote")
     path.unlink(missing_ok=True)
     path.with_name(path.name + ".wal").unlink(missing_ok=True)
     beside = DuckDBProjectionStore(path)
     try:
-        policies = fold_contexts(settings)
-        projector = Projector(beside, policies, engine.counter)
-        runner = Runner(engine.log, beside, projector, emit_requests=True)
+        projector = Projector(beside, fold_contexts(settings), engine.counter)
+        runner = Runner(engine.log, beside, projector, emit_requests=engine.role == "embedded")
         while runner.run_once():
             pass
         with engine.runner.paused():
@@ -264,11 +288,29 @@ def _promote(engine: "MemoryEngine", space: "Namespace", settings: Settings, tim
         beside.close()
         path.unlink(missing_ok=True)
         raise
-    space.manifest["status"] = "promoted"
-    space.manifest["promoted_position"] = str(position)
-    space.save()
-    engine.wait_idle(timeout)
-    return position
+
+
+def adopt(engine: "MemoryEngine", settings: Settings) -> bool:
+    """Make a running worker or projector node fold with ``settings`` (promoted elsewhere); False if it already does.
+
+    A worker's projection serves no reads: it is dropped and its partitions
+    are folded again from offset 0 (the promoted summaries are on the log,
+    so no model call repeats them). A projector node folds beside and swaps
+    (:func:`swap_in`): its reads never see an empty projection.
+    """
+    if same_folds(engine.settings, settings):
+        return False
+    log.info("adopting the settings promoted on the log: %s -> %s",
+             ov.combined_hash(engine.settings), ov.combined_hash(settings))
+    if engine.role == "worker":
+        with engine.runner.paused():
+            engine.store.reset()
+            engine.store.set_meta("policies", json.dumps(ov.hashes(settings), sort_keys=True))
+            engine.switch_settings(settings)
+    else:
+        swap_in(engine, settings)
+    write_promoted(engine.settings.data_dir, ov.policy_view(settings))  # a restart without the broker keeps them
+    return True
 
 
 def erase_in_replays(data_dir: Path, tenant_id: str, conversation_id: str) -> list[str]:
