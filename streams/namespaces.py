@@ -45,7 +45,7 @@ from memfold.projections.fold import failed
 from memfold.projections.projector import Projector
 from memfold.projections.store import DuckDBProjectionStore
 
-from .worker import answer, build_input
+from .worker import FoldedSource, answer, build_input
 
 SIDE = 1 << 20  # the projection's partition number for side-log partition p is SIDE + p
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -217,6 +217,8 @@ class ReplayFold:
         self.side = side
         self.store = store
         self.projector = Projector(store, dict(policies), counter)
+        self.inputs = FoldedSource(self.projector.tail, store)  # summary inputs without re-reading the store
+        self.projector.listeners.append(self.inputs.committed)
         self.emit = frozenset(emit)
         self.summarizer = summarizer
         self.settings = settings
@@ -307,7 +309,7 @@ class ReplayFold:
                 outcomes.append(failed(r, reason=f"superseded by {winner.payload.request_id}",
                                        error_type="Superseded", summarizer=name))
                 continue
-            outcome = answer(r, build_input(r, self.store, self.store, self.settings), self.summarizer)
+            outcome = answer(r, build_input(r, self.inputs, self.inputs, self.settings), self.summarizer)
             if isinstance(outcome, SummaryProduced) and outcome.payload.cached:
                 self.stats.cache_hits += 1
             else:

@@ -203,3 +203,61 @@ def test_promote_after_the_log_grew_still_equals_a_fresh_rebuild(live, tmp_path)
     with MemoryEngine(Settings.load(None, data_dir=fresh, **SETTINGS)) as engine:
         engine.wait_idle(120)
     assert projection(fresh / "projections.duckdb") == projection(data / "projections.duckdb")
+
+
+def test_summary_inputs_from_folded_messages_equal_inputs_read_from_the_store(tmp_path):
+    """A replay builds summary inputs from what it folded (FoldedSource): they must equal the store's, cache keys too."""
+    from memfold.projections.projector import Projector
+    from memfold.projections.summary_cache import cache_key
+    from memfold.streams.worker import FoldedSource, build_input
+
+    engine = MemoryEngine(Settings.load(None, data_dir=tmp_path / "d", **SETTINGS))
+    try:
+        for i in range(30):
+            message = {"conversation_id": "c1", "role": "user" if i % 2 == 0 else "assistant",
+                       "content": f"turn {i}: order #{900 + i} ships from Leeds",
+                       "metadata": {"n": i, "tags": ["a", "b"], "nested": {"x": 1.5}} if i % 3 == 0 else {},
+                       "importance": 0.25 * (i % 4) if i % 2 else None, "name": "bob" if i % 5 == 0 else None}
+            event = engine.validate(message)
+            if i % 4 == 0:  # recorded at append by a remote embedder; the store keeps none
+                event = event.model_copy(update={"payload": event.payload.model_copy(
+                    update={"embedding": (0.1 * i, 0.2, 0.3)})})
+            engine.append_events([event])
+            if i == 26:  # late: before it, every input lies in the hot tail
+                engine.wait_idle(60)
+                engine.retract("c1", engine.store.messages("default", "c1", 7, 7)[0].event_id)
+            if i % 5 == 4:
+                engine.wait_idle(60)
+        engine.wait_idle(60)
+        store = DuckDBProjectionStore(tmp_path / "beside.duckdb")
+        try:
+            projector = Projector(store, dict(engine.policies), engine.counter)
+            reads = []
+
+            class Counted:  # the store, counting what FoldedSource still reads from it
+                def __getattr__(self, name):
+                    reads.append(name)
+                    return getattr(store, name)
+
+            source = FoldedSource(projector.tail, Counted())
+            projector.listeners.append(source.committed)
+            requests = []
+            for p in engine.log.partitions():
+                records = engine.log.read(p, 0, 100_000)
+                for i in range(0, len(records), 7):  # small batches: the tail and the summaries follow commits
+                    changes, positions, _ = projector.project(records[i : i + 7])
+                    store.apply(changes, positions)
+                    projector.committed(changes)
+                    requests += [r.event for r in records[i : i + 7] if r.event.type == "SummaryRequested"]
+                    for r in requests:
+                        folded = build_input(r, source, source, engine.settings)
+                        stored = build_input(r, store, store, engine.settings)
+                        assert folded == stored
+                        assert cache_key("s", "m", "h", folded) == cache_key("s", "m", "h", stored)
+            built = sum(range(1, len(requests) + 1))
+            assert len(requests) >= 5 and source._summaries
+            assert len(reads) < built / 2  # most inputs came from what was folded, not from the store
+        finally:
+            store.close()
+    finally:
+        engine.close()
