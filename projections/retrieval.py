@@ -101,26 +101,27 @@ def _term(word: str) -> str | None:
     return stem(word)
 
 
-# word -> term (None: not indexed). Talk reuses a small vocabulary, so nearly every word
+# word -> term ("": not indexed). Talk reuses a small vocabulary, so nearly every word
 # is a hit: indexing skips ~20 stem() calls per message. Cleared when full (memory stays flat).
-_TERMS: dict[str, str | None] = {}
+_TERMS: dict[str, str] = {}
 _TERMS_MAX = 200_000
-_UNSEEN: Any = object()  # marks a word not in the cache yet
 
 
 def analyze(text: str) -> list[str]:
     """Return the index terms of ``text``: lower-cased words, stop words dropped, lightly stemmed, numbers kept."""
+    words = _WORD.findall(text.lower())
     terms = _TERMS
-    out = []
-    for word in _WORD.findall(text.lower()):
-        term = terms.get(word, _UNSEEN)
-        if term is _UNSEEN:
-            if len(terms) >= _TERMS_MAX:
-                terms.clear()
-            term = terms[word] = _term(word)
-        if term is not None:
-            out.append(term)
-    return out
+    mapped = list(map(terms.get, words))  # one C-level pass; None marks a word not cached yet
+    if None in mapped:
+        if len(terms) + len(words) > _TERMS_MAX:
+            terms.clear()
+        for i, word in enumerate(words):
+            if mapped[i] is None:
+                term = terms.get(word)
+                if term is None:
+                    term = terms[word] = _term(word) or ""
+                mapped[i] = term
+    return [t for t in mapped if t]
 
 
 _QUERY_META = frozenset(analyze(" ".join(QUERY_META_WORDS)))
@@ -146,7 +147,8 @@ def add_doc(
     text: str, policy: str | None = None,
 ) -> None:
     """Append the ``search_docs`` row of one document (terms sorted, so rows are canonical)."""
-    counts = Counter(analyze(text))
+    words = analyze(text)
+    counts = Counter(words)
     terms = sorted(counts)
     cols["tenant_id"].append(tenant_id)
     cols["conversation_id"].append(conversation_id)
@@ -154,9 +156,9 @@ def add_doc(
     cols["doc_id"].append(doc_id)
     cols["idx"].append(idx)
     cols["policy"].append(policy)
-    cols["length"].append(sum(counts.values()))
+    cols["length"].append(len(words))
     cols["terms"].append(terms)
-    cols["tfs"].append([counts[t] for t in terms])
+    cols["tfs"].append(list(map(counts.__getitem__, terms)))
 
 
 def drop_conversation(cols: dict[str, list[Any]], key: Key) -> None:
