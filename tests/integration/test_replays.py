@@ -69,6 +69,13 @@ def test_replay_with_live_settings_equals_live_and_changed_settings_leave_live_u
     again = live.replay("wide")
     assert again.run.folded == 0 and again.run.model_calls == 0 and again.total.answered == changed.run.answered
     assert _replay_dump(changed.path) == replica
+    # Another namespace with the same settings: every answer is a cache hit (read in one query), same memory.
+    twin = live.replay("twin", overrides={"hierarchical.trigger_message_count": 12, "hierarchical.resummarize_every": 6})
+    assert twin.run.model_calls == twin.run.cache_misses == 0
+    assert twin.run.cache_hits == changed.run.model_calls > 0
+    twin_dump = _replay_dump(twin.path)
+    for table in ("facts", "search_docs", "messages", "policy_state"):
+        assert twin_dump[table] == replica[table], table
 
 
 def test_replays_list_drop_and_refuse_bad_input(live, capsys):
