@@ -310,7 +310,8 @@ class Projector:
         cols["seq"].append(e.seq)
         cols["occurred_at"].append(e.occurred_at)
         cols["causation_id"].append(e.causation_id)
-        cols["payload"].append(e.payload.model_dump_json())
+        payload = e.payload  # what model_dump_json() returns, without its per-call keyword handling
+        cols["payload"].append(type(payload).__pydantic_serializer__.to_json(payload).decode())
 
     @staticmethod
     def _message_row(ch: Changes, m: Any, cum_tokens: int, record: LogRecord) -> None:
