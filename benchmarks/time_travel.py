@@ -15,7 +15,7 @@ printed and makes the exit status 1).
 Why batches of STEP, not a few messages between waits: a hierarchical
 summary is over every message so far, so each wait costs a summarizer call
 over the whole conversation; 200 waits (STEP 50) made the setup quadratic
-(over 10 minutes at 10,000 messages), 20 waits keep it to about a minute. In
+(over 10 minutes at 10,000 messages), 20 waits keep it to about 70 s of CPU. In
 between, positions still see a summary lagging by up to STEP messages, as a
 slow summarizer leaves it.
 """

@@ -234,7 +234,9 @@ class _Corpus:
         n = len(self.meta)
         if n == 0:
             return {}
-        lists = sorted(((t, p) for t in terms if (p := self.postings.get(t))), key=lambda tp: len(tp[1]))
+        # Ties in df break on the term: a set's order changes with the process (hash seed), and the
+        # order decides which terms are common and the order of each score's float sums.
+        lists = sorted(((t, p) for t in terms if (p := self.postings.get(t))), key=lambda tp: (len(tp[1]), tp[0]))
         lengths = self.lengths
         base = K1 * (1.0 - B)
         per_length = K1 * B * n / self.total if self.total else 0.0
@@ -520,7 +522,7 @@ class _AsOfStats:
         self.idx: list[int] = []
         self.cum: list[int] = [0]
         self.docs: dict[str, list[int]] = {}
-        self.best: dict[str, tuple[int, list[tuple[float, int]]]] = {}
+        self.best: dict[str, list[int]] = {}
 
     def sync(self, corpus: _Corpus) -> None:
         n = len(self.idx)
@@ -539,17 +541,11 @@ class _AsOfStats:
 
     def head(self, term: str, postings: dict[int, int], lengths: list[int], bound: int) -> list[int]:
         """Return the term's _HEAD best documents among those below ``bound`` (what its live head held then)."""
-        size, best = self.best.get(term, (0, []))
-        if size < len(postings):
-            best = sorted(((_impact(tf, lengths[d]), d) for d, tf in postings.items()), reverse=True)
-            self.best[term] = (len(postings), best)
-        out: list[int] = []
-        for _, d in best:
-            if d < bound:
-                out.append(d)
-                if len(out) == _HEAD:
-                    break
-        return out
+        best = self.best.get(term)
+        if best is None or len(best) < len(postings):
+            ranked = sorted(((_impact(tf, lengths[d]), d) for d, tf in postings.items()), reverse=True)
+            best = self.best[term] = [d for _, d in ranked]
+        return list(islice(filter(bound.__gt__, best), _HEAD))  # the first _HEAD below bound, in C
 
 
 def scores_as_of(corpus: _Corpus, terms: Iterable[str], end: int) -> dict[int, float]:
@@ -572,7 +568,7 @@ def scores_as_of(corpus: _Corpus, terms: Iterable[str], end: int) -> dict[int, f
         return {}
     total = stats.cum[n]
     lists = sorted(((t, p, df) for t in terms if (p := corpus.postings.get(t)) and (df := stats.df(t, p, n))),
-                   key=lambda tpd: tpd[2])
+                   key=lambda tpd: (tpd[2], tpd[0]))
     lengths = corpus.lengths
     base = K1 * (1.0 - B)
     per_length = K1 * B * n / total if total else 0.0
@@ -601,8 +597,7 @@ def scores_as_of(corpus: _Corpus, terms: Iterable[str], end: int) -> dict[int, f
             if d not in scores:
                 scores[d] = 0.0
     for _, weight, postings, _df in common:
-        for d in scores:
-            tf = postings.get(d)
-            if tf:
-                scores[d] += weight * tf / (tf + base + per_length * lengths[d])
+        for d in scores.keys() & postings.keys():  # only the candidates holding the term (each d's sum: same order)
+            tf = postings[d]
+            scores[d] += weight * tf / (tf + base + per_length * lengths[d])
     return scores

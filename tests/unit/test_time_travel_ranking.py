@@ -58,3 +58,15 @@ def test_scores_as_of_a_message_count_equal_the_scores_of_the_corpus_then():
     assert checked > 100  # the comparisons were not all of empty results
     # The common-term path ran: some query terms exceed the exact budget at the full size.
     assert max(len(live.postings[t]) for t in query_terms(QUERIES[-1])) > 1000
+
+
+def test_scores_do_not_depend_on_the_order_of_the_query_terms():
+    # A query's terms come as a set, whose order changes with the process (hash seed): a context
+    # recorded by one process must be the one another process reads as of that moment.
+    docs = _docs(2400)
+    corpus = _corpus(docs)
+    for query in QUERIES + ("refund order payment account tracking label customer support plan",):
+        terms = sorted(set(query_terms(query)))
+        for then in (333, 2 * 1500, 2 * 2400):
+            assert scores_as_of(corpus, terms, then) == scores_as_of(corpus, terms[::-1], then), (query, then)
+        assert corpus.scores(terms) == corpus.scores(terms[::-1]), query
