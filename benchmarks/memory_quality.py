@@ -295,7 +295,12 @@ def measure_beam(path: str | Path, chats: str | None = None, *, budgets: Sequenc
         engine = MemoryEngine.open(root, settings)
         try:
             started = time.perf_counter()
-            _ingest(engine, [[{**m, "conversation_id": conv_ids[c.chat_id]} for m in c.messages] for c in loaded],
+            # A --data-dir that already holds a chat whole (an earlier run) is scored again without
+            # re-ingesting it: read-side changes (recall, excerpts) are measured in minutes, not an hour.
+            todo = [c for c in loaded if len(engine.history(conv_ids[c.chat_id])) != len(c.messages)]
+            if any(engine.history(conv_ids[c.chat_id]) for c in todo):
+                raise ValueError(f"{root} holds some chats partly or differently; use an empty --data-dir")
+            _ingest(engine, [[{**m, "conversation_id": conv_ids[c.chat_id]} for m in c.messages] for c in todo],
                     step, timeout)
             appended = time.perf_counter()
             engine.wait_idle(timeout=timeout)
@@ -510,7 +515,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="messages per conversation between waits for the summarizer: 1 = live chat, "
                              "0 = one batch per conversation (default 10)")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds to wait for summaries")
-    parser.add_argument("--data-dir", default=None, help="keep the engine's files here instead of a temp dir")
+    parser.add_argument("--data-dir", default=None, help="keep the engine's files here instead of a temp dir; beam: chats already there whole are not ingested again")
     parser.add_argument("--dense", choices=("local", "openai", "st"), default=None,
                         help="beam: also read every policy with BM25 fused with dense retrieval by this embedder "
                              "(st: the [st] extra's all-MiniLM-L6-v2; openai: the [embedder] settings / "

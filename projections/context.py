@@ -15,7 +15,9 @@ Order: [system prompt][memory system messages][recalled older messages]
    newest first; what does not fit is trimmed from the oldest.
 3. What is left goes to older messages (*recall*): first the ones most
    relevant to the query (a recalled question brings its answer, a recalled
-   answer its question, when they fit), then the newest ones not yet in.
+   answer its question, when they fit; a long one comes as an excerpt of its
+   passages holding the query's words, :mod:`.excerpt`), then the newest
+   ones not yet in.
    Recalled messages are marked ``kind="recalled"``, sit in conversation
    order between the memory and the verbatim messages, and carry their date
    (``[2024-03-15] ...``) so "when" questions can be answered.
@@ -34,7 +36,8 @@ from typing import Protocol
 from memfold.engine.ports import ContextMessage, ContextPlan, MessageRecord
 from memfold.engine.tokens import MESSAGE_OVERHEAD
 
-from .retrieval import analyze, query_terms
+from .excerpt import EXCERPT_OVER, excerpt
+from .retrieval import query_terms
 
 # Ranked hits considered per read: enough to fill an 8k budget with short turns.
 RANK_LIMIT = 64
@@ -42,16 +45,7 @@ RANK_LIMIT = 64
 TOOL_SPAN = 16
 # Rounds of "newest older messages" fetched to fill what relevance left.
 FILL_ROUNDS = 8
-# A long message recalled for its relevance brings its passages that match the
-# query (and the sentence after each), not all of it: one 1,500-token answer
-# would otherwise take the room of ten relevant turns.
-EXCERPT_OVER = 240
-EXCERPT_TOKENS = 160
-# A passage longer than this (a run-on sentence, a code line) is cut at its clauses: one
-# 2,500-character sentence must not turn an excerpt back into the whole message.
-PASSAGE_CHARS = 400
 _SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
-_CLAUSE = re.compile(r"(?<=[,;:])\s+")
 
 
 class OlderMessages(Protocol):
@@ -242,6 +236,7 @@ class _Recall:
         self.upper = upper
         self.remaining = remaining
         self.chosen: dict[int, ContextMessage] = {}
+        self.shown: set[str] = set()  # passages excerpts have shown (not repeated by a later excerpt)
 
     def run(self, query: str, before: int) -> list[ContextMessage]:
         """Return the recalled messages, in index order."""
@@ -256,20 +251,26 @@ class _Recall:
     def _take(self, group: Sequence[MessageRecord], terms: frozenset[str] | None = None) -> bool:
         """Add ``group`` if it is whole, new and fits; return whether it was added.
 
-        With query ``terms``, a long single message is recalled as its matching passages.
+        With query ``terms``, a long single message is recalled as its matching passages
+        (:mod:`.excerpt`), none of them one an earlier excerpt showed.
         """
         if len(group) == 1:  # the common case, kept cheap: reads must stay well under 5 ms
             m = group[0]
             if m.tool_calls or m.role == "tool" or m.index in self.chosen or m.index in self.exclude or m.index >= self.upper:
                 return False
+            shown: list[str] = []
             if terms and m.tokens > EXCERPT_OVER:
-                r = _excerpt(m, terms, self.count_tokens)
+                cut = excerpt(m, terms, self.count_tokens, self.shown)
+                if cut is None:  # every passage worth showing is in the context already
+                    return False
+                r, shown = cut
             else:
                 r = _recalled(m, self.count_tokens)
             if r.tokens > self.remaining:
                 return False
             self.remaining -= r.tokens
             self.chosen[m.index] = r
+            self.shown.update(shown)
             return True
         if not _complete(group) or not self._free(group):
             return False
@@ -339,77 +340,6 @@ def _units(found: dict[int, MessageRecord]) -> dict[int, list[MessageRecord]]:
             for m in group:
                 unit_of[m.index] = group
     return unit_of
-
-
-def passages(text: str) -> list[str]:
-    """Split ``text`` into sentences (and lines); one longer than PASSAGE_CHARS into runs of its clauses.
-
-    A clause longer than PASSAGE_CHARS is cut at a word boundary.
-    """
-    out: list[str] = []
-    for sentence in _SENTENCE.split(text):
-        if not sentence.strip():
-            continue
-        if len(sentence) <= PASSAGE_CHARS:
-            out.append(sentence)
-            continue
-        run = ""
-        for clause in _CLAUSE.split(sentence):
-            while len(clause) > PASSAGE_CHARS:
-                cut = clause.rfind(" ", 0, PASSAGE_CHARS)
-                cut = cut if cut > 0 else PASSAGE_CHARS
-                if run:
-                    out.append(run)
-                    run = ""
-                out.append(clause[:cut])
-                clause = clause[cut:].lstrip()
-            if run and len(run) + 1 + len(clause) > PASSAGE_CHARS:
-                out.append(run)
-                run = ""
-            run = f"{run} {clause}" if run else clause
-        if run.strip():
-            out.append(run)
-    return out
-
-
-def _excerpt(m: MessageRecord, terms: frozenset[str], count_tokens: Callable[[str], int]) -> ContextMessage:
-    """Render the passages of ``m`` that hold query terms (each with the one after), about EXCERPT_TOKENS long.
-
-    Best-matching passages first (:func:`passages`), shown in their original
-    order, gaps marked with "…". A message with no matching passage (a
-    recalled question's long answer) is shown by its opening passages.
-    """
-    parts_of = passages(m.content)
-    if not parts_of:
-        return _recalled(m, count_tokens)
-    hits = sorted(
-        ((len(terms.intersection(analyze(x))), i) for i, x in enumerate(parts_of)), key=lambda h: (-h[0], h[1])
-    )
-    if not hits or hits[0][0] == 0:
-        hits = [(1, i) for i in range(len(parts_of))]  # nothing matches: the opening, in order
-    keep: set[int] = set()
-    size = 0
-    for score, i in hits:
-        if score == 0 or size >= EXCERPT_TOKENS:
-            break
-        for j in (i, i + 1):
-            if j < len(parts_of) and j not in keep:
-                keep.add(j)
-                size += len(parts_of[j]) // 4 + 1  # chars/4: a cheap estimate; the result is counted exactly
-    parts: list[str] = []
-    last = -1
-    for j in sorted(keep):
-        if j != last + 1:
-            parts.append("…")
-        parts.append(parts_of[j])
-        last = j
-    if last < len(parts_of) - 1:
-        parts.append("…")
-    content = f"[{m.occurred_at.date().isoformat()}] (excerpt)\n" + " ".join(parts)
-    return ContextMessage(
-        role=m.role, content=content, kind="recalled", tokens=count_tokens(content) + MESSAGE_OVERHEAD, index=m.index,
-        occurred_at=m.occurred_at,
-    )
 
 
 def date_prefix(m: MessageRecord) -> str:

@@ -205,6 +205,20 @@ def test_a_long_relevant_message_is_recalled_as_its_matching_passages():
     assert sum(m.tokens for m in out) <= 400
 
 
+def test_a_passage_already_shown_is_not_repeated_by_a_later_excerpt():
+    plan = "Step one: book the vet for Biscuit's booster shot on 12 May."
+    filler = " ".join(f"Paragraph {k} is about the garden, the weather and nothing much." for k in range(40))
+    planted = {21: f"{filler} {plan} Keep him calm. {filler}",
+               61: f"{filler} {plan} Keep him calm. Step two: Biscuit's worm tablets are due in June. {filler}"}
+    messages = chat(100, planted)
+    out = context(messages, plan_after(95), budget=700, query="When is Biscuit's booster shot and his worm tablets?")
+    recalled = {m.index: m for m in out if m.kind == "recalled"}
+    assert sum(m.content.count(plan) for m in out) == 1  # the repeated plan once; its room goes to what is new
+    assert "worm tablets are due in June" in recalled[61].content
+    assert 21 not in recalled  # nothing in it matches the query that is not in the context already
+    assert sum(m.tokens for m in out) <= 700
+
+
 def test_the_users_own_words_rank_before_an_assistant_echo():
     planted = {30: "I keep my spare key under the blue flowerpot by the door.",
                51: "A spare key under a blue flowerpot? Spare key, blue flowerpot: burglars check there first."}

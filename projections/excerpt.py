@@ -1,0 +1,162 @@
+"""Excerpts: a long recalled message shown by the passages that hold the query's words.
+
+One 1,500-token answer recalled whole would take the room of ten relevant
+turns, so a long message recalled for its relevance comes as an excerpt:
+
+- the message is cut into *passages* (:func:`passages`): sentences and lines,
+  a run-on sentence into runs of its clauses;
+- passages holding more of the query's terms come first (ties: the earlier),
+  each with the one after it (an answer often follows the line that names
+  its subject), until the excerpt's size; they are shown in their original
+  order, gaps marked with "…";
+- a passage already shown in the same context (assistants repeat a plan or
+  a code block answer after answer) is not shown again: its room goes to
+  something new. A message with nothing new to show is not recalled.
+
+A message is analysed (passages and their terms) once and kept in a bounded
+cache: messages never change, and the same long answers come back read after
+read.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from memfold.engine.ports import ContextMessage, MessageRecord
+from memfold.engine.tokens import MESSAGE_OVERHEAD
+
+from .retrieval import analyze
+
+# A recalled message longer than this (tokens) is excerpted.
+EXCERPT_OVER = 240
+# Roughly how long an excerpt is (tokens, estimated from characters; the result is counted exactly).
+EXCERPT_TOKENS = 160
+# A passage longer than this (a run-on sentence, a code line) is cut at its clauses: one
+# 2,500-character sentence must not turn an excerpt back into the whole message.
+PASSAGE_CHARS = 400
+_SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
+_CLAUSE = re.compile(r"(?<=[,;:])\s+")
+# A passage at least this long is not shown twice in one context (shorter ones are
+# structure: a code fence, "Example:", a bullet's "1 day").
+DEDUPE_CHARS = 20
+_CACHE_MAX = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class Analysed:
+    """A message cut into passages, with each passage's index terms and how many passages hold each term."""
+
+    content: str
+    passages: tuple[str, ...]
+    terms: tuple[frozenset[str], ...]
+    df: dict[str, int]
+
+
+_CACHE: dict[tuple[str, str, int, str], Analysed] = {}
+_LOCK = threading.Lock()
+
+
+def passages(text: str) -> list[str]:
+    """Split ``text`` into sentences (and lines); one longer than PASSAGE_CHARS into runs of its clauses.
+
+    A clause longer than PASSAGE_CHARS is cut at a word boundary.
+    """
+    out: list[str] = []
+    for sentence in _SENTENCE.split(text):
+        if not sentence.strip():
+            continue
+        if len(sentence) <= PASSAGE_CHARS:
+            out.append(sentence)
+            continue
+        run = ""
+        for clause in _CLAUSE.split(sentence):
+            start = 0
+            while len(clause) - start > PASSAGE_CHARS:  # offsets, not slices: a 300K-character clause stays linear
+                cut = clause.rfind(" ", start, start + PASSAGE_CHARS)
+                cut = cut if cut > start else start + PASSAGE_CHARS
+                if run:
+                    out.append(run)
+                    run = ""
+                out.append(clause[start:cut])
+                start = cut
+                while start < len(clause) and clause[start].isspace():
+                    start += 1
+            clause = clause[start:]
+            if run and len(run) + 1 + len(clause) > PASSAGE_CHARS:
+                out.append(run)
+                run = ""
+            run = f"{run} {clause}" if run else clause
+        if run.strip():
+            out.append(run)
+    return out
+
+
+def analysed(m: MessageRecord) -> Analysed:
+    """Return ``m`` cut into passages with their terms (cached per message; a hit must have the same text)."""
+    key = (m.tenant_id, m.conversation_id, m.index, m.event_id)
+    found = _CACHE.get(key)
+    if found is not None and found.content == m.content:
+        return found
+    parts = tuple(passages(m.content))
+    terms = tuple(frozenset(analyze(p)) for p in parts)
+    df: Counter[str] = Counter()
+    for t in terms:
+        df.update(t)
+    found = Analysed(m.content, parts, terms, dict(df))
+    with _LOCK:
+        if len(_CACHE) >= _CACHE_MAX:
+            _CACHE.clear()
+        _CACHE[key] = found
+    return found
+
+
+def excerpt(
+    m: MessageRecord, terms: frozenset[str], count_tokens: Callable[[str], int], shown: set[str] | frozenset[str] = frozenset(),
+    size: int = EXCERPT_TOKENS,
+) -> tuple[ContextMessage, list[str]] | None:
+    """Return ``m`` as its passages holding query ``terms`` (about ``size`` tokens) and the passages to remember as shown.
+
+    A passage in ``shown`` (already in the context: an answer that repeats
+    an earlier plan) is not shown again; None when nothing new is left. A
+    message with no matching passage (a recalled question's long answer) is
+    shown by its opening passages.
+    """
+    a = analysed(m)
+    parts = a.passages
+    n = len(parts)
+    if any(t in a.df for t in terms):
+        hits = [i for _, i in sorted((-len(terms & held), i) for i, held in enumerate(a.terms) if terms & held)]
+    else:
+        hits = list(range(n))  # nothing matches: the opening, in order
+    keep: set[int] = set()
+    used = 0
+    for i in hits:
+        if used >= size:
+            break
+        if parts[i] in shown:
+            continue
+        for j in (i, i + 1):
+            if j < n and j not in keep and (j == i or parts[j] not in shown):
+                keep.add(j)
+                used += len(parts[j]) // 4 + 1  # chars/4: a cheap estimate; the result is counted exactly
+    if not keep:
+        return None
+    out: list[str] = []
+    last = -1
+    for j in sorted(keep):
+        if j != last + 1:
+            out.append("…")
+        out.append(parts[j])
+        last = j
+    if last < n - 1:
+        out.append("…")
+    content = f"[{m.occurred_at.date().isoformat()}] (excerpt)\n" + " ".join(out)
+    rendered = ContextMessage(
+        role=m.role, content=content, kind="recalled", tokens=count_tokens(content) + MESSAGE_OVERHEAD, index=m.index,
+        occurred_at=m.occurred_at,
+    )
+    return rendered, [parts[j] for j in keep if len(parts[j]) >= DEDUPE_CHARS]
