@@ -311,13 +311,42 @@ def _by_index(records: Iterable[Any]) -> list[Any]:
     return out
 
 
+class _Loading:
+    """A conversation being read from the store while the index's lock is free.
+
+    Batches committed meanwhile are kept here and added once the rows are in
+    (what the load already saw is skipped: documents by id, messages by index).
+    """
+
+    __slots__ = ("batches", "done")
+
+    def __init__(self) -> None:
+        self.batches: list[tuple[dict[str, list[Any]], list[Any]]] = []
+        self.done = threading.Event()
+
+
+def _catch_up(key: Key, docs: _Docs, batches: list[tuple[dict[str, list[Any]], list[Any]]]) -> bool:
+    """Add to freshly loaded ``docs`` the batches committed during the load; False when they do not follow on."""
+    for cols, records in batches:
+        for row in zip(*(cols[c] for c in SEARCH_COLUMNS)):
+            if row[0] == key[0] and row[1] == key[1]:
+                docs.add(*row[2:])
+        for r in records:
+            if r.tenant_id == key[0] and r.conversation_id == key[1] and not docs.add_message(r):
+                return False
+    return True
+
+
 class SearchIndex:
     """Conversations being recalled from, in memory: BM25 over their ``search_docs`` rows and their messages.
 
     A conversation is loaded from the store the first time it is searched
     (rows and messages), then follows each committed batch, so reads never
-    wait on DuckDB (a point query costs milliseconds there). LRU over
-    conversations; thread-safe.
+    wait on DuckDB (a point query costs milliseconds there). A conversation
+    whose first message the projector commits while the index has room
+    starts in memory, empty, and is never loaded. LRU over conversations;
+    thread-safe. A load runs without the lock: reads of other conversations
+    and the projector's batches do not wait for it.
     """
 
     def __init__(self, load_rows, load_messages, max_conversations: int = 64):
@@ -326,11 +355,20 @@ class SearchIndex:
         self._load_messages = load_messages
         self.max_conversations = max_conversations
         self._convs: dict[Key, _Docs] = {}
+        self._loading: dict[Key, _Loading] = {}
         self._lock = threading.Lock()
 
     def extend(self, cols: dict[str, list[Any]], records: Iterable[Any] = ()) -> None:
         """Add a committed batch: its ``search_docs`` columns and its messages (index order per conversation)."""
+        records = list(records)
         with self._lock:
+            for r in records:  # a conversation starting in this batch: all of it is here, nothing to load
+                if r.index == 0 and len(self._convs) < self.max_conversations:
+                    key = (r.tenant_id, r.conversation_id)
+                    if key not in self._convs and key not in self._loading:
+                        self._convs[key] = _Docs()
+            for loading in self._loading.values():
+                loading.batches.append((cols, records))
             if not self._convs:
                 return
             for row in zip(*(cols[c] for c in SEARCH_COLUMNS)):
@@ -344,26 +382,57 @@ class SearchIndex:
                     del self._convs[key]  # a gap (restart in between): reload on next use
 
     def drop(self, key: Key) -> None:
-        """Forget a conversation (deleted)."""
+        """Forget a conversation (deleted); a load under way starts over."""
         with self._lock:
             self._convs.pop(key, None)
+            self._loading.pop(key, None)
 
     def clear(self) -> None:
-        """Forget everything (after a failed transaction or a rebuild)."""
+        """Forget everything (after a failed transaction or a rebuild); loads under way start over."""
         with self._lock:
             self._convs.clear()
+            self._loading.clear()
 
     def _docs(self, key: Key) -> _Docs:
-        docs = self._convs.pop(key, None)
-        if docs is None:
-            docs = _Docs()
-            for row in self._load_rows(*key):
-                docs.add(*row[2:])
-            docs.messages = _by_index(self._load_messages(*key))
+        """Return the conversation's documents, loading them first if needed. Call with ``self._lock`` held.
+
+        The lock is released while the store is read (and while waiting for
+        another thread's load of the same conversation) and held again on
+        return. Batches committed during the load are added after it, so
+        the result is what the projection holds when the lock is retaken.
+        """
+        while True:
+            docs = self._convs.pop(key, None)
+            if docs is not None:
+                self._convs[key] = docs  # most recently used last
+                return docs
+            loading = self._loading.get(key)
+            if loading is not None:  # another thread is loading it: wait for that load
+                self._lock.release()
+                try:
+                    loading.done.wait()
+                finally:
+                    self._lock.acquire()
+                continue
+            loading = self._loading[key] = _Loading()
+            self._lock.release()
+            try:
+                docs = _Docs()
+                for row in self._load_rows(*key):
+                    docs.add(*row[2:])
+                docs.messages = _by_index(self._load_messages(*key))
+            finally:
+                self._lock.acquire()
+                current = self._loading.get(key) is loading
+                if current:
+                    del self._loading[key]
+                loading.done.set()
+            if not current or not _catch_up(key, docs, loading.batches):
+                continue  # dropped or cleared meanwhile, or the batches do not follow on: load again
             while len(self._convs) >= self.max_conversations:
                 self._convs.pop(next(iter(self._convs)))
-        self._convs[key] = docs  # most recently used last
-        return docs
+            self._convs[key] = docs
+            return docs
 
     def messages_at(self, key: Key, indices: Iterable[int]) -> list[Any]:
         """Return the committed messages at ``indices`` (sorted), skipping those that do not exist."""

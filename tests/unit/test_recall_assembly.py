@@ -265,6 +265,7 @@ def test_a_query_of_common_words_scores_a_bounded_head_and_still_finds_the_best_
                 for i in range(n)]
     messages[1234] = msg(1234, "user", "order refund order refund")  # the densest use of both words
     source = older(messages)
+    source.end()  # loads the conversation
     corpus = source.index._docs(source.key).corpora["message"]
     assert set(corpus.heads) >= {"order", "refund"} and all(len(h) == retrieval._HEAD for h in corpus.heads.values())
     scores = corpus.scores({"order", "refund"})
