@@ -4,7 +4,7 @@
 error bodies and metrics, plus the two things that keep the hot paths off
 the projection: group commit of appends (:mod:`.appender`) and reuse of
 rendered contexts (:mod:`.context_cache`, answered before routing by
-:mod:`.fastpath`); ``close_app`` stops the appender. Every error answers ``{"error": {"type",
+:mod:`.fastpath`); ``close_app`` stops the appender and the append validators. Every error answers ``{"error": {"type",
 "message", "field"?, "line"?}}``; memfold's own errors keep their names.
 """
 
@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Annotated
 
 from fastapi import Depends, FastAPI, HTTPException, Request
@@ -53,6 +54,10 @@ class Services:
     appender: GroupAppender
     contexts: ContextCache
     replays: object = None  # replays.ReplayJobs (imported with the routes)
+    # Appends are validated here, not in the thread pool the reads use: fifty clients appending at once
+    # then keep two threads busy, not forty, and a context read does not queue behind them for the GIL.
+    validator: ThreadPoolExecutor = field(
+        default_factory=lambda: ThreadPoolExecutor(max_workers=2, thread_name_prefix="memfold-validate"))
 
 
 def services(request: Request) -> Services:
@@ -231,5 +236,6 @@ def create_app(engine, keys: ApiKeyStore, limits: Limits | None = None) -> FastA
 
 
 def close_app(app: FastAPI) -> None:
-    """Write the appends still queued and stop the appender (before the engine closes)."""
+    """Write the appends still queued and stop the appender and the validators (before the engine closes)."""
+    app.state.memfold.validator.shutdown(wait=True)
     app.state.memfold.appender.close()

@@ -15,13 +15,20 @@ events are projected, so a route that waited (``?wait=true``, retract,
 forget) also bumps the partitions it wrote: a read after it never gets an
 answer from before it. Replacing the whole projection (a promoted replay)
 calls :meth:`clear`.
+
+It also remembers which conversations exist (:meth:`exists`), so a read
+that misses the cache does not ask DuckDB for the conversation's row each
+time: that point query waits behind the projector's write transactions, and
+under a mixed load it was a large part of a read's latency. A conversation,
+once it exists, exists until it is deleted; the projector tells the cache
+about every committed deletion, and the forget route says so at once.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from typing import Any, Hashable, Iterable
+from typing import Any, Callable, Hashable, Iterable
 
 from memfold.engine.events import conversation_key
 from memfold.engine.partitioner import partition_for
@@ -40,6 +47,9 @@ class ContextCache:
         # (tenant, conversation, raw query string) -> the key its validated parameters made (see fastpath)
         self._aliases: dict[tuple[str, str, bytes], Hashable] = {}
         self._lock = threading.Lock()
+        self._known: set[tuple[str, str]] = set()  # conversations seen to exist (not deleted)
+        self._deletions = 0  # bumped by every committed deletion: a lookup racing one is not remembered
+        engine.projector.listeners.append(lambda changes: changes.deleted and self.deleted(changes.deleted))
         runner = engine.runner
         previous = runner.on_committed
 
@@ -90,9 +100,37 @@ class ContextCache:
             for partition in partitions:
                 self._versions[partition] = self._versions.get(partition, 0) + 1
 
+    def exists(self, tenant_id: str, conversation_id: str, lookup: Callable[[], bool]) -> bool:
+        """Return whether the conversation exists; ``lookup()`` asks the store when it is not known to.
+
+        Only a positive answer is remembered (a missing conversation may be
+        created by the next append), and not when a deletion was committed
+        while ``lookup`` ran.
+        """
+        key = (tenant_id, conversation_id)
+        if key in self._known:
+            return True
+        deletions = self._deletions
+        if not lookup():
+            return False
+        with self._lock:
+            if self._deletions == deletions:
+                if len(self._known) >= self.max_entries * 10:
+                    self._known.clear()  # bounded whatever clients ask for; relearned by the next reads
+                self._known.add(key)
+        return True
+
+    def deleted(self, keys: Iterable[tuple[str, str]]) -> None:
+        """Forget that the conversations ``keys`` (tenant, conversation) exist: they were deleted."""
+        with self._lock:
+            self._deletions += 1
+            self._known.difference_update(keys)
+
     def clear(self) -> None:
-        """Drop every answer (the projection was replaced)."""
+        """Drop every answer and what is known to exist (the projection was replaced)."""
         with self._lock:
             self._epoch += 1
+            self._deletions += 1
             self._entries.clear()
             self._aliases.clear()
+            self._known.clear()

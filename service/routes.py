@@ -2,14 +2,16 @@
 
 Most routes are plain ``def``: the engine's calls block (SQLite, DuckDB), so
 FastAPI runs them in its thread pool; the store gives each thread its own
-cursor. The two hot ones are ``async``: an append validates in the pool and
-then waits for its group commit (:mod:`.appender`) without holding a
+cursor. The two hot ones are ``async``: an append validates on the
+service's two validator threads (not the pool reads use) and then waits
+for its group commit (:mod:`.appender`) without holding a
 thread; a context read answered from :mod:`.context_cache` never leaves the
 event loop.
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 from datetime import datetime
@@ -88,7 +90,8 @@ async def append_messages(
     if limit and len(body.messages) > limit:
         raise HTTPException(413, f"{len(body.messages)} messages in one append; the limit is {limit} "
                                  "(split the batch, or memfold serve --max-batch)")
-    events = await run_in_threadpool(_validated, svc.engine, key.tenant_id, conversation_id, body)
+    events = await asyncio.wrap_future(svc.validator.submit(_validated, svc.engine, key.tenant_id, conversation_id,
+                                                            body))
     positions = await svc.appender.append(events)  # conflicts (409) are checked in the group, per request
     svc.metrics.appended.inc(len(events))
     if wait:
@@ -211,9 +214,16 @@ async def get_context(
 
 def _render_context(request: Request, tenant: str, conversation_id: str, budget: int | None, query: str | None,
                     name: str, point: Position | datetime | None) -> bytes:
-    existing(request, tenant, conversation_id)
-    messages = services(request).engine.context(conversation_id, budget=budget, query=query, policy=name,
-                                                tenant_id=tenant, as_of=point)
+    svc = services(request)
+
+    def stored() -> bool:
+        row = svc.engine.store.conversation(tenant, conversation_id)
+        return row is not None and not row.get("deleted")
+
+    if not svc.contexts.exists(tenant, conversation_id, stored):  # a DuckDB point query only the first time
+        raise HTTPException(404, f"no conversation {conversation_id!r}")
+    messages = svc.engine.context(conversation_id, budget=budget, query=query, policy=name, tenant_id=tenant,
+                                  as_of=point)
     out = []
     for m in messages:
         item = m.as_dict()
@@ -237,6 +247,7 @@ def forget_conversation(
     existing(request, key.tenant_id, conversation_id)
     position = services(request).engine.forget(conversation_id, tenant_id=key.tenant_id, reason=reason)
     services(request).contexts.bump([position])
+    services(request).contexts.deleted([(key.tenant_id, conversation_id)])  # the projector's word may come later
     return {"conversation_id": conversation_id, "forgotten": True, "partition": position.partition,
             "offset": position.offset}
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 
 import httpx
 import pytest
@@ -52,3 +53,28 @@ def test_cached_context_follows_appends_retractions_and_forget(service):
         assert _said(w, "cached-1") == ["note 0", "note 2", "note 3"]
         assert a.delete("/v1/conversations/cached-1").status_code == 200
         assert w.get("/v1/conversations/cached-1/context", params={"budget": 500}).status_code == 404
+
+
+def test_the_cache_knows_a_conversation_exists_until_the_projector_commits_its_deletion(tmp_path):
+    from memfold.engine.engine import MemoryEngine
+    from memfold.engine.settings import Settings
+    from memfold.service.context_cache import ContextCache
+
+    with MemoryEngine(Settings.load(None, data_dir=tmp_path / "d")) as engine:
+        cache = ContextCache(engine)
+        asked: list[str] = []
+
+        def stored() -> bool:
+            asked.append("store")
+            row = engine.store.conversation("default", "c1")
+            return row is not None and not row.get("deleted")
+
+        assert not cache.exists("default", "c1", stored)  # not there yet, and not remembered as missing
+        engine.wait_for(engine.append_message("c1", "user", "hello"))
+        assert cache.exists("default", "c1", stored) and cache.exists("default", "c1", stored)
+        assert asked == ["store", "store"]  # the second read did not ask DuckDB
+        engine.forget("c1")  # not through the service's route: the projector's listener says it is gone
+        deadline = time.monotonic() + 60  # the listener runs right after the commit forget waited for
+        while cache.exists("default", "c1", stored) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not cache.exists("default", "c1", stored) and asked[-1] == "store"
