@@ -1,27 +1,30 @@
-"""Rendered context answers, reused until the conversation's partition moves.
+"""Rendered context answers, reused until the conversation changes.
 
 A context is a pure function of the projection at the time of the read, and
 everything that changes a conversation's projection (a message, a summary
-outcome, a retraction, a forget) is an event of the conversation's own log
-partition. So an answer stays right for as long as nothing new of that
-partition has been projected. Each partition has a version, bumped by the
-runner's ``on_committed`` hook, which runs after the projector's in-memory
-caches (hot tail, search index) hold the committed batch; an answer is
-stored with the version read *before* it was computed, so a batch landing
-meanwhile makes the stored answer stale, never wrong.
+outcome, a retraction, a forget) is an event of that conversation. So an
+answer stays right for as long as no new event of the conversation has been
+projected. Each conversation has a version, bumped by a projector listener,
+which runs after the projector's in-memory caches (hot tail, search index)
+hold the committed batch; an answer is stored with the version read
+*before* it was computed, so a batch landing meanwhile makes the stored
+answer stale, never wrong. (Versions used to be per log partition: then
+every append to any conversation of the partition, a few dozen under load,
+threw away the answers of all the others.)
 
-The runner's hook may run a moment after a waiting writer is told its
-events are projected, so a route that waited (``?wait=true``, retract,
-forget) also bumps the partitions it wrote: a read after it never gets an
-answer from before it. Replacing the whole projection (a promoted replay)
-calls :meth:`clear`.
+The listener may run a moment after a waiting writer is told its events are
+projected, so a route that waited (``?wait=true``, retract, forget) also
+bumps the partitions it wrote: a read after it never gets an answer from
+before it. Replacing the whole projection (a promoted replay) calls
+:meth:`clear`; so does a settings switch, which gives the engine a new
+projector (the runner's ``on_committed`` hook notices and listens to it).
 
 It also remembers which conversations exist (:meth:`exists`), so a read
 that misses the cache does not ask DuckDB for the conversation's row each
 time: that point query waits behind the projector's write transactions, and
 under a mixed load it was a large part of a read's latency. A conversation,
-once it exists, exists until it is deleted; the projector tells the cache
-about every committed deletion, and the forget route says so at once.
+once it exists, exists until it is deleted; the listener hears of every
+committed deletion, and the forget route says so at once.
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ from memfold.engine.events import conversation_key
 from memfold.engine.partitioner import partition_for
 from memfold.engine.positions import Position
 
+Version = tuple[int, int, int]  # (epoch, partition bumps by routes, the conversation's projected batches)
+
 
 class ContextCache:
     """Up to ``max_entries`` answers (bytes), least recently used out; thread-safe."""
@@ -42,6 +47,7 @@ class ContextCache:
         self.max_entries = max_entries
         self._partitions = engine.log.partition_count
         self._versions: dict[int, int] = {}
+        self._conversations: dict[tuple[str, str], int] = {}
         self._epoch = 0
         self._entries: OrderedDict[Hashable, tuple[Any, bytes]] = OrderedDict()
         # (tenant, conversation, raw query string) -> the key its validated parameters made (see fastpath)
@@ -49,22 +55,41 @@ class ContextCache:
         self._lock = threading.Lock()
         self._known: set[tuple[str, str]] = set()  # conversations seen to exist (not deleted)
         self._deletions = 0  # bumped by every committed deletion: a lookup racing one is not remembered
-        engine.projector.listeners.append(lambda changes: changes.deleted and self.deleted(changes.deleted))
+        self._projector = engine.projector
+        self._projector.listeners.append(self._projected)
         runner = engine.runner
         previous = runner.on_committed
 
         def committed(positions: dict[int, int]) -> None:
             previous(positions)
-            self.bump(positions)  # its keys are the partitions of the committed batch
+            if engine.projector is not self._projector:  # switch_settings: new policies, every answer may change
+                self._projector = engine.projector
+                self._projector.listeners.append(self._projected)
+                self.clear()
 
         runner.on_committed = committed
 
-    def version(self, tenant_id: str, conversation_id: str) -> tuple[int, int]:
-        """Return the current version of the conversation's partition (read it before computing an answer)."""
-        partition = partition_for(conversation_key(tenant_id, conversation_id), self._partitions)
-        return self._epoch, self._versions.get(partition, 0)
+    def _projected(self, changes) -> None:
+        """Projector listener: ``changes`` are committed and in the projector's caches."""
+        with self._lock:
+            versions = self._conversations
+            if len(versions) >= self.max_entries * 10:  # bounded: start a new epoch rather than grow
+                self._epoch += 1
+                versions.clear()
+                self._entries.clear()
+                self._aliases.clear()
+            for key in changes.conversations:
+                versions[key] = versions.get(key, 0) + 1
+            if changes.deleted:
+                self._deletions += 1
+                self._known.difference_update(changes.deleted)
 
-    def get(self, key: Hashable, version: tuple[int, int]) -> bytes | None:
+    def version(self, tenant_id: str, conversation_id: str) -> Version:
+        """Return the conversation's current version (read it before computing an answer)."""
+        partition = partition_for(conversation_key(tenant_id, conversation_id), self._partitions)
+        return self._epoch, self._versions.get(partition, 0), self._conversations.get((tenant_id, conversation_id), 0)
+
+    def get(self, key: Hashable, version: Version) -> bytes | None:
         """Return the answer stored under ``key`` at ``version``, else None."""
         with self._lock:
             entry = self._entries.get(key)
@@ -73,7 +98,7 @@ class ContextCache:
             self._entries.move_to_end(key)
             return entry[1]
 
-    def put(self, key: Hashable, version: tuple[int, int], answer: bytes) -> None:
+    def put(self, key: Hashable, version: Version, answer: bytes) -> None:
         """Store ``answer``, computed from the projection as it was at ``version``."""
         with self._lock:
             self._entries[key] = (version, answer)
@@ -94,7 +119,7 @@ class ContextCache:
         return None if key is None else self.get(key, self.version(tenant_id, conversation_id))
 
     def bump(self, written: Iterable[int | Position]) -> None:
-        """Mark every answer of the partitions ``written`` (numbers or log positions) stale."""
+        """Mark every answer of the partitions ``written`` (numbers or log positions) stale (routes that waited)."""
         partitions = {w.partition if isinstance(w, Position) else w for w in written}
         with self._lock:
             for partition in partitions:
@@ -121,7 +146,7 @@ class ContextCache:
         return True
 
     def deleted(self, keys: Iterable[tuple[str, str]]) -> None:
-        """Forget that the conversations ``keys`` (tenant, conversation) exist: they were deleted."""
+        """Forget that the conversations ``keys`` (tenant, conversation) exist: they were deleted (forget route)."""
         with self._lock:
             self._deletions += 1
             self._known.difference_update(keys)

@@ -78,3 +78,35 @@ def test_the_cache_knows_a_conversation_exists_until_the_projector_commits_its_d
         while cache.exists("default", "c1", stored) and time.monotonic() < deadline:
             time.sleep(0.01)
         assert not cache.exists("default", "c1", stored) and asked[-1] == "store"
+
+
+def test_an_answer_outlives_appends_to_other_conversations_of_its_partition(service):
+    from memfold.engine.events import conversation_key
+    from memfold.engine.partitioner import partition_for
+
+    def partition(conversation: str) -> int:
+        return partition_for(conversation_key("cache-part", conversation), 8)
+
+    first = "part-a"
+    other = next(c for c in (f"part-{i}" for i in range(1, 1000)) if partition(c) == partition(first))
+    with service.http(service.key("cache-part", "writer")) as w:
+        w.post(f"/v1/conversations/{first}/messages", params={"wait": "true"},
+               json={"messages": [{"id": "a0", "role": "user", "content": "about the parcel"}]})
+        answer = _said(w, first)
+        w.post(f"/v1/conversations/{other}/messages",  # no wait: the projector's listener bumps only that conversation
+               json={"messages": [{"id": "b0", "role": "user", "content": "about the invoice"}]})
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            r = w.get(f"/v1/conversations/{other}/context", params={"budget": 500})
+            if r.status_code == 200 and r.json()["messages"]:
+                break
+            time.sleep(0.05)
+        hits = _hits(w)
+        assert _said(w, first) == answer == ["about the parcel"]
+        assert _hits(w) == hits + 1  # the other conversation's batch, same partition, left this answer valid
+        w.post(f"/v1/conversations/{first}/messages",
+               json={"messages": [{"id": "a1", "role": "user", "content": "and the refund"}]})
+        deadline = time.monotonic() + 60
+        while _said(w, first) != ["about the parcel", "and the refund"] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _said(w, first) == ["about the parcel", "and the refund"]  # its own batch made the answer stale
