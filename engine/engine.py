@@ -654,7 +654,8 @@ class MemoryEngine:
         if self.sealer is None:
             raise ConfigError(
                 "this deployment stores content unsealed (no key store), so a conversation cannot be erased "
-                "from its log; set 'keystore' (env MEMFOLD_KEYSTORE) to a key store every node shares"
+                "from its log; set 'keystore' (env MEMFOLD_KEYSTORE) to a key store every node shares, e.g. "
+                "kafka://HOST:PORT/TOPIC (a compacted key topic on the same broker)"
             )
         if not isinstance(conversation_id, str) or not conversation_id.strip():
             raise ValidationError("conversation_id is required and must be a non-empty string", field="conversation_id")

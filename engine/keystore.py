@@ -185,5 +185,6 @@ def open_keystore(location: str | Path) -> KeyStore:
     if text.startswith("file://"):
         text = text[len("file://"):]
     elif "://" in text:
-        raise KeyStoreError(f"unknown key store {location!r}: give a file path (a KMS needs its own KeyStore class)")
+        raise KeyStoreError(f"unknown key store {location!r}: give a file path or kafka://HOST:PORT/TOPIC "
+                            "(a KMS needs its own KeyStore class)")
     return SQLiteKeyStore(text)

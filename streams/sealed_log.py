@@ -61,6 +61,11 @@ def sealed(log: EventLog, keystore: str | None) -> tuple[EventLog, Sealer | None
     """Return ``log`` sealing content with the key store at ``keystore``, and its sealer; as is when None."""
     if keystore is None:
         return log, None
+    if keystore.startswith("kafka://"):  # shared by every node of a Kafka deployment
+        from .kafka_keystore import open_kafka_keystore
+
+        sealer = Sealer(open_kafka_keystore(keystore))
+        return SealedLog(log, sealer), sealer
     from memfold.engine.keystore import open_keystore
 
     sealer = Sealer(open_keystore(keystore))

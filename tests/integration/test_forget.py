@@ -156,3 +156,41 @@ def test_forget_on_kafka_leaves_no_record_with_the_text(tmp_path, kafka_bootstra
     assert secret.encode() not in blob and secret.upper().encode() not in blob
     assert b'"conversation_id":"kept"' in blob and kept.encode() not in blob  # sealed too, but readable with its key
     assert _files_with(data, secret) == [] and _files_with(tmp_path, secret) == []
+
+
+@pytest.mark.kafka
+def test_two_nodes_share_a_kafka_key_store_and_a_forget_on_one_shreds_on_both(tmp_path, kafka_bootstrap):
+    import time
+
+    from memfold.engine.sealing import is_shredded
+
+    topic = f"memfold.forget.{uuid.uuid4().hex[:8]}"
+    a_dir, b_dir, secret, kept = tmp_path / "a", tmp_path / "b", _plant(), _plant()
+    settings = dict(log=f"kafka://{kafka_bootstrap}", topic=topic, partitions=2,
+                    keystore=f"kafka://{kafka_bootstrap}/{topic}.keys")
+
+    def messages(node: MemoryEngine, conversation: str) -> list:
+        return [r.event for p in (0, 1) for r in node.log.read(p, 0, 1000)
+                if r.event.conversation_id == conversation and isinstance(r.event, MessageAppended)]
+
+    with _engine(a_dir, **settings) as a:
+        _talk(a, "secret", secret, n=8)
+        _talk(a, "kept", kept, n=8)
+        a.wait_idle(90)
+        b = MemoryEngine(Settings.load(None, data_dir=b_dir, **LOW_TRIGGER, **settings), role="projector")
+        try:
+            b.wait_idle(90)
+            # Node b unseals a's content with the key from the shared topic (it has no key file of its own).
+            assert secret in " ".join(m.content for m in b.context("secret")).lower()
+            assert not any(is_shredded(e) for e in messages(b, "secret"))
+            a.forget("secret")
+            deadline = time.monotonic() + 60  # b re-reads the key topic at most a second after its last read
+            while not all(is_shredded(e) for e in messages(b, "secret")):
+                assert time.monotonic() < deadline, "node b still unseals the forgotten conversation"
+                time.sleep(0.1)
+            b.wait_idle(90)
+            assert b.history("secret") == [] and a.history("secret") == []
+            assert kept in " ".join(m.content for m in b.context("kept")).lower()  # its key is intact
+        finally:
+            b.close()
+    assert _files_with(a_dir, secret) == [] and _files_with(b_dir, secret) == []
