@@ -190,7 +190,7 @@ async def get_context(
 
     Memory first, then recalled older messages most relevant to ``query``,
     recent turns and the current message. The same read answers from a cache
-    until something new of the conversation's log partition is projected.
+    until something new of the conversation is projected.
     """
     svc = services(request)
     started = time.perf_counter()
