@@ -23,8 +23,9 @@ It also remembers which conversations exist (:meth:`exists`), so a read
 that misses the cache does not ask DuckDB for the conversation's row each
 time: that point query waits behind the projector's write transactions, and
 under a mixed load it was a large part of a read's latency. A conversation,
-once it exists, exists until it is deleted; the listener hears of every
-committed deletion, and the forget route says so at once.
+once it exists, exists until it is deleted; the listener learns of every
+conversation a committed batch wrote and of every deletion, and the forget
+route says so at once.
 """
 
 from __future__ import annotations
@@ -78,11 +79,18 @@ class ContextCache:
                 versions.clear()
                 self._entries.clear()
                 self._aliases.clear()
-            for key in changes.conversations:
+            known = self._known
+            if len(known) >= self.max_entries * 10:
+                known.clear()  # bounded; relearned from the next batches and reads
+            for key, row in changes.conversations.items():
                 versions[key] = versions.get(key, 0) + 1
+                if row.get("deleted"):
+                    known.discard(key)
+                else:
+                    known.add(key)  # its row is committed: a first read need not ask DuckDB
             if changes.deleted:
                 self._deletions += 1
-                self._known.difference_update(changes.deleted)
+                known.difference_update(changes.deleted)
 
     def version(self, tenant_id: str, conversation_id: str) -> Version:
         """Return the conversation's current version (read it before computing an answer)."""
@@ -140,8 +148,6 @@ class ContextCache:
             return False
         with self._lock:
             if self._deletions == deletions:
-                if len(self._known) >= self.max_entries * 10:
-                    self._known.clear()  # bounded whatever clients ask for; relearned by the next reads
                 self._known.add(key)
         return True
 
