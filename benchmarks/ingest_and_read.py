@@ -2,7 +2,7 @@
 
     python benchmarks/ingest_and_read.py [--messages 20000,200000] [--conversations 1000]
                                          [--long 10000] [--reads 2000] [--budget 3000]
-                                         [--dense local|openai|st] [--only-reads]
+                                         [--dense local|openai|st] [--only-reads | --only-ingest]
 
 Prints, for each size in MESSAGES: messages/s for append+project across
 CONVERSATIONS conversations (time until the projection has caught up; the
@@ -251,19 +251,28 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--budget", type=int, default=3_000)
     p.add_argument("--dense", choices=("local", "openai", "st"), default=None,
                    help="also time reads with BM25 fused with this embedder's dense retrieval")
-    p.add_argument("--only-reads", action="store_true", help="skip the ingest benchmarks")
+    only = p.add_mutually_exclusive_group()
+    only.add_argument("--only-reads", action="store_true", help="skip the ingest benchmarks")
+    only.add_argument("--only-ingest", action="store_true",
+                      help="only append + project (and time to idle) per size: no two-process run, no reads")
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="memfold-bench-") as tmp:
         if not args.only_reads:
             sizes = [int(x) for x in args.messages.split(",")]
             for n in sizes:
                 bench_ingest(Path(tmp), n, args.conversations)
+            if args.only_ingest:
+                return _peak_rss()
             bench_two_processes(Path(tmp), sizes[0], args.conversations)
         bench_read(Path(tmp), args.long, args.reads, args.budget)
         bench_recall_read(Path(tmp), args.long, args.reads, args.budget)
         if args.dense:
             dense = {"st": "sentence-transformers"}.get(args.dense, args.dense)
             bench_recall_read(Path(tmp), args.long, args.reads, args.budget, dense=dense)
+    return _peak_rss()
+
+
+def _peak_rss() -> int:
     import resource
 
     print(f"peak RSS: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MiB (this process)")
