@@ -281,8 +281,11 @@ class Settings(BaseSettings):
         """Return the key store sealing this deployment's content, or None when content is not sealed."""
         if self.keystore:
             return self.keystore
-        if self.log_url().startswith("sqlite:"):
+        url = self.log_url()
+        if url.startswith("sqlite:"):
             return (self.data_dir / "keys.sqlite").as_posix()
+        if url.startswith("kafka://"):  # every node of the deployment shares the key topic beside the events
+            return f"{url.rstrip('/')}/{self.topic}.keys"
         return None
 
     def projection_path(self) -> Path:

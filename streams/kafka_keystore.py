@@ -30,13 +30,17 @@ from datetime import datetime, timezone
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka import errors as kafka_errors
 
-from memfold.engine.errors import KeyStoreError
+from memfold.engine.errors import KeyStoreError, LogUnavailableError
 from memfold.engine.keystore import KEY_BYTES
 
 # Compaction bounds how long a destroyed key's bytes stay on the broker: a segment is rolled after
 # segment.ms and compacted once 1% of it is superseded; markers are never null, so none expire.
 TOPIC_CONFIGS = {"cleanup.policy": "compact", "segment.ms": "3600000", "min.cleanable.dirty.ratio": "0.01",
                  "delete.retention.ms": "86400000", "min.compaction.lag.ms": "0"}
+
+
+class KeyTopicUnavailableError(KeyStoreError, LogUnavailableError):
+    """The key topic's broker cannot be reached: as unavailable as the log itself (a 503, retried), nothing sealed."""
 
 
 class KafkaKeyStore:
@@ -69,7 +73,7 @@ class KafkaKeyStore:
             self._timeout_ms = ms
             self._read()
         except (kafka_errors.KafkaError, OSError) as exc:
-            raise KeyStoreError(f"cannot open the key store topic {topic!r} on {bootstrap}: {exc}") from exc
+            raise KeyTopicUnavailableError(f"cannot open the key store topic {topic!r} on {bootstrap}: {exc}") from exc
 
     # ------------------------------------------------------------------ KeyStore
 
@@ -120,7 +124,7 @@ class KafkaKeyStore:
             for f in futures:
                 f.get(timeout=self._timeout_ms / 1000)
         except (kafka_errors.KafkaError, OSError) as exc:
-            raise KeyStoreError(f"cannot write to the key store topic {self.topic!r}: {exc}") from exc
+            raise KeyTopicUnavailableError(f"cannot write to the key store topic {self.topic!r}: {exc}") from exc
         self._read()
 
     def _read(self) -> None:
@@ -132,15 +136,17 @@ class KafkaKeyStore:
             deadline = time.monotonic() + self._timeout_ms / 1000
             while self._next < end:
                 if time.monotonic() > deadline:
-                    raise KeyStoreError(f"the key store topic {self.topic!r} did not deliver offsets "
+                    raise KeyTopicUnavailableError(f"the key store topic {self.topic!r} did not deliver offsets "
                                         f"{self._next}..{end} in time; is the broker up?")
                 for records in self._consumer.poll(timeout_ms=500).values():
                     for r in records:
                         self._apply(r.key.decode(), json.loads(r.value))
                 # Past the records read and any offsets compaction removed.
                 self._next = self._consumer.position(self._tp)
-        except (kafka_errors.KafkaError, OSError, ValueError) as exc:
-            raise KeyStoreError(f"cannot read the key store topic {self.topic!r}: {exc}") from exc
+        except (kafka_errors.KafkaError, OSError) as exc:
+            raise KeyTopicUnavailableError(f"cannot read the key store topic {self.topic!r}: {exc}") from exc
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise KeyStoreError(f"the key store topic {self.topic!r} holds a record that is not a key: {exc}") from exc
         self._read_at = time.monotonic()
 
     def _apply(self, key_id: str, value: dict) -> None:

@@ -118,7 +118,7 @@ def test_forget_from_the_cli(tmp_path, capsys):
 
 def test_forget_needs_a_key_store_on_an_unsealed_log(tmp_path):
     with MemoryEngine(Settings.load(None, data_dir=tmp_path / "d")) as engine:
-        engine.sealer = None  # what a Kafka deployment without 'keystore' has
+        engine.sealer = None  # what a deployment without a key store has
         with pytest.raises(ConfigError, match="keystore"):
             engine.forget("c1")
 
@@ -166,14 +166,14 @@ def test_two_nodes_share_a_kafka_key_store_and_a_forget_on_one_shreds_on_both(tm
 
     topic = f"memfold.forget.{uuid.uuid4().hex[:8]}"
     a_dir, b_dir, secret, kept = tmp_path / "a", tmp_path / "b", _plant(), _plant()
-    settings = dict(log=f"kafka://{kafka_bootstrap}", topic=topic, partitions=2,
-                    keystore=f"kafka://{kafka_bootstrap}/{topic}.keys")
+    settings = dict(log=f"kafka://{kafka_bootstrap}", topic=topic, partitions=2)  # the default key store
 
     def messages(node: MemoryEngine, conversation: str) -> list:
         return [r.event for p in (0, 1) for r in node.log.read(p, 0, 1000)
                 if r.event.conversation_id == conversation and isinstance(r.event, MessageAppended)]
 
     with _engine(a_dir, **settings) as a:
+        assert a.settings.keystore_location() == f"kafka://{kafka_bootstrap}/{topic}.keys"
         _talk(a, "secret", secret, n=8)
         _talk(a, "kept", kept, n=8)
         a.wait_idle(90)
