@@ -850,6 +850,8 @@ class MemoryEngine:
 
         policies = fold_contexts(settings)
         projector = Projector(self.store, policies, self.counter)
+        if self.dense is not None:  # new messages keep being embedded under the new settings
+            projector.listeners.append(self.dense.committed)
         self.policies = policies
         self.projector = projector
         self.runner.projector = projector

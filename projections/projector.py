@@ -102,7 +102,9 @@ class Projector:
             raw = self.store.policy_state_json(policy, tenant_id, conversation_id)
             state = state_codec.decode(impl.State, raw) if raw else impl.initial(tenant_id, conversation_id)
             if (tenant_id, conversation_id) in self._conversations:  # bounded with it; a cold read is not kept
-                self._states[key] = state
+                # setdefault, never assignment: a reader's load from the store must not overwrite the
+                # newer state a batch being folded put there meanwhile (a verify caught count 20 vs 25).
+                state = self._states.setdefault(key, state)
         return state
 
     def committed(self, changes: Changes) -> None:
