@@ -27,7 +27,7 @@ import re
 import threading
 from collections import Counter, defaultdict
 from itertools import accumulate, islice
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -234,43 +234,63 @@ class _Corpus:
         n = len(self.meta)
         if n == 0:
             return {}
-        # Ties in df break on the term: a set's order changes with the process (hash seed), and the
-        # order decides which terms are common and the order of each score's float sums.
-        lists = sorted(((t, p) for t in terms if (p := self.postings.get(t))), key=lambda tp: (len(tp[1]), tp[0]))
-        lengths = self.lengths
-        base = K1 * (1.0 - B)
-        per_length = K1 * B * n / self.total if self.total else 0.0
-        scores: dict[int, float] = {}
-        scored = 0
-        common: list[tuple[str, float, dict[int, int]]] = []
-        for term, postings in lists:
-            df = len(postings)
-            weight = math.log(1.0 + (n - df + 0.5) / (df + 0.5)) * (K1 + 1.0)
-            if scored + df > _EXACT_POSTINGS:
-                common.append((term, weight, postings))  # and so is every later (commoner) term
-                continue
-            scored += df
-            if not scores:  # the rarest term: one comprehension, not a += per posting (same values)
-                scores = {d: weight * tf / (tf + base + per_length * lengths[d]) for d, tf in postings.items()}
-                continue
-            get = scores.get
-            for d, tf in postings.items():
-                scores[d] = get(d, 0.0) + weight * tf / (tf + base + per_length * lengths[d])
-        if not common:
-            return scores
-        if len(scores) > _CANDIDATES:  # rarer terms' best: commoner terms only re-order these
-            scores = {d: s for s, d in sorted(zip(scores.values(), scores.keys()), reverse=True)[:_CANDIDATES]}
-        for term, _, postings in common:
-            head = self.heads.get(term)
-            for d in (postings if head is None else (d for _, d in head)):
-                if d not in scores:
-                    scores[d] = 0.0
-        for _, weight, postings in common:
-            for d in scores:
-                tf = postings.get(d)
-                if tf:
-                    scores[d] += weight * tf / (tf + base + per_length * lengths[d])
+        lists = [(t, p, len(p)) for t in terms if (p := self.postings.get(t))]
+        heads = self.heads
+
+        def candidates(term: str, postings: dict[int, int], df: int) -> Iterable[int]:
+            head = heads.get(term)
+            return postings if head is None else (d for _, d in head)
+
+        return _bm25(lists, n, self.total, self.lengths, candidates)
+
+
+def _bm25(
+    lists: list[tuple[str, dict[int, int], int]], n: int, total: int, lengths: list[int],
+    candidates: Callable[[str, dict[int, int], int], Iterable[int]],
+) -> dict[int, float]:
+    """Return BM25 scores over the first ``n`` documents (total length ``total``): the one scoring loop.
+
+    ``lists`` holds (term, postings, df) for each query term present; a
+    term's first ``df`` postings (they are in document order) are the
+    documents below ``n``. ``candidates(term, postings, df)`` names the
+    documents a common term brings (its head). Shared by the live read
+    (:meth:`_Corpus.scores`) and time travel (:func:`scores_as_of`), so both
+    make the same float operations in the same order.
+    """
+    # Ties in df break on the term: a set's order changes with the process (hash seed), and the
+    # order decides which terms are common and the order of each score's float sums.
+    lists = sorted(lists, key=lambda tpd: (tpd[2], tpd[0]))
+    base = K1 * (1.0 - B)
+    per_length = K1 * B * n / total if total else 0.0
+    scores: dict[int, float] = {}
+    scored = 0
+    common: list[tuple[str, float, dict[int, int], int]] = []
+    for term, postings, df in lists:
+        weight = math.log(1.0 + (n - df + 0.5) / (df + 0.5)) * (K1 + 1.0)
+        if scored + df > _EXACT_POSTINGS:
+            common.append((term, weight, postings, df))  # and so is every later (commoner) term
+            continue
+        scored += df
+        below = postings.items() if df == len(postings) else islice(postings.items(), df)
+        if not scores:  # the rarest term: one comprehension, not a += per posting (same values)
+            scores = {d: weight * tf / (tf + base + per_length * lengths[d]) for d, tf in below}
+            continue
+        get = scores.get
+        for d, tf in below:
+            scores[d] = get(d, 0.0) + weight * tf / (tf + base + per_length * lengths[d])
+    if not common:
         return scores
+    if len(scores) > _CANDIDATES:  # rarer terms' best: commoner terms only re-order these
+        scores = {d: s for s, d in sorted(zip(scores.values(), scores.keys()), reverse=True)[:_CANDIDATES]}
+    for term, _, postings, df in common:
+        for d in candidates(term, postings, df):
+            if d not in scores:
+                scores[d] = 0.0
+    for _, weight, postings, _df in common:
+        for d in scores.keys() & postings.keys():  # only the candidates holding the term (each d's sum: same order)
+            tf = postings[d]
+            scores[d] += weight * tf / (tf + base + per_length * lengths[d])
+    return scores
 
 
 class _Docs:
@@ -635,38 +655,9 @@ def scores_as_of(corpus: _Corpus, terms: Iterable[str], end: int) -> dict[int, f
         return corpus.scores(terms)
     if n == 0:
         return {}
-    total = stats.cum[n]
-    lists = sorted(((t, p, df) for t in terms if (p := corpus.postings.get(t)) and (df := stats.df(t, p, n))),
-                   key=lambda tpd: (tpd[2], tpd[0]))
-    lengths = corpus.lengths
-    base = K1 * (1.0 - B)
-    per_length = K1 * B * n / total if total else 0.0
-    scores: dict[int, float] = {}
-    scored = 0
-    common: list[tuple[str, float, dict[int, int], int]] = []
-    for term, postings, df in lists:
-        weight = math.log(1.0 + (n - df + 0.5) / (df + 0.5)) * (K1 + 1.0)
-        if scored + df > _EXACT_POSTINGS:
-            common.append((term, weight, postings, df))
-            continue
-        scored += df
-        below = islice(postings.items(), df)  # postings are in document order
-        if not scores:
-            scores = {d: weight * tf / (tf + base + per_length * lengths[d]) for d, tf in below}
-            continue
-        get = scores.get
-        for d, tf in below:
-            scores[d] = get(d, 0.0) + weight * tf / (tf + base + per_length * lengths[d])
-    if not common:
-        return scores
-    if len(scores) > _CANDIDATES:
-        scores = {d: s for s, d in sorted(zip(scores.values(), scores.keys()), reverse=True)[:_CANDIDATES]}
-    for term, _, postings, df in common:
-        for d in (islice(postings, df) if df <= _HEAD else stats.head(term, postings, lengths, n)):
-            if d not in scores:
-                scores[d] = 0.0
-    for _, weight, postings, _df in common:
-        for d in scores.keys() & postings.keys():  # only the candidates holding the term (each d's sum: same order)
-            tf = postings[d]
-            scores[d] += weight * tf / (tf + base + per_length * lengths[d])
-    return scores
+    lists = [(t, p, df) for t in terms if (p := corpus.postings.get(t)) and (df := stats.df(t, p, n))]
+
+    def candidates(term: str, postings: dict[int, int], df: int) -> Iterable[int]:
+        return islice(postings, df) if df <= _HEAD else stats.head(term, postings, corpus.lengths, n)
+
+    return _bm25(lists, n, stats.cum[n], corpus.lengths, candidates)

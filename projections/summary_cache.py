@@ -194,15 +194,7 @@ class CachingSummarizer:
         except duckdb.Error as exc:
             self._count_error("read", exc)
             return [None] * len(keys)
-        out: list[SummaryOutput | None] = []
-        for key in keys:
-            found = None
-            if key in rows:
-                try:
-                    found = output_from_json(rows[key], cached=True)
-                except (ValueError, KeyError, TypeError) as exc:
-                    self._count_error("decode", exc)
-            out.append(found)
+        out = [self._decode(rows[key]) if key in rows else None for key in keys]
         with self._lock:
             self.hits += sum(o is not None for o in out)
         return out
@@ -215,10 +207,12 @@ class CachingSummarizer:
         except duckdb.Error as exc:
             self._count_error("read", exc)
             return None
-        if row is None:
-            return None
+        return None if row is None else self._decode(row[0])
+
+    def _decode(self, text: str) -> SummaryOutput | None:
+        """Return the stored output ``text`` as a cache hit; None (counted as an error) when it does not decode."""
         try:
-            return output_from_json(row[0], cached=True)
+            return output_from_json(text, cached=True)
         except (ValueError, KeyError, TypeError) as exc:
             self._count_error("decode", exc)
             return None
