@@ -29,14 +29,13 @@ call whose results are not, is never sent (an API would reject it).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from memfold.engine.ports import ContextMessage, ContextPlan, MessageRecord
 from memfold.engine.tokens import MESSAGE_OVERHEAD
 
-from .excerpt import EXCERPT_OVER, excerpt
+from .excerpt import EXCERPT_OVER, SENTENCE, excerpt
 from .retrieval import query_terms
 
 # Ranked hits considered per read: enough to fill an 8k budget with short turns.
@@ -45,7 +44,6 @@ RANK_LIMIT = 64
 TOOL_SPAN = 16
 # Rounds of "newest older messages" fetched to fill what relevance left.
 FILL_ROUNDS = 8
-_SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
 
 
 class OlderMessages(Protocol):
@@ -205,7 +203,7 @@ def _memory_units(m: ContextMessage) -> list[str]:
     lines = [x for x in m.content.split("\n") if x.strip()]
     if len(lines) > 1:
         return lines
-    return [x for x in _SENTENCE.split(m.content) if x.strip()]
+    return [x for x in SENTENCE.split(m.content) if x.strip()]
 
 
 def _can_drop(units: list[str], kind: str) -> bool:

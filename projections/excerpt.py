@@ -38,7 +38,7 @@ EXCERPT_TOKENS = 160
 # A passage longer than this (a run-on sentence, a code line) is cut at its clauses: one
 # 2,500-character sentence must not turn an excerpt back into the whole message.
 PASSAGE_CHARS = 400
-_SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
+SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
 _CLAUSE = re.compile(r"(?<=[,;:])\s+")
 # A passage at least this long is not shown twice in one context (shorter ones are
 # structure: a code fence, "Example:", a bullet's "1 day").
@@ -66,7 +66,7 @@ def passages(text: str) -> list[str]:
     A clause longer than PASSAGE_CHARS is cut at a word boundary.
     """
     out: list[str] = []
-    for sentence in _SENTENCE.split(text):
+    for sentence in SENTENCE.split(text):
         if not sentence.strip():
             continue
         if len(sentence) <= PASSAGE_CHARS:
