@@ -73,7 +73,15 @@ class PartitionWorker:
         self.idle_poll = idle_poll
         self._stop = threading.Event()
         self._uncommitted: dict[int, int] = {}
-        self.runner.on_committed = self._note
+        # Chain, never replace: a hook installed earlier (the service's context
+        # cache) must still see every commit.
+        previous = runner.on_committed
+
+        def committed(positions: dict[int, int]) -> None:
+            previous(positions)
+            self._note(positions)
+
+        runner.on_committed = committed
 
     def stop(self) -> None:
         """Ask the loop to end after the step in progress (safe from a signal handler)."""

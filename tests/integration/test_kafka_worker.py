@@ -9,6 +9,7 @@ log and the projections must come out identical to embedded mode's.
 from __future__ import annotations
 
 import subprocess
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -30,7 +31,11 @@ from support.worker_kit import (
     settings_for,
 )
 
+from memfold.engine.engine import MemoryEngine
 from memfold.engine.events import MessageAppended
+from memfold.engine.settings import Settings
+from memfold.streams.kafka_worker import PartitionWorker
+from memfold.streams.ownership import StaticPartitions
 
 pytestmark = pytest.mark.kafka
 
@@ -160,3 +165,42 @@ def _all_answered(topic: Topic, conversations: set[str]) -> bool:
         and all(e.event_id in answered for e in requests)
         and sum(e.type == "SummaryProduced" for e in events) >= 3
     )
+
+
+class _RecordingPartitions(StaticPartitions):
+    """Every partition, recording the positions the worker reports as committed."""
+
+    def __init__(self, partition_count: int):
+        super().__init__(range(partition_count), partition_count)
+        self.reported: dict[int, int] = {}
+
+    def committed(self, positions: dict[int, int]) -> None:
+        self.reported.update(positions)
+
+
+def test_worker_chains_the_commit_hook_it_finds(kafka_bootstrap, tmp_path):
+    """A hook installed on the runner before the worker (the service's context cache does so) still sees each commit."""
+    settings = Settings.load(None, data_dir=tmp_path / "worker", log=f"kafka://{kafka_bootstrap}", topic=new_topic(),
+                             partitions=2)
+    client = MemoryEngine(settings.model_copy(update={"data_dir": tmp_path / "client"}), role="client")
+    engine = MemoryEngine(settings, role="worker")
+    earlier: dict[int, int] = {}
+    engine.runner.on_committed = earlier.update
+    ownership = _RecordingPartitions(2)
+    loop = PartitionWorker(engine.runner, engine.worker, ownership, commit_interval=0.0)
+    thread = threading.Thread(target=loop.run, name="test-worker", daemon=True)
+    thread.start()
+    try:
+        last = [client.append_message(f"c{i}", "user", f"message {i} for the hook test") for i in range(6)][-1]
+        engine.runner.wait_for(last, timeout=120)
+        loop.stop()
+        thread.join(60)
+        ends = {p: e for p, e in engine.store.position().items() if e}
+    finally:
+        loop.stop()
+        thread.join(60)
+        engine.close()
+        client.close()
+    assert ends, "nothing was folded"
+    assert earlier == ends  # the earlier hook saw every commit
+    assert {p: ownership.reported[p] for p in ends} == ends  # and so did the worker's own
