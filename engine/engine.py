@@ -140,7 +140,8 @@ class MemoryEngine:
         self._count_cached = functools.lru_cache(maxsize=1024)(self.counter.count)
         self._read_contexts: dict[tuple[str, str], FoldContext] = {}
         self._closed = True
-        log_ = open_log(settings.log_url(), partitions=settings.partitions, topic=settings.topic, timeout=log_timeout)
+        log_ = open_log(settings.log_url(), partitions=settings.partitions, topic=settings.topic, timeout=log_timeout,
+                        state_dir=settings.data_dir)
         try:
             self.log, self.sealer = sealed(log_, settings.keystore_location())
         except BaseException:

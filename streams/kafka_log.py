@@ -16,10 +16,14 @@ still occupies its Kafka offset: ``read`` leaves a hole there (returned
 positions are increasing but not always consecutive) and ``end_positions``
 stays Kafka's end offset.
 
-To number and de-duplicate, each instance keeps a per-partition index (one
-small int per offset, the last seq per conversation, the first offset per
-event id), built by reading the partition in offset order from 0, once, on
-the first read or append that needs it; later calls only index what is new.
+To number and de-duplicate, each instance keeps an offset index (the seq of
+every offset, the first offset of every event id; see
+:mod:`memfold.streams.kafka_index`) in a SQLite file, so a worker's memory
+does not grow with history and the de-duplication is exact however far
+apart the two copies are. It is built by reading each partition in offset
+order from 0 on the first read or append that needs it; later calls only
+index what is new. With ``index_path`` (an engine's data dir) it outlives
+the process: a restarted node reads only what was appended since.
 """
 
 from __future__ import annotations
@@ -27,9 +31,8 @@ from __future__ import annotations
 import json
 import threading
 import time
-from array import array
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import kafka.errors as kafka_errors
@@ -48,6 +51,8 @@ from memfold.engine.events import Event, decode
 from memfold.engine.partitioner import partition_for
 from memfold.engine.positions import LogRecord, Position
 
+from .kafka_index import OffsetIndex
+
 DEFAULT_TOPIC = "memfold.events"
 # Unlimited retention, no compaction: the topic is the source of truth, and
 # compaction by key would delete all but one event of each conversation.
@@ -61,33 +66,6 @@ _LINGER_MS = 100  # an upper bound only: append flushes what it sent before retu
 # kafka-python backs off up to 30 s between reconnects by default; the Java
 # client's 1 s lets a log recover soon after a broker restart.
 _RECONNECT_BACKOFF_MAX_MS = 1000
-
-
-@dataclass
-class _PartitionIndex:
-    """What this instance knows about one partition: offsets below ``next_offset``, in order.
-
-    ``seqs[offset]`` is the seq assigned to the event at ``offset``, or 0 for a
-    dropped duplicate.
-    """
-
-    next_offset: int = 0
-    seqs: array = field(default_factory=lambda: array("q"))
-    last_seq: dict[str, int] = field(default_factory=dict)
-    first_offset: dict[str, int] = field(default_factory=dict)
-
-    def add(self, offset: int, key: str, event_id: str) -> None:
-        """Index the record at ``offset`` (the next one, or after a gap Kafka left)."""
-        if offset > self.next_offset:  # no event at the skipped offsets (never happens without transactions)
-            self.seqs.extend([0] * (offset - self.next_offset))
-        if event_id in self.first_offset:
-            self.seqs.append(0)
-        else:
-            self.first_offset[event_id] = offset
-            seq = self.last_seq.get(key, 0) + 1
-            self.last_seq[key] = seq
-            self.seqs.append(seq)
-        self.next_offset = offset + 1
 
 
 class KafkaEventLog:
@@ -107,8 +85,13 @@ class KafkaEventLog:
         replication_factor: int = 1,
         timeout: float = 30.0,
         client_id: str = "memfold",
+        index_path: str | Path | None = None,
     ):
         """Connect to ``bootstrap`` (``host:port[,host:port]``) and make sure ``topic`` exists.
+
+        ``index_path`` is the SQLite file of the offset index (created when
+        missing, checked against the topic when opened); None keeps it in a
+        temporary file deleted on :meth:`close`.
 
         ``timeout`` (seconds) bounds every wait on the cluster: bootstrap,
         requests, metadata, an append's acknowledgement. Raises
@@ -130,7 +113,8 @@ class KafkaEventLog:
         self._timeout_ms = max(1, int(timeout * 1000))
         self._lock = threading.RLock()  # the consumer and the indexes
         self._append_lock = threading.Lock()
-        self._indexes: dict[int, _PartitionIndex] = {}
+        self._index = OffsetIndex(index_path)
+        self._checked: set[int] = set()  # partitions whose index this instance checked against the topic
         self._known_ends: dict[int, int] = {}  # the last end offset Kafka reported, per partition
         self._assigned: int | None = None
         self._cursor: tuple[int, int] | None = None  # (partition, offset) the consumer fetches next
@@ -192,13 +176,14 @@ class KafkaEventLog:
             with self._lock:
                 self._check_open()
                 ends = self._end_offsets(sorted({p for _, p, _ in planned}))
+                wanted: dict[int, set[str]] = {}
+                for event, partition, _ in planned:
+                    wanted.setdefault(partition, set()).add(event.event_id)
+                positions: dict[str, Position] = {}
                 for partition, end in ends.items():
                     self._index_until(partition, end)
-                positions: dict[str, Position] = {}
-                for event, partition, _ in planned:
-                    offset = self._indexes[partition].first_offset.get(event.event_id)
-                    if offset is not None:
-                        positions.setdefault(event.event_id, Position(partition, offset))
+                    for event_id, offset in self._index.offsets(partition, wanted[partition]).items():
+                        positions[event_id] = Position(partition, offset)
             to_send: list[tuple[Event, int, bytes]] = []
             queued: set[str] = set()
             for item in planned:
@@ -237,7 +222,6 @@ class KafkaEventLog:
                 if start >= end:
                     return []
             self._index_until(partition, start)
-            index = self._indexes[partition]
             records: list[LogRecord] = []
             offset = start
             while len(records) < limit:
@@ -246,10 +230,10 @@ class KafkaEventLog:
                     if offset >= end:
                         break
                 stop = min(end, offset + limit - len(records))
-                for record in self._fetch(partition, offset, stop):
-                    if record.offset >= index.next_offset:
-                        self._index_record(index, partition, record)
-                    seq = index.seqs[record.offset]
+                fetched = self._fetch(partition, offset, stop)
+                seqs = self._seqs(partition, fetched, offset, stop)
+                for record in fetched:
+                    seq = seqs.get(record.offset, 0)
                     if seq:
                         records.append(LogRecord(Position(partition, record.offset), self._decode(partition, record, seq)))
                 offset = stop
@@ -261,15 +245,12 @@ class KafkaEventLog:
         Brings the index of every partition up to its end first (reads what
         this instance has not seen yet).
         """
-        wanted = set(event_ids)
-        found: dict[str, Position] = {}
         with self._lock:
             self._check_open()
             for partition, end in self._end_offsets(list(range(self._partitions))).items():
                 self._index_until(partition, end)
-                first = self._indexes[partition].first_offset
-                found.update((i, Position(partition, first[i])) for i in wanted if i in first)
-        return found
+            found = self._index.find(event_ids)
+        return {event_id: Position(partition, offset) for event_id, (partition, offset) in found.items()}
 
     def end_positions(self) -> dict[int, int]:
         """Return, per partition, Kafka's end offset: the offset the next appended record will get.
@@ -317,7 +298,7 @@ class KafkaEventLog:
             admin.close()
 
     def close(self) -> None:
-        """Flush pending sends and close the connections. Idempotent."""
+        """Flush pending sends and close the connections and the offset index. Idempotent."""
         self._closed = True
         producer, self._producer = self._producer, None
         consumer, self._consumer = self._consumer, None
@@ -331,6 +312,8 @@ class KafkaEventLog:
                 consumer.close(autocommit=False, timeout_ms=self._timeout_ms)
         except Exception:
             pass
+        with self._lock:
+            self._index.close()
 
     def __enter__(self) -> "KafkaEventLog":
         return self
@@ -420,37 +403,67 @@ class KafkaEventLog:
             by_partition.setdefault(position.partition, []).append((position.offset, event.key, event.event_id))
         with self._lock:
             for partition, records in by_partition.items():
-                index = self._indexes.get(partition)
-                if index is None:
+                if partition not in self._checked:
                     continue
-                for offset, key, event_id in sorted(records):
-                    if offset != index.next_offset:
+                run: list[tuple[int, str, str]] = []
+                expected = self._index.next_offset(partition)
+                for record in sorted(records):
+                    if record[0] != expected:
                         break
-                    index.add(offset, key, event_id)
+                    run.append(record)
+                    expected += 1
+                if run:
+                    self._index.extend(partition, run, expected)
 
     # ------------------------------------------------------------------ reading and indexing
 
     def _index_until(self, partition: int, target: int) -> None:
         """Index ``partition`` up to (not including) offset ``target``; ``target`` <= the end offset."""
-        index = self._indexes.get(partition)
-        if index is None:
-            index = self._indexes[partition] = _PartitionIndex()
-            first = self._beginning_offset(partition)
-            if first > 0:
-                raise LogCorruptionError(
-                    f"topic {self._topic!r} partition {partition} starts at offset {first}, not 0: events were "
-                    "deleted (retention or a manual delete); seq cannot be assigned. Restore the topic, keep "
-                    "retention.ms=-1"
-                )
-        while index.next_offset < target:
-            stop = min(target, index.next_offset + _INDEX_CHUNK)
-            for record in self._fetch(partition, index.next_offset, stop):
-                self._index_record(index, partition, record)
-            if index.next_offset < stop:  # nothing at the trailing offsets of this chunk
-                index.seqs.extend([0] * (stop - index.next_offset))
-                index.next_offset = stop
+        if partition not in self._checked:
+            self._check_index(partition)
+        while (start := self._index.next_offset(partition)) < target:
+            stop = min(target, start + _INDEX_CHUNK)
+            fetched = self._fetch(partition, start, stop)
+            self._index.extend(partition, [(r.offset, *self._identity(partition, r)) for r in fetched], stop)
 
-    def _index_record(self, index: _PartitionIndex, partition: int, record: Any) -> None:
+    def _seqs(self, partition: int, fetched: list[Any], start: int, stop: int) -> dict[int, int]:
+        """Return ``offset -> seq`` for ``fetched``, the records of ``start <= offset < stop``, indexing new ones."""
+        indexed = self._index.next_offset(partition)
+        seqs = self._index.seqs(partition, start, min(stop, indexed)) if start < indexed else {}
+        if stop > indexed:
+            new = [(r.offset, *self._identity(partition, r)) for r in fetched if r.offset >= indexed]
+            assigned = self._index.extend(partition, new, stop)
+            seqs.update(assigned)
+            if len(assigned) < len(new):  # another process sharing the index file indexed some meanwhile
+                seqs.update(self._index.seqs(partition, indexed, stop))
+        return seqs
+
+    def _check_index(self, partition: int) -> None:
+        """Check the stored index of ``partition`` against the topic (once per instance); rebuild it if it is another topic's.
+
+        The partition must start at offset 0 (seq cannot be assigned
+        otherwise). An index that goes past the end of the partition, or
+        whose last indexed record is not the topic's, was built from a topic
+        since deleted and recreated under the same name.
+        """
+        first = self._beginning_offset(partition)
+        if first > 0:
+            raise LogCorruptionError(
+                f"topic {self._topic!r} partition {partition} starts at offset {first}, not 0: events were "
+                "deleted (retention or a manual delete); seq cannot be assigned. Restore the topic, keep "
+                "retention.ms=-1"
+            )
+        indexed = self._index.next_offset(partition)
+        if indexed > 0:
+            end = self._end_offsets([partition])[partition]
+            last_id = self._index.last_id(partition)
+            fetched = self._fetch(partition, indexed - 1, indexed) if indexed <= end and last_id else []
+            if not fetched or self._identity(partition, fetched[0])[1] != last_id:
+                self._index.reset(partition)
+        self._checked.add(partition)
+
+    def _identity(self, partition: int, record: Any) -> tuple[str, str]:
+        """Return ``(key, event_id)`` of a record of ``partition``; a record the partitioner would not put there is corruption."""
         key, event_id = _identity(record)
         if partition_for(key, self._partitions) != partition:
             raise LogCorruptionError(
@@ -458,7 +471,7 @@ class KafkaEventLog:
                 f"partition {partition_for(key, self._partitions)}: a producer bypassed the murmur2 partitioner "
                 "and per-conversation order is broken"
             )
-        index.add(record.offset, key, event_id)
+        return key, event_id
 
     def _decode(self, partition: int, record: Any, seq: int) -> Event:
         """Decode ``record`` as the event it stores, carrying the read-assigned ``seq``."""

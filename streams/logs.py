@@ -8,6 +8,7 @@ a Kafka client.
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -20,7 +21,10 @@ BACKENDS: dict[str, str] = {
 }
 
 
-def open_log(url: str, *, partitions: int = 8, topic: str = "memfold.events", timeout: float | None = None) -> EventLog:
+def open_log(
+    url: str, *, partitions: int = 8, topic: str = "memfold.events", timeout: float | None = None,
+    state_dir: str | Path | None = None,
+) -> EventLog:
     """Open the event log ``url`` names, with ``partitions`` partitions.
 
     - ``sqlite:///relative/path`` and ``sqlite:////absolute/path`` (the
@@ -28,7 +32,10 @@ def open_log(url: str, *, partitions: int = 8, topic: str = "memfold.events", ti
       the file is created when missing. ``topic`` is ignored.
     - ``kafka://host:port[,host:port...]``: the bootstrap servers of a Kafka
       cluster; events go to ``topic``; ``timeout`` (seconds, default the
-      backend's) bounds every wait on the cluster.
+      backend's) bounds every wait on the cluster. With ``state_dir`` (a
+      node's data dir) the log keeps its offset index in
+      ``state_dir/kafka-index/TOPIC.sqlite`` across restarts; without, in a
+      temporary file.
 
     Raises :class:`~memfold.engine.errors.ConfigError` for an unknown scheme
     or a URL without a path or host; backend errors (``LogUnavailableError``,
@@ -49,7 +56,10 @@ def open_log(url: str, *, partitions: int = 8, topic: str = "memfold.events", ti
     bootstrap = urlsplit(url).netloc
     if not bootstrap:
         raise ConfigError(f"event log URL {url!r} names no broker; use kafka://host:9092[,host:9092]")
-    return backend(bootstrap, topic=topic, partitions=partitions, **({} if timeout is None else {"timeout": timeout}))
+    extra: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
+    if state_dir is not None:
+        extra["index_path"] = Path(state_dir) / "kafka-index" / f"{topic}.sqlite"
+    return backend(bootstrap, topic=topic, partitions=partitions, **extra)
 
 
 def _supported() -> str:

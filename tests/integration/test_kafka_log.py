@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import textwrap
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
@@ -353,6 +354,51 @@ def test_re_appending_a_stored_event_id_returns_its_position_and_stores_nothing(
     first, second = log.append([fresh, fresh])
     assert first == second
     assert log.end_positions()[first.partition] == ends[first.partition] + 1
+
+
+def test_a_duplicate_far_back_is_still_dropped_and_memory_holds_no_per_event_index(make_log, kafka_bootstrap, tmp_path):
+    """The index lives in a file: however much history, an old id is found and memory holds one head per conversation."""
+    index_path = tmp_path / "index.sqlite"
+    log = make_log(partitions=1, index_path=index_path)
+    oldest = message("c0", 0, event_id="oldest")
+    assert log.append([oldest]) == [Position(0, 0)]
+    cached = []
+    for batch in range(3):
+        log.append([message(f"c{n % 5}", n, event_id=f"b{batch}-{n}") for n in range(400)])
+        assert len(log.read(0, 0, 5000)) == 1 + 400 * (batch + 1)
+        cached.append(log._index.cached_keys())
+    assert cached == [5, 5, 5]  # flat: one last seq per conversation, whatever the number of events
+    end = log.end_positions()[0]
+    assert log.append([oldest]) == [Position(0, 0)] and log.end_positions()[0] == end  # not stored again
+    _produce_raw_duplicate(kafka_bootstrap, log.topic, oldest, 1)  # a racing writer stored it anyway, 1,201 offsets on
+    log.append([message("c0", 9999, event_id="after")])
+    tail = log.read(0, end)
+    assert [(r.position.offset, r.event.event_id, r.event.seq) for r in tail] == [(end + 1, "after", 242)]
+    log.close()
+    # A restart continues from the file (nothing to re-read) and numbers alike; so does a cold instance without one.
+    for again in (make_log(partitions=1, topic=log.topic, index_path=index_path), make_log(partitions=1, topic=log.topic)):
+        assert [(r.position.offset, r.event.seq) for r in again.read(0, end)] == [(end + 1, 242)]
+        assert again.append([oldest]) == [Position(0, 0)]
+    reopened = make_log(partitions=1, topic=log.topic, index_path=index_path)
+    assert reopened._index.next_offset(0) == end + 2
+
+
+def test_an_index_file_of_a_recreated_topic_is_rebuilt(make_log, admin, tmp_path):
+    index_path = tmp_path / "index.sqlite"
+    log = make_log(partitions=1, index_path=index_path)
+    topic = log.topic
+    log.append([message("c", n, event_id=f"old-{n}") for n in range(5)])
+    log.read(0, 0)
+    log.close()
+    admin.delete_topics([topic])
+    deadline = time.monotonic() + 60
+    while topic in admin.list_topics():  # the broker deletes asynchronously: recreate once the name is free
+        assert time.monotonic() < deadline, "the topic was not deleted"
+        time.sleep(0.2)
+    log = make_log(partitions=1, topic=topic, index_path=index_path)
+    assert log.append([message("c", 0, event_id="new-0")]) == [Position(0, 0)]
+    assert [(r.event.event_id, r.event.seq) for r in log.read(0, 0)] == [("new-0", 1)]
+    assert log.find(["old-1"]) == {}
 
 
 # --------------------------------------------------------------------------- failures
