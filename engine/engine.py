@@ -177,8 +177,9 @@ class MemoryEngine:
         self.policies = fold_contexts(settings)
         self.projector = Projector(self.store, self.policies, self.counter)
         self.summarizer = build_summarizer(settings, cache_conn=self.store)
+        inputs = self._summary_inputs(self.projector)
         self.worker = SummarizerWorker(
-            self.log, self.store, self.store, self.summarizer, settings, on_appended=self._wake,
+            self.log, inputs, inputs, self.summarizer, settings, on_appended=self._wake,
             concurrency=settings.summarizer.concurrency, max_pending=settings.summarizer.max_pending,
         )
         if settings.retrieval.embedder != "none":
@@ -236,6 +237,14 @@ class MemoryEngine:
                 self.store.reset()
             self.store.set_meta("policies", json.dumps(wanted, sort_keys=True))
         return settings
+
+    def _summary_inputs(self, projector):
+        """Return the summary worker's source of messages and base summaries: what ``projector`` committed, else the store."""
+        from memfold.streams.worker import FoldedSource
+
+        inputs = FoldedSource(projector.tail, self.store)
+        projector.listeners.append(inputs.committed)
+        return inputs
 
     def _wake(self) -> None:
         self.runner.notify()
@@ -853,6 +862,7 @@ class MemoryEngine:
         projector = Projector(self.store, policies, self.counter)
         if self.dense is not None:  # new messages keep being embedded under the new settings
             projector.listeners.append(self.dense.committed)
+        self.worker.messages = self.worker.summaries = self._summary_inputs(projector)
         self.policies = policies
         self.projector = projector
         self.runner.projector = projector

@@ -8,12 +8,14 @@ any change to what the model would see, or to who asked, is a miss.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import hashlib
 import json
 import logging
 import threading
+from collections.abc import Iterator
 from datetime import datetime, timezone
 from typing import Any
 
@@ -127,7 +129,9 @@ class CachingSummarizer:
     inner summarizer propagates and nothing is stored. A DuckDB failure while
     reading or writing the cache is logged and counted in ``errors``, never
     raised: the cache can only save calls, not cause failures. Thread-safe:
-    each call uses its own cursor.
+    each call uses its own cursor. Inside :meth:`batched`, new entries are
+    written together when the block ends (one transaction instead of one
+    per call).
     """
 
     def __init__(self, inner: Summarizer, conn: duckdb.DuckDBPyConnection):
@@ -135,6 +139,8 @@ class CachingSummarizer:
         self.name = inner.name
         self._conn = conn
         self._lock = threading.Lock()
+        self._batching = 0  # open batched() blocks
+        self._pending: list[list[Any]] = []  # rows written when the last batched() block ends
         self.hits = 0
         self.misses = 0
         self.errors = 0
@@ -174,17 +180,26 @@ class CachingSummarizer:
             with self._lock:
                 self.hits += 1
             return found
+        return self.call(request, key)
+
+    def cached(self, requests: list[SummaryInput]) -> list[SummaryOutput | None]:
+        """Return the cached output of each request (None: not cached), read in one query; hits are counted."""
+        return [output for _key, output in self.lookup(requests)]
+
+    def call(self, request: SummaryInput, key: str) -> SummaryOutput:
+        """Call the inner summarizer for ``request``, whose ``key`` :meth:`lookup` just missed, and cache its output."""
         with self._lock:
             self.misses += 1
         output = self.inner.summarize(request)  # errors propagate uncached
         self._write(key, output, request)
         return output
 
-    def cached(self, requests: list[SummaryInput]) -> list[SummaryOutput | None]:
-        """Return the cached output of each request (None: not cached), read in one query; hits are counted.
+    def lookup(self, requests: list[SummaryInput]) -> list[tuple[str, SummaryOutput | None]]:
+        """Return (key, cached output or None) of each request, read in one query; hits are counted.
 
-        For callers answering many requests at once (a replay): a point
-        query per request cost DuckDB milliseconds each.
+        For callers answering many requests at once (the summarizer pool, a
+        replay): a point query per request cost DuckDB milliseconds each.
+        Answer a miss with :meth:`call` and its key.
         """
         keys = [self.key(r) for r in requests]
         try:
@@ -193,10 +208,10 @@ class CachingSummarizer:
                                         [sorted(set(keys))]).fetchall())
         except duckdb.Error as exc:
             self._count_error("read", exc)
-            return [None] * len(keys)
-        out = [self._decode(rows[key]) if key in rows else None for key in keys]
+            return [(key, None) for key in keys]
+        out = [(key, self._decode(rows[key]) if key in rows else None) for key in keys]
         with self._lock:
-            self.hits += sum(o is not None for o in out)
+            self.hits += sum(o is not None for _k, o in out)
         return out
 
     def _read(self, key: str) -> SummaryOutput | None:
@@ -217,17 +232,50 @@ class CachingSummarizer:
             self._count_error("decode", exc)
             return None
 
+    @contextlib.contextmanager
+    def batched(self) -> Iterator[None]:
+        """Hold the entries written inside the block and write them in one transaction when it ends.
+
+        A DuckDB commit per entry cost more than the offline summarizer's
+        call itself. Blocks may nest or overlap (other threads): the
+        entries are written when the last one ends. An entry not yet
+        written is only a later miss, never a wrong answer.
+        """
+        with self._lock:
+            self._batching += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._batching -= 1
+                rows, self._pending = (self._pending, []) if self._batching == 0 else ([], self._pending)
+            self._insert(rows)
+
     def _write(self, key: str, output: SummaryOutput, request: SummaryInput) -> None:
-        model, phash = output.model, output.prompt_hash
         first = request.messages[0] if request.messages else None
         tenant_id, conversation_id = (first.tenant_id, first.conversation_id) if first else (None, None)
+        row = [key, self.inner.name, output.model, output.prompt_hash, datetime.now(timezone.utc),
+               output_to_json(output), tenant_id, conversation_id]
+        with self._lock:
+            if self._batching:
+                self._pending.append(row)
+                return
+        self._insert([row])
+
+    def _insert(self, rows: list[list[Any]]) -> None:
+        if not rows:
+            return
+        # One statement over column lists: a DuckDB INSERT costs milliseconds whatever its size
+        # (executemany pays it per row).
+        columns = [list(c) for c in zip(*rows)]
         try:
             with self._cursor() as cur:
                 cur.execute(
                     "INSERT INTO llm_cache (key, summarizer, model, prompt_hash, created_at, output, tenant_id, "
-                    "conversation_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (key) DO NOTHING",
-                    [key, self.inner.name, model, phash, datetime.now(timezone.utc), output_to_json(output),
-                     tenant_id, conversation_id],
+                    "conversation_id) SELECT DISTINCT ON (key) * FROM (SELECT unnest(?::VARCHAR[]) AS key, "
+                    "unnest(?::VARCHAR[]), unnest(?::VARCHAR[]), unnest(?::VARCHAR[]), unnest(?::TIMESTAMPTZ[]), "
+                    "unnest(?::VARCHAR[]), unnest(?::VARCHAR[]), unnest(?::VARCHAR[])) ON CONFLICT (key) DO NOTHING",
+                    columns,
                 )
         except duckdb.Error as exc:
             self._count_error("write", exc)

@@ -25,6 +25,7 @@ projection.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -45,7 +46,7 @@ from memfold.projections.fold import failed
 from memfold.projections.projector import Projector
 from memfold.projections.store import DuckDBProjectionStore
 
-from .worker import FoldedSource, answer, build_input
+from .worker import FoldedSource, answer, answerers, build_input
 
 SIDE = 1 << 20  # the projection's partition number for side-log partition p is SIDE + p
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -304,38 +305,27 @@ class ReplayFold:
         name = getattr(self.summarizer, "name", "")
         winners = [r for r in requests if newest[_lane(r)] is r]
         inputs = [build_input(r, self.inputs, self.inputs, self.settings) for r in winners]
-        read_many = getattr(self.summarizer, "cached", None)  # the summary cache: every hit in one query
-        known = dict(zip((r.event_id for r in winners), read_many(inputs) if read_many else [None] * len(inputs)))
+        by = dict(zip((r.event_id for r in winners), answerers(self.summarizer, inputs)))  # cache hits in one query
         given = dict(zip((r.event_id for r in winners), inputs))
         outcomes: list[Event] = []
-        for r in requests:
-            winner = newest[_lane(r)]
-            if winner is not r:
-                outcomes.append(failed(r, reason=f"superseded by {winner.payload.request_id}",
-                                       error_type="Superseded", summarizer=name))
-                continue
-            hit = known[r.event_id]
-            outcome = answer(r, given[r.event_id], self.summarizer if hit is None else _Known(name, hit))
-            if isinstance(outcome, SummaryProduced) and outcome.payload.cached:
-                self.stats.cache_hits += 1
-            else:
-                self.stats.cache_misses += 1
-                self.stats.model_calls += 1
-                self.stats.failures += not isinstance(outcome, SummaryProduced)
-            outcomes.append(outcome)
+        batched = getattr(self.summarizer, "batched", None)  # new cache entries in one transaction
+        with batched() if batched is not None else contextlib.nullcontext():
+            for r in requests:
+                winner = newest[_lane(r)]
+                if winner is not r:
+                    outcomes.append(failed(r, reason=f"superseded by {winner.payload.request_id}",
+                                           error_type="Superseded", summarizer=name))
+                    continue
+                outcome = answer(r, given[r.event_id], by[r.event_id])
+                if isinstance(outcome, SummaryProduced) and outcome.payload.cached:
+                    self.stats.cache_hits += 1
+                else:
+                    self.stats.cache_misses += 1
+                    self.stats.model_calls += 1
+                    self.stats.failures += not isinstance(outcome, SummaryProduced)
+                outcomes.append(outcome)
         self.stats.answered += len(requests)
         return outcomes
-
-
-class _Known:
-    """A summarizer that returns an output already read from the summary cache (named as the real one)."""
-
-    def __init__(self, name: str, output: Any):
-        self.name = name
-        self._output = output
-
-    def summarize(self, request: Any) -> Any:
-        return self._output
 
 
 def side_events(side: EventLog) -> list[Event]:

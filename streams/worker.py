@@ -10,6 +10,7 @@ duplicate delivery) still yields one summary.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import threading
@@ -22,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from memfold.engine.errors import MemfoldError, SummarizerError, SummarizerTimeoutError
 from memfold.engine.events import Event, Fact, SummaryRequested
 from memfold.engine.partitioner import partition_for
-from memfold.engine.ports import EventLog, MessageRecord, MessageSource, Summarizer, SummaryInput
+from memfold.engine.ports import EventLog, MessageRecord, MessageSource, Summarizer, SummaryInput, SummaryOutput
 from memfold.engine.settings import Settings
 from memfold.projections.fold import failed, produced
 
@@ -114,6 +115,12 @@ class FoldedSource:
         found = self._summaries.get(summary_id)
         return found if found is not None else self.store.summary(summary_id)
 
+    def outcome(self, request_id: str) -> str | None:
+        return self.store.outcome(request_id)
+
+    def outcomes(self, request_ids: list[str]) -> dict[str, str]:
+        return self.store.outcomes(request_ids)
+
 
 def _stored_form(record: MessageRecord) -> MessageRecord:
     """Return ``record`` as the store returns it (embeddings are not stored)."""
@@ -180,6 +187,37 @@ def answer(request: SummaryRequested, summary_input: SummaryInput, summarizer: S
         model=out.model, prompt_hash=out.prompt_hash, tokens_in=out.tokens_in, tokens_out=out.tokens_out,
         latency_ms=0 if out.cached else latency, cached=out.cached,
     )
+
+
+class Known:
+    """A summarizer that returns an output already read from the summary cache (named as the real one)."""
+
+    def __init__(self, name: str, output: SummaryOutput):
+        self.name = name
+        self._output = output
+
+    def summarize(self, request: SummaryInput) -> SummaryOutput:
+        return self._output
+
+
+class _Missed:
+    """The summary cache for a request its lookup just missed: calls the model, caches the output (no second read)."""
+
+    def __init__(self, cache: Any, key: str):
+        self.name = cache.name
+        self._cache = cache
+        self._key = key
+
+    def summarize(self, request: SummaryInput) -> SummaryOutput:
+        return self._cache.call(request, self._key)
+
+
+def answerers(summarizer: Summarizer, inputs: list[SummaryInput]) -> list[Summarizer]:
+    """Return who answers each input: with the summary cache, every hit read in one query; else ``summarizer``."""
+    lookup = getattr(summarizer, "lookup", None)
+    if lookup is None:
+        return [summarizer] * len(inputs)
+    return [_Missed(summarizer, key) if hit is None else Known(summarizer.name, hit) for key, hit in lookup(inputs)]
 
 
 class SummarizerWorker:
@@ -341,26 +379,38 @@ class SummarizerWorker:
         ]
         todo = list(newest.values())
         for i in range(0, len(todo), max_calls):
-            chunk = todo[i : i + max_calls]
-            if self._pool is not None:
-                answers = list(self._pool.map(self._answer, chunk))
-            else:
-                answers = [self._answer(r) for r in chunk]
-            outcomes.extend(a for a in answers if a is not None)
+            chunk = [r for r in todo[i : i + max_calls] if self._mine(r)]
+            outcomes.extend(self._answer_all(chunk))
             self._record(outcomes)
             outcomes = []
             if self._stop:  # shutting down: what is not answered stays open in the log for next time
                 break
         self._record(outcomes)
 
-    def _answer(self, request: SummaryRequested) -> Event | None:
-        """Return the outcome of one request, or None when it is no longer ours to answer (or we stop)."""
-        if self._stop or not self._mine(request):
-            return None
-        summary_input = build_input(request, self.messages, self.summaries, self.settings)
+    def _answer_all(self, requests: list[SummaryRequested]) -> list[Event]:
+        """Return the outcomes of ``requests``: cache hits read in one query, the rest ``concurrency`` at a time.
+
+        With the summary cache, its new entries are written in one
+        transaction once the chunk is answered (a commit per entry cost more
+        than an offline summary).
+        """
+        if self._stop or not requests:
+            return []
+        inputs = [build_input(r, self.messages, self.summaries, self.settings) for r in requests]
+        jobs = list(zip(requests, inputs, answerers(self.summarizer, inputs)))
         with self._cond:
-            self.calls += 1
-        return answer(request, summary_input, self.summarizer)
+            self.calls += len(requests)
+
+        def one(job: tuple[SummaryRequested, SummaryInput, Summarizer]) -> Event | None:
+            return None if self._stop else answer(*job)
+
+        batched = getattr(self.summarizer, "batched", None)
+        with batched() if batched is not None else contextlib.nullcontext():
+            if self._pool is not None and sum(not isinstance(j[2], Known) for j in jobs) > 1:
+                answers = list(self._pool.map(one, jobs))
+            else:
+                answers = [one(job) for job in jobs]
+        return [a for a in answers if a is not None]
 
     def _record(self, outcomes: list[Event]) -> None:
         if outcomes:
