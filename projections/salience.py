@@ -19,6 +19,7 @@ until the budget is spent, and returns them in conversation order.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import math
 import re
@@ -137,7 +138,10 @@ def content_words(text: str) -> set[str]:
 
 def specificity(statement: Statement) -> float:
     """Return how much ``statement`` names specific things: numbers, dates, names, first-person commitments."""
-    text = statement.text
+    return _specificity(statement.text, statement.role)
+
+
+def _specificity(text: str, role: str) -> float:
     score = 0.0
     dates = len(DATE_RE.findall(text)) + len(_WEEKDAY.findall(text))
     score += 2.5 * min(dates, 2)
@@ -146,7 +150,7 @@ def specificity(statement: Statement) -> float:
     words = _WORD.findall(text)
     proper = {w for i, w in enumerate(words) if i > 0 and w[0].isupper() and w.lower() not in _NOT_PROPER}
     score += 0.8 * min(len(proper), 5)
-    if statement.role in ("user", "summary") and _FIRST_PERSON.search(text):
+    if role in ("user", "summary") and _FIRST_PERSON.search(text):
         score += 1.0
         score += 1.5 * min(len(_COMMITMENT.findall(text)), 2)
     return score
@@ -155,7 +159,7 @@ def specificity(statement: Statement) -> float:
 @dataclass(slots=True)
 class _Candidate:
     statement: Statement
-    words: set[str]
+    words: frozenset[str]
     specific: float
     weight: float
 
@@ -225,8 +229,18 @@ def select(
 
 
 def _candidate(s: Statement) -> _Candidate:
-    weight = ROLE_WEIGHT.get(s.role, 0.3) * (QUESTION_WEIGHT if s.text.rstrip().endswith("?") else 1.0)
-    return _Candidate(s, content_words(s.text), specificity(s), weight)
+    return _Candidate(s, *_features(s.text, s.role))
+
+
+@functools.lru_cache(maxsize=50_000)
+def _features(text: str, role: str) -> tuple[frozenset[str], float, float]:
+    """Return (content words, specificity, weight) of a statement's text said by ``role``.
+
+    Cached: the same statements come back in every summary whose window
+    still holds their message, so each is analysed once.
+    """
+    weight = ROLE_WEIGHT.get(role, 0.3) * (QUESTION_WEIGHT if text.rstrip().endswith("?") else 1.0)
+    return frozenset(content_words(text)), _specificity(text, role), weight
 
 
 def _position(s: Statement) -> tuple[int, int]:
