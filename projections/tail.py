@@ -19,13 +19,25 @@ Key = tuple[str, str]
 
 
 class TailCache:
-    """Bounded per-conversation suffixes of committed messages; thread-safe, LRU over conversations."""
+    """Bounded per-conversation suffixes of committed messages; thread-safe, LRU over conversations.
 
-    def __init__(self, max_messages: int = 256, max_conversations: int = 10_000):
+    Bounded three ways, so a long-running engine's memory does not grow with
+    history: at most ``max_messages`` per conversation, ``max_conversations``
+    conversations, and ``max_total`` messages in all (the least recently
+    extended conversations go first).
+    """
+
+    def __init__(self, max_messages: int = 256, max_conversations: int = 10_000, max_total: int = 50_000):
         self.max_messages = max_messages
         self.max_conversations = max_conversations
+        self.max_total = max_total
         self._tails: OrderedDict[Key, tuple[MessageRecord, ...]] = OrderedDict()
+        self._total = 0
         self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        """Return how many messages the tail holds, over every conversation."""
+        return self._total
 
     def extend(self, records: Iterable[MessageRecord]) -> None:
         """Append committed messages (index order per conversation). A gap restarts that tail."""
@@ -35,21 +47,26 @@ class TailCache:
         with self._lock:
             for key, new in grouped.items():
                 tail = self._tails.pop(key, ())
+                self._total -= len(tail)
                 if tail and tail[-1].index + 1 != new[0].index:
                     tail = ()  # not contiguous (a restart in between): keep only what is known to be a suffix
-                self._tails[key] = (tail + tuple(new))[-self.max_messages :]
-            while len(self._tails) > self.max_conversations:
-                self._tails.popitem(last=False)
+                tail = (tail + tuple(new))[-self.max_messages :]
+                self._tails[key] = tail
+                self._total += len(tail)
+            while len(self._tails) > self.max_conversations or (self._total > self.max_total and len(self._tails) > 1):
+                _key, gone = self._tails.popitem(last=False)
+                self._total -= len(gone)
 
     def drop(self, key: Key) -> None:
         """Forget a conversation (deleted)."""
         with self._lock:
-            self._tails.pop(key, None)
+            self._total -= len(self._tails.pop(key, ()))
 
     def clear(self) -> None:
         """Forget everything (after a failed transaction or a rebuild)."""
         with self._lock:
             self._tails.clear()
+            self._total = 0
 
     def window(self, key: Key, start: int, budget: int | None) -> list[MessageRecord] | None:
         """Return messages from index ``start`` whose suffix fits ``budget`` (newest always), or None.
