@@ -379,8 +379,22 @@ class SearchIndex:
         self._lock = threading.Lock()
 
     def extend(self, cols: dict[str, list[Any]], records: Iterable[Any] = ()) -> None:
-        """Add a committed batch: its ``search_docs`` columns and its messages (index order per conversation)."""
+        """Add a committed batch: its ``search_docs`` columns and its messages (index order per conversation).
+
+        The lock is taken once per conversation, not for the whole batch: a
+        projector batch holds thousands of documents, and a read of one
+        conversation must not wait while all the others are indexed. Each
+        conversation still changes atomically for its readers; adding is
+        idempotent (documents by id, messages by index), so a load that ran
+        in between and already saw the batch loses nothing and gains no copy.
+        """
         records = list(records)
+        rows: dict[Key, list[tuple]] = {}
+        for row in zip(*(cols[c] for c in SEARCH_COLUMNS)):
+            rows.setdefault((row[0], row[1]), []).append(row[2:])
+        messages: dict[Key, list[Any]] = {}
+        for r in records:
+            messages.setdefault((r.tenant_id, r.conversation_id), []).append(r)
         with self._lock:
             for r in records:  # a conversation starting in this batch: all of it is here, nothing to load
                 if r.index == 0 and len(self._convs) < self.max_conversations:
@@ -391,15 +405,17 @@ class SearchIndex:
                 loading.batches.append((cols, records))
             if not self._convs:
                 return
-            for row in zip(*(cols[c] for c in SEARCH_COLUMNS)):
-                docs = self._convs.get((row[0], row[1]))
-                if docs is not None:
-                    docs.add(*row[2:])
-            for r in records:
-                key = (r.tenant_id, r.conversation_id)
+        for key in rows.keys() | messages.keys():
+            with self._lock:
                 docs = self._convs.get(key)
-                if docs is not None and not docs.add_message(r):
-                    del self._convs[key]  # a gap (restart in between): reload on next use
+                if docs is None:
+                    continue
+                for row in rows.get(key, ()):
+                    docs.add(*row)
+                for r in messages.get(key, ()):
+                    if not docs.add_message(r):
+                        del self._convs[key]  # a gap (restart in between): reload on next use
+                        break
 
     def drop(self, key: Key) -> None:
         """Forget a conversation (deleted); a load under way starts over."""
