@@ -24,6 +24,7 @@ from pathlib import Path
 
 from memfold.engine.engine import MemoryEngine
 from memfold.engine.overrides import parse_assignments
+from memfold.engine.runtime import tune_gc
 from memfold.engine.settings import Settings
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -31,6 +32,7 @@ from ingest_and_read import messages  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
+    tune_gc()  # as the memfold command and service do
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--messages", type=int, default=200_000)
     p.add_argument("--conversations", type=int, default=1_000)

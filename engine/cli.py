@@ -191,7 +191,15 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; return the process exit code. Every error is one line on stderr."""
+    """Run the CLI; return the process exit code. Every error is one line on stderr.
+
+    Run as the ``memfold`` command (``argv`` None), the process is memfold's
+    own: its garbage collector is tuned (:func:`~memfold.engine.runtime.tune_gc`).
+    """
+    if argv is None:
+        from .runtime import tune_gc
+
+        tune_gc()
     try:
         args = _parser().parse_args(argv)
         if args.url and args.command in _REMOTE:
