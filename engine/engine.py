@@ -530,6 +530,23 @@ class MemoryEngine:
             recall_share=self.settings.context.recall_share,
         )
 
+    def context_in_memory(self, conversation_id: str, *, policy: str | None = None, tenant_id: str = "default") -> bool:
+        """True when :meth:`context` of this conversation (no ``as_of``) is computed from memory alone.
+
+        Its policy state, recall index and newest messages are held in
+        memory, no embedder is configured (a query would be embedded) and
+        the policy never waits for a pending summary (``lazy_timeout_ms``
+        0): the read makes no model call, no sleep and, unless a verbatim
+        window reaches before the hot tail, no store query. A service may
+        then compute it where it stands instead of handing it to a thread
+        (each hand-over waits for CPython's interpreter lock again).
+        """
+        name = self._policy_name(policy, tenant_id)
+        key = (tenant_id, conversation_id)
+        return (self.dense is None and not getattr(self.policies[name][1].settings, "lazy_timeout_ms", 0)
+                and self.projector.holds_state(name, *key) and self.projector.search.loaded(key)
+                and self.projector.tail.holds(key))
+
     def context_as_of(
         self,
         conversation_id: str,

@@ -93,6 +93,10 @@ class Projector:
 
     # ----------------------------------------------------------------- state access
 
+    def holds_state(self, policy: str, tenant_id: str, conversation_id: str) -> bool:
+        """True when :meth:`state` answers from memory (no store query)."""
+        return (policy, tenant_id, conversation_id) in self._states
+
     def state(self, policy: str, tenant_id: str, conversation_id: str) -> BaseModel:
         """Return the current fold state of ``policy`` for a conversation (initial if none)."""
         key = (policy, tenant_id, conversation_id)

@@ -493,6 +493,11 @@ class SearchIndex:
                 used += m.tokens
             return picked[::-1]
 
+    def loaded(self, key: Key) -> bool:
+        """True when the conversation's documents are in memory (a read of it needs no store query)."""
+        with self._lock:
+            return key in self._convs
+
     def count(self, key: Key) -> int:
         """Return how many committed messages the conversation has."""
         with self._lock:

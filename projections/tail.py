@@ -68,6 +68,10 @@ class TailCache:
             self._tails.clear()
             self._total = 0
 
+    def holds(self, key: Key) -> bool:
+        """True when the conversation's newest messages are here (a window may still reach before them)."""
+        return bool(self._tails.get(key))
+
     def window(self, key: Key, start: int, budget: int | None) -> list[MessageRecord] | None:
         """Return messages from index ``start`` whose suffix fits ``budget`` (newest always), or None.
 

@@ -133,6 +133,10 @@ class ContextCache:
             for partition in partitions:
                 self._versions[partition] = self._versions.get(partition, 0) + 1
 
+    def known(self, tenant_id: str, conversation_id: str) -> bool:
+        """True when the conversation is known to exist (:meth:`exists` answers without asking the store)."""
+        return (tenant_id, conversation_id) in self._known
+
     def exists(self, tenant_id: str, conversation_id: str, lookup: Callable[[], bool]) -> bool:
         """Return whether the conversation exists; ``lookup()`` asks the store when it is not known to.
 

@@ -201,8 +201,14 @@ async def get_context(
     body = svc.contexts.get(cache_key, version)
     svc.metrics.context_cache.labels("miss" if body is None else "hit").inc()
     if body is None:
-        body = await run_in_threadpool(_render_context, request, key.tenant_id, conversation_id, budget, query, name,
-                                       point)
+        args = (request, key.tenant_id, conversation_id, budget, query, name, point)
+        if point is None and svc.contexts.known(key.tenant_id, conversation_id) and svc.engine.context_in_memory(
+                conversation_id, policy=name, tenant_id=key.tenant_id):
+            # A fraction of a millisecond of CPU: computed here. Handed to a thread, the read and its answer
+            # each waited for the interpreter lock behind the projector (mixed load: p50 18 -> 11 ms).
+            body = _render_context(*args)
+        else:
+            body = await run_in_threadpool(_render_context, *args)
         lazy_ms = getattr(svc.engine.policies[name][1].settings, "lazy_timeout_ms", 0)
         # An answer that waited out a pending summary (lazy wait) is the fallback: the next read waits again.
         if not lazy_ms or time.perf_counter() - started < lazy_ms / 1000:

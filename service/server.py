@@ -23,10 +23,12 @@ def serve(settings: Settings, *, host: str = "127.0.0.1", port: int = 8080, limi
     import uvicorn
 
     from memfold.engine.engine import MemoryEngine
+    from memfold.engine.runtime import tune_switch_interval
 
     from .app import close_app, create_app
     from .keys import ApiKeyStore
 
+    tune_switch_interval()  # reads on the event loop wait less for the lock the folding threads hold
     role = "projector" if settings.log_url().startswith("kafka://") else "embedded"
     engine = MemoryEngine(settings, role=role)
     app = None

@@ -45,3 +45,25 @@ def test_a_deleted_conversation_leaves_the_tail(tmp_path):
         assert engine.projector.tail.window(("default", "gone"), 0, None) is None
         assert engine.context("gone") == []
         assert engine.history("gone") == []
+
+
+def test_context_in_memory_says_when_a_read_needs_no_store_query(tmp_path):
+    """What the service relies on to compute a read on its event loop (no store query, no sleep, no model call)."""
+    data = tmp_path / "d"
+    with MemoryEngine(Settings.load(None, data_dir=data, policies=("sliding_window", "hierarchical"))) as engine:
+        for i in range(30):
+            engine.append_message("c", "user" if i % 2 == 0 else "assistant", f"turn {i} about the Porto invoice")
+        engine.wait_idle()
+        assert engine.context_in_memory("c")  # folded here: state, recall index and tail are in memory
+        first = [m.as_dict() for m in engine.context("c", budget=500)]
+        # hierarchical may wait for a pending summary (lazy_timeout_ms 2000 by default): never in memory only
+        engine.context("c", budget=500, policy="hierarchical")
+        assert not engine.context_in_memory("c", policy="hierarchical")
+        assert not engine.context_in_memory("never-written")
+    with MemoryEngine(Settings.load(None, data_dir=data, policies=("sliding_window", "hierarchical"))) as reopened:
+        assert not reopened.context_in_memory("c")  # a new process holds nothing yet: the first read loads
+        assert [m.as_dict() for m in reopened.context("c", budget=500)] == first
+        assert not reopened.context_in_memory("c")  # the hot tail fills from what is folded, not from reads
+        reopened.append_message("c", "user", "and one more about Porto")
+        reopened.wait_idle()
+        assert reopened.context_in_memory("c")

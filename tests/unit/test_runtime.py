@@ -33,3 +33,16 @@ def test_collection_still_frees_cycles_after_tuning():
     finally:
         gc.set_threshold(*before)
         gc.unfreeze()
+
+
+def test_tune_switch_interval_sets_it_and_returns_the_previous_one():
+    import sys
+
+    from memfold.engine.runtime import SERVICE_SWITCH_INTERVAL, tune_switch_interval
+
+    before = sys.getswitchinterval()
+    try:
+        assert tune_switch_interval() == before
+        assert sys.getswitchinterval() == SERVICE_SWITCH_INTERVAL
+    finally:
+        sys.setswitchinterval(before)
