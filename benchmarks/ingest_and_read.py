@@ -262,7 +262,11 @@ def main(argv: list[str] | None = None) -> int:
         if not args.only_reads:
             sizes = [int(x) for x in args.messages.split(",")]
             for n in sizes:
+                before = _rss()
                 bench_ingest(Path(tmp), n, args.conversations)
+                # The engine is closed by now; what it grew is what the process holds beyond the input
+                # rows (also counted here) and what the allocator keeps.
+                print(f"  RSS                  : {before:,.0f} MiB before, {_rss():,.0f} MiB after this ingest")
             if args.only_ingest:
                 return _peak_rss()
             bench_two_processes(Path(tmp), sizes[0], args.conversations)
@@ -272,6 +276,13 @@ def main(argv: list[str] | None = None) -> int:
             dense = {"st": "sentence-transformers"}.get(args.dense, args.dense)
             bench_recall_read(Path(tmp), args.long, args.reads, args.budget, dense=dense)
     return _peak_rss()
+
+
+def _rss() -> float:
+    """Resident set size of this process now, in MiB (Linux)."""
+    import os
+
+    return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
 def _peak_rss() -> int:
