@@ -31,6 +31,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 Key = tuple[str, str]
 
 SEARCH_DDL = [
@@ -193,7 +195,7 @@ class _Corpus:
     add gives exactly the top _HEAD of the whole set, whatever order the documents came in.
     """
 
-    __slots__ = ("meta", "lengths", "postings", "heads", "total", "as_of")
+    __slots__ = ("meta", "lengths", "postings", "heads", "total", "as_of", "columns")
 
     def __init__(self) -> None:
         self.meta: list[tuple[str, int, str | None]] = []  # doc_id, idx, policy
@@ -202,6 +204,7 @@ class _Corpus:
         self.heads: dict[str, list[tuple[float, int]]] = {}
         self.total = 0
         self.as_of: _AsOfStats | None = None  # built by the first time-travel read (scores_as_of)
+        self.columns: dict[str, tuple[np.ndarray, int]] = {}  # common term -> (tf by document, postings written)
 
     def add(self, doc_id: str, idx: int, policy: str | None, length: int, terms: Sequence[str], tfs: Sequence[int]) -> None:
         n = len(self.meta)
@@ -226,6 +229,26 @@ class _Corpus:
                 heads[term] = heapq.nlargest(_HEAD, ((_impact(f, lengths[d]), d) for d, f in p.items()))
                 heads[term].reverse()  # descending is not a heap; ascending is
 
+    def column(self, term: str, postings: dict[int, int]) -> np.ndarray:
+        """Return ``term``'s tf in every document as an array, 0 where absent (at least as long as ``meta``).
+
+        Built the first time a read finds the term common, then extended with
+        the postings added since: postings come in document order and are
+        never removed, so the new ones are the dict's last.
+        """
+        arr, written = self.columns.get(term, (None, 0))
+        size = len(self.meta)
+        if arr is None or len(arr) < size:
+            grown = np.zeros(max(size, 2 * len(arr) if arr is not None else size), np.int32)
+            if arr is not None:
+                grown[: len(arr)] = arr
+            arr = grown
+        if written < len(postings):
+            new = list(islice(postings.items(), written, None))
+            arr[[d for d, _ in new]] = [tf for _, tf in new]
+        self.columns[term] = (arr, len(postings))
+        return arr
+
     def scores(self, terms: Iterable[str]) -> dict[int, float]:
         """Return BM25 scores of candidate documents for ``terms`` (bounded work, see _EXACT_POSTINGS).
 
@@ -241,19 +264,21 @@ class _Corpus:
             head = heads.get(term)
             return postings if head is None else (d for _, d in head)
 
-        return _bm25(lists, n, self.total, self.lengths, candidates)
+        return _bm25(lists, n, self.total, self.lengths, candidates, self.column)
 
 
 def _bm25(
     lists: list[tuple[str, dict[int, int], int]], n: int, total: int, lengths: list[int],
     candidates: Callable[[str, dict[int, int], int], Iterable[int]],
+    column: Callable[[str, dict[int, int]], np.ndarray],
 ) -> dict[int, float]:
     """Return BM25 scores over the first ``n`` documents (total length ``total``): the one scoring loop.
 
     ``lists`` holds (term, postings, df) for each query term present; a
     term's first ``df`` postings (they are in document order) are the
     documents below ``n``. ``candidates(term, postings, df)`` names the
-    documents a common term brings (its head). Shared by the live read
+    documents a common term brings (its head); ``column(term, postings)``
+    its tf in every document as an array (:meth:`_Corpus.column`). Shared by the live read
     (:meth:`_Corpus.scores`) and time travel (:func:`scores_as_of`), so both
     make the same float operations in the same order.
     """
@@ -286,11 +311,17 @@ def _bm25(
         for d in candidates(term, postings, df):
             if d not in scores:
                 scores[d] = 0.0
-    for _, weight, postings, _df in common:
-        for d in scores.keys() & postings.keys():  # only the candidates holding the term (each d's sum: same order)
-            tf = postings[d]
-            scores[d] += weight * tf / (tf + base + per_length * lengths[d])
-    return scores
+    # Each candidate's sum, term by term in the same order, as arrays: the same float operations
+    # (IEEE double, each rounded once) as `scores[d] += weight * tf / (tf + base + per_length * lengths[d])`
+    # for the candidates holding the term, a fifth of the time (that loop was most of a read).
+    count = len(scores)
+    docs = np.fromiter(scores.keys(), np.int64, count)
+    acc = np.fromiter(scores.values(), np.float64, count)
+    scaled = per_length * np.fromiter((lengths[d] for d in scores), np.float64, count)
+    for term, weight, postings, _df in common:
+        tf = column(term, postings)[docs].astype(np.float64)
+        acc = np.where(tf > 0, acc + weight * tf / (tf + base + scaled), acc)
+    return dict(zip(scores.keys(), acc.tolist()))
 
 
 class _Docs:
@@ -681,4 +712,4 @@ def scores_as_of(corpus: _Corpus, terms: Iterable[str], end: int) -> dict[int, f
     def candidates(term: str, postings: dict[int, int], df: int) -> Iterable[int]:
         return islice(postings, df) if df <= _HEAD else stats.head(term, postings, corpus.lengths, n)
 
-    return _bm25(lists, n, stats.cum[n], corpus.lengths, candidates)
+    return _bm25(lists, n, stats.cum[n], corpus.lengths, candidates, corpus.column)

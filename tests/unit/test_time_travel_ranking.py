@@ -70,3 +70,54 @@ def test_scores_do_not_depend_on_the_order_of_the_query_terms():
         for then in (333, 2 * 1500, 2 * 2400):
             assert scores_as_of(corpus, terms, then) == scores_as_of(corpus, terms[::-1], then), (query, then)
         assert corpus.scores(terms) == corpus.scores(terms[::-1]), query
+
+
+def _reference_scores(corpus: _Corpus, terms: set[str]) -> dict[int, float]:
+    """BM25 as the scoring loop computed it before its common-term sums became arrays: one float at a time."""
+    import math
+    from itertools import islice
+
+    from memfold.projections.retrieval import _CANDIDATES, _EXACT_POSTINGS, B, K1
+
+    n, lengths = len(corpus.meta), corpus.lengths
+    lists = sorted(((t, p, len(p)) for t in terms if (p := corpus.postings.get(t))), key=lambda tpd: (tpd[2], tpd[0]))
+    base, per_length = K1 * (1.0 - B), K1 * B * n / corpus.total
+    scores: dict[int, float] = {}
+    scored, common = 0, []
+    for term, postings, df in lists:
+        weight = math.log(1.0 + (n - df + 0.5) / (df + 0.5)) * (K1 + 1.0)
+        if scored + df > _EXACT_POSTINGS:
+            common.append((term, weight, postings))
+            continue
+        scored += df
+        for d, tf in islice(postings.items(), df):
+            scores[d] = scores.get(d, 0.0) + weight * tf / (tf + base + per_length * lengths[d])
+    if not common:
+        return scores
+    if len(scores) > _CANDIDATES:
+        scores = {d: s for s, d in sorted(zip(scores.values(), scores.keys()), reverse=True)[:_CANDIDATES]}
+    for term, _, postings in common:
+        head = corpus.heads.get(term)
+        for d in postings if head is None else (d for _, d in head):
+            scores.setdefault(d, 0.0)
+    for _, weight, postings in common:
+        for d in scores.keys() & postings.keys():
+            tf = postings[d]
+            scores[d] += weight * tf / (tf + base + per_length * lengths[d])
+    return scores
+
+
+def test_array_sums_equal_the_float_by_float_loop_bit_for_bit():
+    docs = _docs(2400)
+    corpus = _Corpus()
+    compared = 0
+    for grown in (300, 1100, 2400):  # the tf columns are built, then extended as documents come
+        for idx, length, terms, tfs in docs[len(corpus.meta):grown]:
+            corpus.add(f"m{idx}", idx, None, length, terms, tfs)
+        for query in (*QUERIES, " ".join(WORDS)):
+            terms = set(query_terms(query))
+            got, expected = corpus.scores(terms), _reference_scores(corpus, terms)
+            assert got == expected, (grown, query)  # float equality: the same operations in the same order
+            compared += len(expected)
+    assert corpus.columns, "the common-term path ran"
+    assert compared > 1000
