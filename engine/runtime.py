@@ -20,12 +20,12 @@ def tune_gc(thresholds: tuple[int, int, int] = GC_THRESHOLDS) -> tuple[int, int,
     An engine holds millions of long-lived objects (the hot tail, the
     recall index, time-travel history). With the default thresholds the
     collector walks them again and again while the projector folds: a
-    cached replay of 20,000 messages spent a fifth of its time in
-    collections (10 full ones), and each full collection is a pause every
-    thread waits out. memfold frees almost everything by reference
-    counting (its folds build no cycles), so collecting rarely costs little
-    memory. ``gc.freeze()`` first moves what exists now (imported modules,
-    schemas) out of the collector's sight for good.
+    cached replay of 20,000 messages ran 6,329 messages/s with them, 8,031
+    tuned and 8,733 with no collection at all (10 full collections in the
+    default run), and each full collection is a pause every thread waits
+    out. Reference counting still frees everything that is not in a cycle
+    at once; cycles wait longer. ``gc.freeze()`` first moves what exists
+    now (imported modules, schemas) out of the collector's sight for good.
     """
     previous = gc.get_threshold()
     gc.freeze()
