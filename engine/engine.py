@@ -534,18 +534,23 @@ class MemoryEngine:
         """True when :meth:`context` of this conversation (no ``as_of``) is computed from memory alone.
 
         Its policy state, recall index and newest messages are held in
-        memory, no embedder is configured (a query would be embedded) and
-        the policy never waits for a pending summary (``lazy_timeout_ms``
-        0): the read makes no model call, no sleep and, unless a verbatim
-        window reaches before the hot tail, no store query. A service may
+        memory, no embedder is configured (a query would be embedded), the
+        policy never waits for a pending summary (``lazy_timeout_ms`` 0) and
+        its plan does not name verbatim messages one by one (topics): the
+        read makes no model call, no sleep and, unless a verbatim window
+        reaches before the hot tail, no store query. A service may
         then compute it where it stands instead of handing it to a thread
         (each hand-over waits for CPython's interpreter lock again).
         """
         name = self._policy_name(policy, tenant_id)
         key = (tenant_id, conversation_id)
-        return (self.dense is None and not getattr(self.policies[name][1].settings, "lazy_timeout_ms", 0)
+        impl, ctx = self.policies[name]
+        if not (self.dense is None and not getattr(ctx.settings, "lazy_timeout_ms", 0)
                 and self.projector.holds_state(name, *key) and self.projector.search.loaded(key)
-                and self.projector.tail.holds(key))
+                and self.projector.tail.holds(key)):
+            return False
+        # A plan naming its verbatim messages one by one (topics) reads them from the store.
+        return not impl.plan(self.projector.state(name, *key), ctx).verbatim_indices
 
     def context_as_of(
         self,

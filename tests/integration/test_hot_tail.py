@@ -50,7 +50,8 @@ def test_a_deleted_conversation_leaves_the_tail(tmp_path):
 def test_context_in_memory_says_when_a_read_needs_no_store_query(tmp_path):
     """What the service relies on to compute a read on its event loop (no store query, no sleep, no model call)."""
     data = tmp_path / "d"
-    with MemoryEngine(Settings.load(None, data_dir=data, policies=("sliding_window", "hierarchical"))) as engine:
+    policies = ("sliding_window", "hierarchical", "topics")
+    with MemoryEngine(Settings.load(None, data_dir=data, policies=policies)) as engine:
         for i in range(30):
             engine.append_message("c", "user" if i % 2 == 0 else "assistant", f"turn {i} about the Porto invoice")
         engine.wait_idle()
@@ -60,7 +61,11 @@ def test_context_in_memory_says_when_a_read_needs_no_store_query(tmp_path):
         engine.context("c", budget=500, policy="hierarchical")
         assert not engine.context_in_memory("c", policy="hierarchical")
         assert not engine.context_in_memory("never-written")
-    with MemoryEngine(Settings.load(None, data_dir=data, policies=("sliding_window", "hierarchical"))) as reopened:
+        # topics names the current topic's messages one by one and reads them from the store
+        engine.context("c", budget=500, policy="topics")
+        assert engine.plan("c", policy="topics").verbatim_indices
+        assert not engine.context_in_memory("c", policy="topics")
+    with MemoryEngine(Settings.load(None, data_dir=data, policies=policies)) as reopened:
         assert not reopened.context_in_memory("c")  # a new process holds nothing yet: the first read loads
         assert [m.as_dict() for m in reopened.context("c", budget=500)] == first
         assert not reopened.context_in_memory("c")  # the hot tail fills from what is folded, not from reads
