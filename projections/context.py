@@ -18,9 +18,14 @@ Order: [system prompt][memory system messages][recalled older messages]
    answer its question, when they fit; a long one comes as an excerpt of its
    passages holding the query's words, :mod:`.excerpt`), then the newest
    ones not yet in.
-   Recalled messages are marked ``kind="recalled"``, sit in conversation
-   order between the memory and the verbatim messages, and carry their date
-   (``[2024-03-15] ...``) so "when" questions can be answered.
+   Recalled messages are marked ``kind="recalled"`` and sit in conversation
+   order between the memory and the verbatim messages; the first recalled
+   message of each day carries the date (``[2024-03-15]`` on a line of its
+   own) so "when" questions can be answered, the ones after it on the same
+   day do not repeat it (a date line costs ~8 tokens: on BEAM's 4,000-token
+   contexts, 30 recalled messages over 3 to 5 days paid ~250 tokens for
+   dates). An excerpt leaves out passages the context already says, in the
+   same or mostly the same words (:mod:`.excerpt`).
 
 A tool call and the tool results answering it are one unit everywhere: kept
 or dropped together; a tool result whose call is not in the context, or a
@@ -29,14 +34,16 @@ call whose results are not, is never sent (an API would reject it).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
+from datetime import date
 from typing import Protocol
 
 from memfold.engine.ports import ContextMessage, ContextPlan, MessageRecord
 from memfold.engine.tokens import MESSAGE_OVERHEAD
 
 from .excerpt import EXCERPT_OVER, SENTENCE, excerpt
-from .retrieval import query_terms
+from .retrieval import analyze, query_terms
 
 # Ranked hits considered per read: enough to fill an 8k budget with short turns.
 RANK_LIMIT = 64
@@ -233,15 +240,63 @@ class _Recall:
         self.exclude = exclude
         self.upper = upper
         self.remaining = remaining
-        self.chosen: dict[int, ContextMessage] = {}
+        self.room = remaining
+        self.chosen: dict[int, ContextMessage] = {}  # rendered without their date line
+        self.order: list[int] = []  # indices in the order chosen (the last ones go first if dates overflow)
+        self.dates: set[date] = set()  # days whose date line is paid for
         self.shown: set[str] = set()  # passages excerpts have shown (not repeated by a later excerpt)
+        self.excerpted: set[int] = set()
+        self.seen: set[str] = set()  # index terms of what is recalled so far (excerpts skip passages repeating them)
 
     def run(self, query: str, before: int) -> list[ContextMessage]:
-        """Return the recalled messages, in index order."""
+        """Return the recalled messages, in index order, each day's first one dated."""
         if query.strip():
             self._relevant(query)
         self._newest(before)
-        return [self.chosen[i] for i in sorted(self.chosen)]
+        while True:
+            out = self._dated()
+            if sum(m.tokens for m in out) <= self.room or not self.order:
+                return out
+            # Dates out of index order (an import with shuffled timestamps) need more date lines than
+            # the days paid for: drop the last chosen message until the context fits.
+            del self.chosen[self.order.pop()]
+
+    def _dated(self) -> list[ContextMessage]:
+        """Put the date line on each recalled message whose day differs from the previous recalled one's."""
+        out: list[ContextMessage] = []
+        last: date | None = None
+        for i in sorted(self.chosen):
+            m = self.chosen[i]
+            if m.content and m.occurred_at is not None:
+                day = m.occurred_at.date()
+                if day != last:
+                    m = _with_date(m, self.count_tokens, i in self.excerpted)
+                last = day
+            out.append(m)
+        return out
+
+    def _date_cost(self, m: MessageRecord) -> int:
+        """Return what ``m`` adds in date lines: its day's, unless a chosen message already pays for that day."""
+        if not m.content or m.occurred_at.date() in self.dates:
+            return 0
+        return _prefix_tokens(date_prefix(m), self.count_tokens)
+
+    def _add(self, rendered: Sequence[ContextMessage], group: Sequence[MessageRecord], record: bool) -> bool:
+        """Add a tool group's rendered messages if they fit with their days' date lines (``record``: their terms as seen)."""
+        days = {m.occurred_at.date() for m in group if m.content}
+        cost = sum(r.tokens for r in rendered) + sum(
+            _prefix_tokens(date_prefix(next(m for m in group if m.occurred_at.date() == d)), self.count_tokens)
+            for d in days - self.dates)
+        if cost > self.remaining:
+            return False
+        self.remaining -= cost
+        self.dates |= days
+        for r, m in zip(rendered, group):
+            self.chosen[r.index] = r
+            self.order.append(r.index)
+            if record:
+                self.seen.update(analyze(m.content))
+        return True
 
     def _free(self, group: Sequence[MessageRecord]) -> bool:
         return all(m.index not in self.chosen and m.index not in self.exclude and m.index < self.upper for m in group)
@@ -257,29 +312,32 @@ class _Recall:
             if m.tool_calls or m.role == "tool" or m.index in self.chosen or m.index in self.exclude or m.index >= self.upper:
                 return False
             shown: list[str] = []
-            if terms and m.tokens > EXCERPT_OVER:
-                cut = excerpt(m, terms, self.count_tokens, self.shown)
+            excerpted = bool(terms) and m.tokens > EXCERPT_OVER
+            if excerpted:
+                cut = excerpt(m, terms, self.count_tokens, self.shown, dated=False, seen=self.seen)
                 if cut is None:  # every passage worth showing is in the context already
                     return False
-                r, shown = cut
+                r, shown, said = cut
             else:
-                r = _recalled(m, self.count_tokens)
-            if r.tokens > self.remaining:
+                r = _message(m, "recalled")
+                said = None
+            cost = r.tokens + self._date_cost(m)
+            if cost > self.remaining:
                 return False
-            self.remaining -= r.tokens
+            self.remaining -= cost
             self.chosen[m.index] = r
+            self.order.append(m.index)
+            if m.content:
+                self.dates.add(m.occurred_at.date())
+            if excerpted:
+                self.excerpted.add(m.index)
             self.shown.update(shown)
+            if terms:  # only relevance reads excerpt; the newest-first fill needs no record
+                self.seen.update(said if said is not None else analyze(m.content))
             return True
         if not _complete(group) or not self._free(group):
             return False
-        rendered = [_recalled(m, self.count_tokens) for m in group]
-        cost = sum(m.tokens for m in rendered)
-        if cost > self.remaining:
-            return False
-        self.remaining -= cost
-        for m in rendered:
-            self.chosen[m.index] = m
-        return True
+        return self._add([_message(m, "recalled") for m in group], group, bool(terms))
 
     def _relevant(self, query: str) -> None:
         ranked = [i for i in self.older.ranked(query, RANK_LIMIT) if i not in self.exclude and i < self.upper]
@@ -345,26 +403,28 @@ def date_prefix(m: MessageRecord) -> str:
     return f"[{m.occurred_at.date().isoformat()}]\n"
 
 
-def _recalled(m: MessageRecord, count_tokens: Callable[[str], int]) -> ContextMessage:
-    """Render an older message with its date on a line of its own, so the model can place it in time.
+def _with_date(r: ContextMessage, count_tokens: Callable[[str], int], excerpted: bool = False) -> ContextMessage:
+    """Put the date before a recalled message (rendered undated), so the model can place it in time.
 
-    The prefix ends in punctuation + newline, which tiktoken's pre-tokenizer
-    keeps as a chunk of its own when the content starts with a non-space
-    character: the rendered cost is then exactly the stored cost plus the
-    prefix's (tests check it), with no re-count of the content.
+    A whole message gets its date on a line of its own (``[2024-03-15]``),
+    an excerpt before its ``(excerpt)`` mark. The prefix ends in punctuation
+    + newline, which tiktoken's pre-tokenizer keeps as a chunk of its own
+    when the content starts with a non-space character: the rendered cost is
+    then exactly the stored cost plus the prefix's (tests check it), with no
+    re-count of the content. An excerpt is counted again.
     """
-    if not m.content:
-        return _message(m, "recalled")
-    prefix = date_prefix(m)
-    content = prefix + m.content
-    if m.content[0].isspace():
+    assert r.occurred_at is not None
+    if excerpted:
+        content = f"[{r.occurred_at.date().isoformat()}] {r.content}"
         tokens = count_tokens(content) + MESSAGE_OVERHEAD
     else:
-        tokens = m.tokens + _prefix_tokens(prefix, count_tokens)
-    return ContextMessage(
-        role=m.role, content=content, kind="recalled", tokens=tokens, index=m.index,
-        tool_calls=m.tool_calls, tool_call_id=m.tool_call_id, occurred_at=m.occurred_at,
-    )
+        prefix = f"[{r.occurred_at.date().isoformat()}]\n"
+        content = prefix + r.content
+        if r.content[0].isspace():
+            tokens = count_tokens(content) + MESSAGE_OVERHEAD
+        else:
+            tokens = r.tokens + _prefix_tokens(prefix, count_tokens)
+    return dataclasses.replace(r, content=content, tokens=tokens)
 
 
 _PREFIX_TOKENS: dict[tuple[str, Callable[[str], int]], int] = {}

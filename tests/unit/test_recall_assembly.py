@@ -153,9 +153,13 @@ def big_memory(lines: int, kind: str) -> ContextPlan:
     query=st.sampled_from([None, "", "Porto order shipped", "football match weather", "train"]),
     memory=st.one_of(st.none(), st.tuples(st.integers(min_value=1, max_value=120), st.sampled_from(["facts", "narrative"]))),
     share=st.sampled_from([0.0, 0.5, 1.0]),
+    days=st.sampled_from(["daily", "sessions", "shuffled"]),
 )
-def test_never_over_budget_ordered_marked_and_tool_groups_whole(n, cut, budget, tool_at, query, memory, share):
+def test_never_over_budget_ordered_marked_and_tool_groups_whole(n, cut, budget, tool_at, query, memory, share, days):
     messages = tool_chat(n, tool_at) if tool_at is not None and tool_at + 1 < n else chat(n)
+    if days != "daily":  # a day's first recalled message is dated; shuffled dates need more date lines than days
+        offset = (lambda i: i // 7) if days == "sessions" else (lambda i: (i * 7) % 5)
+        messages = [dataclasses.replace(m, occurred_at=T0 + timedelta(days=offset(m.index))) for m in messages]
     plan = plan_after(min(cut, n - 1))
     if memory is not None:  # memory alone can be larger than the budget: it is trimmed, never sent over budget
         plan = dataclasses.replace(big_memory(*memory), verbatim_from=plan.verbatim_from)
@@ -285,3 +289,38 @@ def test_a_query_of_common_words_scores_a_bounded_head_and_still_finds_the_best_
     followed = live._docs(("t", "c")).corpora["message"]
     assert followed.heads == corpus.heads
     assert OlderFromProjection(live, ("t", "c")).ranked("order refund parcel", 20) == source.ranked("order refund parcel", 20)
+
+
+def test_only_the_first_recalled_message_of_a_day_carries_the_date():
+    planted = {40: "Where should I go for my sister Dana's birthday dinner?",
+               41: "Try the Lisbon tram tour and then dinner at Cervejaria Ramiro.",
+               120: "My sister Dana moved to Lisbon in 2019."}
+    messages = [dataclasses.replace(m, occurred_at=T0 + timedelta(days=m.index // 50, minutes=m.index))
+                for m in chat(200, planted)]  # a day holds 50 messages
+    out = context(messages, plan_after(190), budget=400, query="Which city did Dana move to?")
+    recalled = {m.index: m for m in out if m.kind == "recalled"}
+    assert recalled[40].content == "[2024-03-01]\n" + planted[40]  # the day's first recalled message
+    assert recalled[41].content == planted[41]  # same day as 40: no second date line
+    assert recalled[41].tokens == messages[41].tokens
+    assert recalled[120].content.startswith("[2024-03-03]\n")
+    for m in out:
+        assert m.tokens == COUNT(m.content) + MESSAGE_OVERHEAD
+    assert sum(m.tokens for m in out) <= 400
+    days = [m.occurred_at.date() for m in out if m.kind == "recalled"]
+    dated = [m.content.startswith("[") for m in out if m.kind == "recalled"]
+    assert dated == [i == 0 or days[i] != days[i - 1] for i in range(len(days))]
+
+
+def test_an_excerpt_skips_a_passage_that_repeats_what_the_context_says_but_keeps_a_new_number():
+    setup = "I am building the Biscuit tracker with Flask 3 and SQLite on my laptop."
+    filler = " ".join(f"Paragraph {k} is about the garden, the weather and nothing much." for k in range(40))
+    planted = {20: setup,
+               61: f"{filler} Again: I am building the Biscuit tracker with Flask and SQLite. {filler}",
+               81: f"{filler} Now I am building the Biscuit tracker with Flask 4 and SQLite on my laptop. {filler}"}
+    messages = chat(100, planted)
+    out = context(messages, plan_after(95), budget=900, query="What is the Biscuit tracker built with, Flask?")
+    recalled = {m.index: m for m in out if m.kind == "recalled"}
+    assert setup in recalled[20].content
+    assert "Again: I am building" not in "".join(m.content for m in out)  # said again in other words: not repeated
+    assert "tracker with Flask 4 and SQLite" in recalled[81].content  # the same words with a new number are news
+    assert sum(m.tokens for m in out) <= 900
