@@ -9,6 +9,10 @@ turns, so a long message recalled for its relevance comes as an excerpt:
   each with the one after it (an answer often follows the line that names
   its subject), until the excerpt's size; they are shown in their original
   order, gaps marked with "…";
+- an excerpt is flat text (passages joined by spaces), so the markdown
+  that laid the message out (heading marks, bold, bullets, code fences,
+  backticks, indentation: :func:`plain`) is left out of it, never a word:
+  BEAM's long answers spend ~10% of their tokens on it;
 - a passage already shown in the same context (assistants repeat a plan or
   a code block answer after answer) is not shown again: its room goes to
   something new. Nor is a passage that mostly repeats words the context
@@ -102,13 +106,36 @@ def passages(text: str) -> list[str]:
     return out
 
 
+_FENCE = re.compile(r"^[ \t]*(?:```|~~~)[^\n]*$", re.M)
+_HEADING = re.compile(r"^[ \t]*#{1,6}[ \t]+", re.M)
+_BULLET = re.compile(r"^[ \t]*[-*+•][ \t]+", re.M)
+_INDENT = re.compile(r"^[ \t]+", re.M)
+_EMPHASIS = re.compile(r"\*\*|`+")
+_EMPHASIS_INSIDE = re.compile(r"(?<=\w)(?:\*\*|`+)(?=\w)")  # "a**b": a space, so words never merge
+
+
+def plain(text: str) -> str:
+    """Return ``text`` without markdown layout: heading marks, bullets, ``**``, backticks, fence lines, indentation.
+
+    Every word stays, in order (two words a mark joined, ``a**b``, are
+    split by a space), and so does every line break (passages are cut at
+    them); only marks that lay a message out go, with a fence's language
+    tag (```` ```python ````). Python's ``__init__`` keeps its underscores.
+    """
+    text = _FENCE.sub("", text)
+    text = _HEADING.sub("", text)
+    text = _BULLET.sub("", text)
+    text = _INDENT.sub("", text)
+    return _EMPHASIS.sub("", _EMPHASIS_INSIDE.sub(" ", text))
+
+
 def analysed(m: MessageRecord) -> Analysed:
-    """Return ``m`` cut into passages with their terms (cached per message; a hit must have the same text)."""
+    """Return ``m`` cut into passages (of its :func:`plain` text) with their terms (cached per message; a hit must have the same text)."""
     key = (m.tenant_id, m.conversation_id, m.index, m.event_id)
     found = _CACHE.get(key)
     if found is not None and found.content == m.content:
         return found
-    parts = tuple(passages(m.content))
+    parts = tuple(passages(plain(m.content)))
     terms = tuple(frozenset(analyze(p)) for p in parts)
     df: Counter[str] = Counter()
     for t in terms:
