@@ -242,7 +242,7 @@ class _Recall:
         self.remaining = remaining
         self.room = remaining
         self.chosen: dict[int, ContextMessage] = {}  # rendered without their date line
-        self.order: list[int] = []  # indices in the order chosen (the last ones go first if dates overflow)
+        self.order: list[list[int]] = []  # units (a message, a tool group) in the order chosen: the last go first
         self.dates: set[date] = set()  # days whose date line is paid for
         self.shown: set[str] = set()  # passages excerpts have shown (not repeated by a later excerpt)
         self.excerpted: set[int] = set()
@@ -255,11 +255,16 @@ class _Recall:
         self._newest(before)
         while True:
             out = self._dated()
-            if sum(m.tokens for m in out) <= self.room or not self.order:
+            over = sum(m.tokens for m in out) - self.room
+            if over <= 0 or not self.order:
                 return out
             # Dates out of index order (an import with shuffled timestamps) need more date lines than
-            # the days paid for: drop the last chosen message until the context fits.
-            del self.chosen[self.order.pop()]
+            # the days paid for: drop the last chosen units (a tool group whole) until the context fits.
+            cost = {m.index: m.tokens for m in out}
+            while over > 0 and self.order:
+                for i in self.order.pop():
+                    over -= cost[i]
+                    del self.chosen[i]
 
     def _dated(self) -> list[ContextMessage]:
         """Put the date line on each recalled message whose day differs from the previous recalled one's."""
@@ -291,9 +296,9 @@ class _Recall:
             return False
         self.remaining -= cost
         self.dates |= days
+        self.order.append([r.index for r in rendered])
         for r, m in zip(rendered, group):
             self.chosen[r.index] = r
-            self.order.append(r.index)
             if record:
                 self.seen.update(analyze(m.content))
         return True
@@ -326,7 +331,7 @@ class _Recall:
                 return False
             self.remaining -= cost
             self.chosen[m.index] = r
-            self.order.append(m.index)
+            self.order.append([m.index])
             if m.content:
                 self.dates.add(m.occurred_at.date())
             if excerpted:

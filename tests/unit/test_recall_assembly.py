@@ -324,3 +324,23 @@ def test_an_excerpt_skips_a_passage_that_repeats_what_the_context_says_but_keeps
     assert "Again: I am building" not in "".join(m.content for m in out)  # said again in other words: not repeated
     assert "tracker with Flask 4 and SQLite" in recalled[81].content  # the same words with a new number are news
     assert sum(m.tokens for m in out) <= 900
+
+
+def test_dates_out_of_order_cost_more_date_lines_and_the_context_still_fits_with_tool_groups_whole():
+    # Days alternate message by message (an import with shuffled timestamps): every recalled
+    # message starts a new run of days and needs its date line, though only two days were paid for.
+    messages = [dataclasses.replace(m, occurred_at=T0 + timedelta(days=m.index % 2)) for m in tool_chat(120, 50)]
+    for budget in range(260, 800, 37):
+        out = context(messages, plan_after(110), budget=budget, query="where was order 7 shipped? Porto? the weather")
+        assert sum(m.tokens for m in out) <= budget
+        recalled = [m for m in out if m.kind == "recalled"]
+        assert recalled and [m.index for m in recalled] == sorted(m.index for m in recalled)
+        last = None
+        for m in recalled:
+            if m.content:
+                day = m.occurred_at.date()
+                assert m.content.startswith(f"[{day.isoformat()}]") == (day != last)
+                assert m.tokens == COUNT(m.content) + MESSAGE_OVERHEAD
+                last = day
+        indices = {m.index for m in recalled}
+        assert (50 in indices) == (51 in indices)  # the call and its result together or not at all
