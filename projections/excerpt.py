@@ -110,8 +110,8 @@ _FENCE = re.compile(r"^[ \t]*(?:```|~~~)[^\n]*$", re.M)
 _HEADING = re.compile(r"^[ \t]*#{1,6}[ \t]+", re.M)
 _BULLET = re.compile(r"^[ \t]*[-*+•][ \t]+", re.M)
 _INDENT = re.compile(r"^[ \t]+", re.M)
-_EMPHASIS = re.compile(r"\*\*|`+")
-_EMPHASIS_INSIDE = re.compile(r"(?<=\w)(?:\*\*|`+)(?=\w)")  # "a**b": a space, so words never merge
+_EMPHASIS = re.compile(r"(?:\*\*|`)+")
+_EMPHASIS_INSIDE = re.compile(r"(?<=\w)(?:\*\*|`)+(?=\w)")  # "a**b": a space, so words never merge
 
 
 def plain(text: str) -> str:
