@@ -550,6 +550,7 @@ class MemoryEngine:
                 and self.projector.tail.holds(key)):
             return False
         # A plan naming its verbatim messages one by one (topics) reads them from the store.
+        ctx = self._read_contexts.setdefault((name, ctx.settings_hash), dataclasses.replace(ctx, count_tokens=self._count_cached))
         return not impl.plan(self.projector.state(name, *key), ctx).verbatim_indices
 
     def context_as_of(
