@@ -460,6 +460,15 @@ class MemoryEngine:
 
     # ----------------------------------------------------------------- reading
 
+    def _read_context(self, name: str) -> tuple[Policy, FoldContext]:
+        """Return policy ``name`` and the fold context reads plan with (token counts cached), made once per settings."""
+        impl, ctx = self.policies[name]
+        key = (name, ctx.settings_hash)
+        read = self._read_contexts.get(key)
+        if read is None:
+            read = self._read_contexts[key] = dataclasses.replace(ctx, count_tokens=self._count_cached)
+        return impl, read
+
     def _policy_name(self, policy: str | None, tenant_id: str) -> str:
         name = policy or self.settings.policy_for(tenant_id)
         if name not in self.policies:
@@ -511,8 +520,7 @@ class MemoryEngine:
             return self.context_as_of(conversation_id, as_of, budget=budget, query=query, policy=policy,
                                       tenant_id=tenant_id, dense=dense)
         name = self._policy_name(policy, tenant_id)
-        impl, ctx = self.policies[name]
-        ctx = self._read_contexts.setdefault((name, ctx.settings_hash), dataclasses.replace(ctx, count_tokens=self._count_cached))
+        impl, ctx = self._read_context(name)
         plan = impl.plan(self.projector.state(name, tenant_id, conversation_id), ctx)
         lazy_ms = getattr(ctx.settings, "lazy_timeout_ms", 0)
         pending = plan.notes.get("pending_request") if plan.notes else None
@@ -544,13 +552,12 @@ class MemoryEngine:
         """
         name = self._policy_name(policy, tenant_id)
         key = (tenant_id, conversation_id)
-        impl, ctx = self.policies[name]
+        impl, ctx = self._read_context(name)
         if not (self.dense is None and not getattr(ctx.settings, "lazy_timeout_ms", 0)
                 and self.projector.holds_state(name, *key) and self.projector.search.loaded(key)
                 and self.projector.tail.holds(key)):
             return False
         # A plan naming its verbatim messages one by one (topics) reads them from the store.
-        ctx = self._read_contexts.setdefault((name, ctx.settings_hash), dataclasses.replace(ctx, count_tokens=self._count_cached))
         return not impl.plan(self.projector.state(name, *key), ctx).verbatim_indices
 
     def context_as_of(
@@ -579,8 +586,7 @@ class MemoryEngine:
         from memfold.projections.time_travel import seq_as_of, state_as_of
 
         name = self._policy_name(policy, tenant_id)
-        impl, ctx = self.policies[name]
-        ctx = self._read_contexts.setdefault((name, ctx.settings_hash), dataclasses.replace(ctx, count_tokens=self._count_cached))
+        impl, ctx = self._read_context(name)
         key = (tenant_id, conversation_id)
         history = self.projector.history.conversation(key)
         counters, states = state_as_of(history, self.policies, key, seq_as_of(history, key, as_of))
