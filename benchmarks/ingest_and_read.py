@@ -29,7 +29,6 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from memfold.engine.engine import MemoryEngine
-from memfold.engine.runtime import tune_gc
 from memfold.engine.settings import Settings
 
 WORDS = (
@@ -244,7 +243,6 @@ def bench_recall_read(root: Path, long: int, reads: int, budget: int, dense: str
 
 
 def main(argv: list[str] | None = None) -> int:
-    tune_gc()  # as the memfold command and service do
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--messages", default="20000,200000", help="sizes to ingest, comma separated")
     p.add_argument("--conversations", type=int, default=1_000)

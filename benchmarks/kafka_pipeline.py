@@ -40,7 +40,6 @@ from pathlib import Path
 from ingest_and_read import messages
 
 from memfold.engine.engine import MemoryEngine
-from memfold.engine.runtime import tune_gc
 from memfold.engine.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -73,7 +72,6 @@ def _raw_consume_rate(bootstrap: str, topic: str, total: int) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    tune_gc()  # as the memfold command and service do
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--messages", type=int, default=100_000)
     p.add_argument("--conversations", type=int, default=500)

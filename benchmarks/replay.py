@@ -32,7 +32,7 @@ from ingest_and_read import messages  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
-    tune_gc()  # as the memfold command and service do
+    tune_gc()  # as memfold replay / rebuild / verify do
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--messages", type=int, default=200_000)
     p.add_argument("--conversations", type=int, default=1_000)

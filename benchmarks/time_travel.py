@@ -31,7 +31,6 @@ import time
 from pathlib import Path
 
 from memfold.engine.engine import MemoryEngine
-from memfold.engine.runtime import tune_gc
 from memfold.engine.positions import Position
 from memfold.engine.settings import Settings
 
@@ -96,7 +95,6 @@ def report(samples: list[float], cpu: list[float], live_ms: float, size: int, bu
 
 
 def main(argv: list[str] | None = None) -> int:
-    tune_gc()  # as the memfold command and service do
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--messages", type=int, default=10_000)
     p.add_argument("--reads", type=int, default=1_000)
