@@ -99,8 +99,11 @@ class PartitionWorker:
         deadline = None if stop_after is None else time.monotonic() + stop_after
         busy = False
         last_commit = time.monotonic()
+        mirrored: set[int] = set()  # partitions whose stored positions this run has mirrored to the group
         while not self._stop.is_set() and (deadline is None or time.monotonic() < deadline):
             owned = self.ownership.poll(0.01 if busy else self.idle_poll)
+            self._mirror(owned - mirrored)
+            mirrored = owned
             if owned != set(self.runner.partitions):
                 self.summarizer.retain(owned)
                 self.runner.own(owned)
@@ -114,6 +117,18 @@ class PartitionWorker:
                 self._commit()
                 last_commit = time.monotonic()
         self._commit()
+
+    def _mirror(self, gained: set[int]) -> None:
+        """Queue the store's positions of newly owned partitions for the next (advisory) commit.
+
+        The previous owner may have committed rows and positions to the store
+        and died before its advisory commit: with nothing left to fold, the
+        group's offsets would lag the store for good (and a partition left
+        idle would show a lag that does not exist).
+        """
+        if gained:
+            stored = self.runner.store.position()
+            self._uncommitted.update({p: stored[p] for p in gained if p in stored})
 
     def _note(self, positions: dict[int, int]) -> None:
         self._uncommitted.update(positions)

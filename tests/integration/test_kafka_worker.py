@@ -204,3 +204,32 @@ def test_worker_chains_the_commit_hook_it_finds(kafka_bootstrap, tmp_path):
     assert ends, "nothing was folded"
     assert earlier == ends  # the earlier hook saw every commit
     assert {p: ownership.reported[p] for p in ends} == ends  # and so did the worker's own
+
+
+def test_a_restarted_worker_mirrors_the_stored_positions_with_nothing_left_to_fold(kafka_bootstrap, tmp_path):
+    """A worker killed after its store commit but before its advisory one left the group's offsets behind.
+
+    The next owner has nothing to fold, so no fold step reports positions:
+    it must mirror the store's positions of the partitions it gains, or the
+    group shows a lag that does not exist for good (a flaky SIGKILL test caught it).
+    """
+    settings = Settings.load(None, data_dir=tmp_path / "worker", log=f"kafka://{kafka_bootstrap}", topic=new_topic(),
+                             partitions=2)
+    client = MemoryEngine(settings.model_copy(update={"data_dir": tmp_path / "client"}), role="client")
+    engine = MemoryEngine(settings, role="worker")
+    try:
+        first = PartitionWorker(engine.runner, engine.worker, StaticPartitions(range(2), 2), commit_interval=0.0)
+        thread = threading.Thread(target=first.run, name="test-worker", daemon=True)
+        thread.start()
+        last = [client.append_message(f"c{i}", "user", f"message {i} before the restart") for i in range(6)][-1]
+        engine.runner.wait_for(last, timeout=120)
+        first.stop()
+        thread.join(60)
+        ends = {p: e for p, e in engine.store.position().items() if e}
+        ownership = _RecordingPartitions(2)  # the restarted owner: nothing reported to the group yet
+        PartitionWorker(engine.runner, engine.worker, ownership, commit_interval=0.0).run(stop_after=1.0)
+    finally:
+        engine.close()
+        client.close()
+    assert ends, "nothing was folded"
+    assert {p: ownership.reported.get(p) for p in ends} == ends
