@@ -9,6 +9,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -186,6 +187,35 @@ def test_two_processes_appending_to_the_same_conversations_keep_seq_gapless(tmp_
             ids = [r.event.event_id for r in group if r.event.event_id.startswith(f"{name}-")]
             assert ids == sorted(ids, key=lambda i: tuple(int(x) for x in i.split("-")[1:]))
     assert integrity(path) == "ok"
+
+
+OPENER = textwrap.dedent(
+    """
+    import os, sys, time
+    from memfold.streams.sqlite_log import SQLiteEventLog
+    path, go, ready = sys.argv[1], sys.argv[2], sys.argv[3]
+    open(ready, "w").close()
+    while not os.path.exists(go):
+        time.sleep(0.0005)
+    SQLiteEventLog(path, partitions=4).close()
+    """
+)
+
+
+def test_processes_opening_a_fresh_file_at_once_all_open_it(tmp_path: Path) -> None:
+    """Switching a fresh file to WAL takes a lock without the busy handler: each opener must wait its turn, not fail."""
+    for round_ in range(8):
+        root = tmp_path / f"round-{round_}"
+        root.mkdir()
+        go = root / "go"
+        openers = [spawn(OPENER, root / "events.sqlite", go, root / f"ready-{i}") for i in range(4)]
+        while len(list(root.glob("ready-*"))) < len(openers):
+            assert all(child.poll() is None for child in openers), [child.communicate() for child in openers]
+            time.sleep(0.01)
+        go.touch()
+        for child in openers:
+            finish(child, timeout=60)
+        assert sqlite3.connect(root / "events.sqlite").execute("PRAGMA journal_mode").fetchone() == ("wal",)
 
 
 # --------------------------------------------------------------------------- (2) durability
