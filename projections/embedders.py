@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import math
 import re
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -190,13 +191,17 @@ class SentenceTransformerEmbedder:
             )
         self.device = device
         self._model: Any = None
+        self._loading = threading.Lock()
 
     def _load(self) -> Any:
+        # The dense index's thread and a context read may both ask first: load the weights once.
         if self._model is None:
-            import importlib
+            with self._loading:
+                if self._model is None:
+                    import importlib
 
-            package = importlib.import_module(ST_PACKAGE)
-            self._model = package.load_model(device=self.device)
+                    package = importlib.import_module(ST_PACKAGE)
+                    self._model = package.load_model(device=self.device)
         return self._model
 
     def embed(self, texts: Sequence[str]) -> list[tuple[float, ...]]:
