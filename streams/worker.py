@@ -19,6 +19,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 
 from memfold.engine.errors import MemfoldError, SummarizerError, SummarizerTimeoutError
 from memfold.engine.events import Event, Fact, SummaryRequested
@@ -363,39 +364,40 @@ class SummarizerWorker:
 
         Steps: (1) drop requests already answered or no longer owned; (2) per
         (policy, conversation, topic) lane keep the newest, record the others
-        as superseded; (3) summarize the survivors, ``concurrency`` at a time,
-        appending outcomes in request order every ``max_calls`` calls so
-        results reach readers without waiting for the whole batch.
+        as superseded; (3) summarize the survivors ``max_calls`` at a time
+        (ownership is checked again before each chunk), ``concurrency`` calls
+        at once, appending each answer as soon as every answer before it is
+        in (see :meth:`_answer_all`).
         """
         known = self.summaries.outcomes([r.payload.request_id for r in batch])
         open_ = [r for r in batch if known.get(r.payload.request_id, "processing") == "processing" and self._mine(r)]
         newest: dict[tuple[str, str, str, str | None], SummaryRequested] = {}
         for r in open_:
             newest[_lane(r)] = r
-        outcomes: list[Event] = [
+        self._record([
             failed(r, reason=f"superseded by {newest[_lane(r)].payload.request_id}", error_type="Superseded",
                    summarizer=getattr(self.summarizer, "name", ""))
             for r in open_ if newest[_lane(r)] is not r
-        ]
+        ])
         todo = list(newest.values())
         for i in range(0, len(todo), max_calls):
-            chunk = [r for r in todo[i : i + max_calls] if self._mine(r)]
-            outcomes.extend(self._answer_all(chunk))
-            self._record(outcomes)
-            outcomes = []
+            self._answer_all([r for r in todo[i : i + max_calls] if self._mine(r)])
             if self._stop:  # shutting down: what is not answered stays open in the log for next time
                 break
-        self._record(outcomes)
 
-    def _answer_all(self, requests: list[SummaryRequested]) -> list[Event]:
-        """Return the outcomes of ``requests``: cache hits read in one query, the rest ``concurrency`` at a time.
+    def _answer_all(self, requests: list[SummaryRequested]) -> None:
+        """Answer ``requests`` and append their outcomes in request order, each as soon as those before it are in.
 
-        With the summary cache, its new entries are written in one
-        transaction once the chunk is answered (a commit per entry cost more
-        than an offline summary).
+        Answers are held back only while they come fast: an answer waits at
+        most ``FLUSH_AFTER_S`` for the ones after it, so a fast summarizer
+        (offline, cache hits) appends a chunk in one log transaction while a
+        slow model's first summary reaches readers after its own call, not
+        after the chunk's slowest. Cache hits are read in one query; with the
+        summary cache, its new entries are written in one transaction once
+        the chunk is answered (a commit per entry cost more than an offline summary).
         """
         if self._stop or not requests:
-            return []
+            return
         inputs = [build_input(r, self.messages, self.summaries, self.settings) for r in requests]
         jobs = list(zip(requests, inputs, answerers(self.summarizer, inputs)))
         with self._cond:
@@ -404,18 +406,55 @@ class SummarizerWorker:
         def one(job: tuple[SummaryRequested, SummaryInput, Summarizer]) -> Event | None:
             return None if self._stop else answer(*job)
 
+        ready = _InOrder(self._record)
         batched = getattr(self.summarizer, "batched", None)
         with batched() if batched is not None else contextlib.nullcontext():
             if self._pool is not None and sum(not isinstance(j[2], Known) for j in jobs) > 1:
-                answers = list(self._pool.map(one, jobs))
+                for future in [self._pool.submit(one, job) for job in jobs]:
+                    try:
+                        ready.add(future.result(timeout=ready.patience()))
+                    except FutureTimeout:  # the next answer keeps us waiting: hand out those before it
+                        ready.flush()
+                        ready.add(future.result())
             else:
-                answers = [one(job) for job in jobs]
-        return [a for a in answers if a is not None]
+                for job in jobs:
+                    if ready.patience() == 0:
+                        ready.flush()
+                    ready.add(one(job))
+        ready.flush()
 
     def _record(self, outcomes: list[Event]) -> None:
         if outcomes:
             self.log.append(outcomes)
             self.on_appended()
+
+
+FLUSH_AFTER_S = 0.05  # how long a summary answer may wait for the ones after it to share a log append
+
+
+class _InOrder:
+    """Answers collected in request order, appended together unless the oldest has waited ``FLUSH_AFTER_S``."""
+
+    def __init__(self, record: Callable[[list[Event]], None]):
+        self._record = record
+        self._events: list[Event] = []
+        self._since = 0.0
+
+    def add(self, event: Event | None) -> None:
+        if event is not None:
+            if not self._events:
+                self._since = time.monotonic()
+            self._events.append(event)
+
+    def patience(self) -> float | None:
+        """Seconds the held answers may still wait (None: none held, wait as long as it takes)."""
+        if not self._events:
+            return None
+        return max(0.0, FLUSH_AFTER_S - (time.monotonic() - self._since))
+
+    def flush(self) -> None:
+        events, self._events = self._events, []
+        self._record(events)
 
 
 def _lane(request: SummaryRequested) -> tuple[str, str, str, str | None]:

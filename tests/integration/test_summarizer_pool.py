@@ -111,3 +111,45 @@ def test_released_partitions_are_not_answered(parts):
     pool.retain(keep)
     pool.submit(reqs)
     assert pool.pending() == sum(partition_for(r.key, 4) in keep for r in reqs)
+
+
+class SteadySummarizer:
+    """Each call takes ``nap`` seconds; notes how many outcomes the log held when it started."""
+
+    name = "steady"
+
+    def __init__(self, log, nap: float):
+        self.log = log
+        self.nap = nap
+        self.seen_at_start: list[int] = []
+
+    def summarize(self, request: SummaryInput) -> SummaryOutput:
+        self.seen_at_start.append(sum(self.log.end_positions().values()))
+        time.sleep(self.nap)
+        return SummaryOutput(text="summary", model="steady")
+
+
+def test_a_slow_models_answers_reach_the_log_before_the_rest_of_the_chunk_is_done(parts):
+    """With 6 calls of 0.5 s, 2 at a time, the first two outcomes are appended before the last two calls start.
+
+    (Outcomes used to be appended once per 16 calls: a slow model's first
+    summary waited for the whole chunk.)
+    """
+    settings, log, store = parts
+    summarizer = SteadySummarizer(log, 0.5)
+    pool = SummarizerWorker(log, store, store, summarizer, settings, concurrency=2)
+    reqs = requests(settings, 6)
+    pool.start()
+    try:
+        pool.submit(reqs)
+        deadline = time.monotonic() + 30
+        while not pool.idle() or sum(log.end_positions().values()) < 6:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+    finally:
+        pool.stop()
+    assert len(summarizer.seen_at_start) == 6
+    assert summarizer.seen_at_start[:2] == [0, 0]
+    assert summarizer.seen_at_start[-1] >= 2, summarizer.seen_at_start
+    answered = [r.event.payload.request_id for p in log.partitions() for r in log.read(p, 0)]
+    assert sorted(answered) == sorted(r.event_id for r in reqs)
