@@ -24,8 +24,12 @@ from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 from .errors import KeyStoreError
+from .sqlite_wal import enable_wal
 
 KEY_BYTES = 32  # AES-256
+# How stale a process's cached keys may be for unsealing: a key another process destroyed stops
+# unsealing here within this time. Sealing always checks first.
+KEY_RECHECK_S = 0.1
 
 
 @runtime_checkable
@@ -73,18 +77,26 @@ class SQLiteKeyStore:
         self._lock = threading.Lock()
         self._active: dict[str, tuple[str, bytes]] = {}
         self._keys: dict[str, bytes] = {}
+        # What the caches above were checked against: the file's data_version (moved by
+        # other connections' commits only) and its tombstone count, checked when it moved.
+        self._version: int | None = None
+        self._destroyed: int | None = None
+        self._checked_at = 0.0
         try:
             self._db = sqlite3.connect(self.path, check_same_thread=False, timeout=30.0, isolation_level=None)
             self._db.execute("PRAGMA secure_delete = ON")  # freed cells are zeroed, not left in the file
-            self._db.execute("PRAGMA journal_mode = WAL")
+            enable_wal(self._db, 30.0)
             self._db.execute(_DDL)
             self._db.execute("CREATE INDEX IF NOT EXISTS data_keys_scope ON data_keys (scope)")
+            # Tombstones only: counting them is how a process notices another one destroyed a key.
+            self._db.execute("CREATE INDEX IF NOT EXISTS data_keys_destroyed ON data_keys (key_id) WHERE key IS NULL")
         except sqlite3.Error as exc:
             raise KeyStoreError(f"cannot open the key store {self.path}: {exc}") from exc
         os.chmod(self.path, 0o600)
 
     def active_keys(self, scopes: Sequence[str]) -> dict[str, tuple[str, bytes]]:
         with self._lock:
+            self._check()  # never seal new content with a key another process destroyed
             out = {scope: self._active[scope] for scope in scopes if scope in self._active}
             missing = list(dict.fromkeys(scope for scope in scopes if scope not in out))
             if not missing:
@@ -116,6 +128,8 @@ class SQLiteKeyStore:
 
     def key(self, key_id: str) -> bytes | None:
         with self._lock:
+            if time.monotonic() - self._checked_at >= KEY_RECHECK_S:  # unsealing is hot: check now and then
+                self._check()
             found = self._keys.get(key_id)
             if found is not None:
                 return found
@@ -150,6 +164,27 @@ class SQLiteKeyStore:
             for key_id in ids:
                 self._keys.pop(key_id, None)
             return len(ids)
+
+    def _check(self) -> None:
+        """Drop the cached keys when another process destroyed one since the last check.
+
+        ``PRAGMA data_version`` moves only with other connections' commits
+        (~3 µs to ask); only then are the tombstones counted (a partial index),
+        and the caches dropped if there are more. Keys are re-read on demand.
+        """
+        self._checked_at = time.monotonic()
+        try:
+            version = self._db.execute("PRAGMA data_version").fetchone()[0]
+            if version == self._version:
+                return
+            self._version = version
+            destroyed = self._db.execute("SELECT count(*) FROM data_keys WHERE key IS NULL").fetchone()[0]
+        except sqlite3.Error as exc:
+            raise KeyStoreError(f"cannot read the key store {self.path}: {exc}") from exc
+        if destroyed != self._destroyed:
+            self._destroyed = destroyed
+            self._active.clear()
+            self._keys.clear()
 
     def destroyed(self, scope: str) -> list[tuple[str, str, str]]:
         """Return ``(key_id, created_at, destroyed_at)`` of every destroyed key of ``scope``."""

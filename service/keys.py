@@ -23,6 +23,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from memfold.engine.errors import ConfigError, ValidationError
+from memfold.engine.sqlite_wal import enable_wal
 
 ROLES = ("operator", "admin", "writer", "reader")
 # What each role may do; a route names the permission it needs. "operate" covers what acts on the whole
@@ -75,7 +76,7 @@ class ApiKeyStore:
         conn = getattr(self._local, "conn", None)
         if conn is None:
             conn = sqlite3.connect(self.path, timeout=5.0, isolation_level=None, check_same_thread=False)
-            conn.execute("PRAGMA journal_mode=WAL")
+            enable_wal(conn, 5.0)
             self._local.conn = conn
         return conn
 

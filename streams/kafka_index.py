@@ -27,6 +27,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from memfold.engine.errors import LogUnavailableError
+from memfold.engine.sqlite_wal import enable_wal
 
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS meta (partition INTEGER PRIMARY KEY, next_offset INTEGER NOT NULL, last_id TEXT)",
@@ -60,7 +61,7 @@ class OffsetIndex:
             else:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=60)
-                self._db.execute("PRAGMA journal_mode=WAL")
+                enable_wal(self._db, 60.0)
                 self._db.execute("PRAGMA synchronous=NORMAL")  # derived data: a power cut may cost a suffix
             for statement in _SCHEMA:
                 self._db.execute(statement)

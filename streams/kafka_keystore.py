@@ -15,6 +15,9 @@ stay on the broker's disk (and in any copy of the topic); see README
 keys it has read in memory and reads the topic again before answering an
 unknown id and at most ``refresh`` seconds after its last read otherwise,
 so a key destroyed by another node stops unsealing there within that time.
+Sealing follows the same bound: a node seals new content of a conversation
+another node forgot with a fresh key at most ``refresh`` seconds after the
+forget (content appended within that window is shredded with the rest).
 """
 
 from __future__ import annotations
@@ -79,8 +82,10 @@ class KafkaKeyStore:
 
     def active_keys(self, scopes: Sequence[str]) -> dict[str, tuple[str, bytes]]:
         with self._lock:
-            if any(s not in self._active for s in scopes):
-                self._read()  # another node may have made it
+            if any(s not in self._active for s in scopes) or time.monotonic() - self._read_at >= self.refresh:
+                # Another node may have made a key, or destroyed one: never seal new content with a
+                # key destroyed more than ``refresh`` seconds ago (it would be shredded on arrival).
+                self._read()
             made = []
             for scope in dict.fromkeys(s for s in scopes if s not in self._active):
                 key_id, key = "dk-" + os.urandom(12).hex(), os.urandom(KEY_BYTES)

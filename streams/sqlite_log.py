@@ -21,7 +21,6 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -36,6 +35,7 @@ from memfold.engine.errors import (
 from memfold.engine.events import Event, decode
 from memfold.engine.partitioner import partition_for
 from memfold.engine.positions import LogRecord, Position
+from memfold.engine.sqlite_wal import enable_wal
 
 SCHEMA_VERSION = 1
 _CHUNK = 500  # ids per IN (...) query, well below SQLite's bound-parameter limit
@@ -102,28 +102,6 @@ _READ = (
     "SELECT offset_no, type, body FROM events WHERE partition_no = ? AND offset_no >= ?"
     " ORDER BY offset_no LIMIT ?"
 )
-
-
-def _wal(conn: sqlite3.Connection, timeout: float) -> None:
-    """Put ``conn``'s file in WAL mode, retrying while another process holds a lock on it.
-
-    Switching the journal mode takes an exclusive lock without going
-    through the busy handler, so two processes opening a fresh file at once
-    see "database is locked" at once instead of waiting (a flaky two-process
-    test caught it). The mode is persistent: once one switched, the others'
-    switch is a no-op once they get the lock.
-    """
-    deadline = time.monotonic() + timeout
-    delay = 0.005
-    while True:
-        try:
-            conn.execute("PRAGMA journal_mode=WAL")
-            return
-        except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) and "busy" not in str(exc) or time.monotonic() + delay > deadline:
-                raise
-        time.sleep(delay)
-        delay = min(delay * 2, 0.1)
 
 
 def encode_with_seq(event: Event, seq: int) -> str:
@@ -402,7 +380,7 @@ class SQLiteEventLog:
             conn = sqlite3.connect(
                 self._path, timeout=self._busy_timeout, isolation_level=None, check_same_thread=False
             )
-            _wal(conn, self._busy_timeout)
+            enable_wal(conn, self._busy_timeout)
             conn.execute("PRAGMA synchronous=FULL")
             # Appends dirty many pages of the event_id index (ids are random): a larger
             # cache and fewer, larger checkpoints roughly double append throughput.

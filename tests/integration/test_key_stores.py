@@ -1,0 +1,69 @@
+"""Data-key stores shared by several processes or nodes: a key destroyed on one stops being used on the others.
+
+Each store caches keys in memory. Before these tests, a second process (or
+Kafka node) that had sealed content of a conversation kept sealing new
+content with that conversation's key after another one destroyed it: every
+later message was shredded on arrival, for as long as the process ran.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+
+from memfold.engine.keystore import KEY_RECHECK_S, SQLiteKeyStore
+
+SCOPE = "acme/support-4711"
+
+
+def test_sqlite_a_key_destroyed_by_another_connection_is_not_used_to_seal(tmp_path):
+    a, b = SQLiteKeyStore(tmp_path / "keys.sqlite"), SQLiteKeyStore(tmp_path / "keys.sqlite")  # two processes' views
+    try:
+        (old_id, old_key), = b.active_keys([SCOPE]).values()
+        assert b.key(old_id) == old_key
+        assert a.destroy(SCOPE) == 1
+        (new_id, new_key), = b.active_keys([SCOPE]).values()
+        assert new_id != old_id and new_key != old_key  # new content gets a live key
+        assert b.key(old_id) is None  # and the old content reads as shredded
+        assert a.key(new_id) == new_key  # the new key is shared, as any key is
+    finally:
+        a.close()
+        b.close()
+
+
+def test_sqlite_a_key_destroyed_by_another_connection_stops_unsealing_soon(tmp_path):
+    a, b = SQLiteKeyStore(tmp_path / "keys.sqlite"), SQLiteKeyStore(tmp_path / "keys.sqlite")
+    try:
+        (key_id, key), = a.active_keys([SCOPE]).values()
+        other = a.active_keys(["acme/other"])["acme/other"]
+        assert b.key(key_id) == key and b.key(other[0]) == other[1]  # cached in b now
+        a.destroy(SCOPE)
+        time.sleep(KEY_RECHECK_S * 1.5)
+        assert b.key(key_id) is None
+        assert b.key(other[0]) == other[1]  # the other conversation's key is intact
+    finally:
+        a.close()
+        b.close()
+
+
+@pytest.mark.kafka
+def test_kafka_a_key_destroyed_on_another_node_is_not_used_to_seal(kafka_bootstrap):
+    from memfold.streams.kafka_keystore import KafkaKeyStore
+
+    topic = f"memfold.keys.{uuid.uuid4().hex[:8]}"
+    a = KafkaKeyStore(kafka_bootstrap, topic, refresh=0.2)
+    b = KafkaKeyStore(kafka_bootstrap, topic, refresh=0.2)
+    try:
+        (old_id, old_key), = b.active_keys([SCOPE]).values()
+        assert a.key(old_id) == old_key
+        assert a.destroy(SCOPE) == 1
+        time.sleep(0.3)  # past b's refresh
+        (new_id, new_key), = b.active_keys([SCOPE]).values()
+        assert new_id != old_id and new_key != old_key
+        assert b.key(old_id) is None
+        assert a.key(new_id) == new_key
+    finally:
+        a.close()
+        b.close()
