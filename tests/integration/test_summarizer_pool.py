@@ -64,22 +64,26 @@ def requests(settings, count: int):
     return out
 
 
-def test_calls_run_concurrently_and_outcomes_keep_request_order(parts):
-    settings, log, store = parts
-    summarizer = SlowSummarizer()
-    pool = SummarizerWorker(log, store, store, summarizer, settings, concurrency=3)
-    reqs = requests(settings, 6)
+def answer_all(pool: SummarizerWorker, reqs: list) -> list[str]:
+    """Run ``pool`` until every one of ``reqs`` has an outcome on its log; return the answered request ids in log order."""
     pool.start()
     try:
         pool.submit(reqs)
         deadline = time.monotonic() + 30
-        while not pool.idle() or sum(log.end_positions().values()) < 6:
+        while not pool.idle() or sum(pool.log.end_positions().values()) < len(reqs):
             assert time.monotonic() < deadline
             time.sleep(0.02)
     finally:
         pool.stop()
+    return [r.event.payload.request_id for p in pool.log.partitions() for r in pool.log.read(p, 0)]
+
+
+def test_calls_run_concurrently_and_outcomes_keep_request_order(parts):
+    settings, log, store = parts
+    summarizer = SlowSummarizer()
+    reqs = requests(settings, 6)
+    answered = answer_all(SummarizerWorker(log, store, store, summarizer, settings, concurrency=3), reqs)
     assert summarizer.peak == 3
-    answered = [r.event.payload.request_id for p in log.partitions() for r in log.read(p, 0)]
     # Per partition, outcomes are in the order the requests were submitted, whichever call finished first.
     for p in log.partitions():
         in_partition = [r.event_id for r in reqs if partition_for(r.key, 4) == p]
@@ -137,19 +141,9 @@ def test_a_slow_models_answers_reach_the_log_before_the_rest_of_the_chunk_is_don
     """
     settings, log, store = parts
     summarizer = SteadySummarizer(log, 0.5)
-    pool = SummarizerWorker(log, store, store, summarizer, settings, concurrency=2)
     reqs = requests(settings, 6)
-    pool.start()
-    try:
-        pool.submit(reqs)
-        deadline = time.monotonic() + 30
-        while not pool.idle() or sum(log.end_positions().values()) < 6:
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
-    finally:
-        pool.stop()
+    answered = answer_all(SummarizerWorker(log, store, store, summarizer, settings, concurrency=2), reqs)
     assert len(summarizer.seen_at_start) == 6
     assert summarizer.seen_at_start[:2] == [0, 0]
     assert summarizer.seen_at_start[-1] >= 2, summarizer.seen_at_start
-    answered = [r.event.payload.request_id for p in log.partitions() for r in log.read(p, 0)]
     assert sorted(answered) == sorted(r.event_id for r in reqs)
