@@ -136,4 +136,8 @@ class PartitionWorker:
     def _commit(self) -> None:
         if self._uncommitted:
             positions, self._uncommitted = self._uncommitted, {}
-            self.ownership.committed(positions)
+            if not self.ownership.committed(positions):
+                # Offered again at the next commit (newer positions noted meanwhile win): with
+                # nothing more to fold on a partition, a dropped commit would never be retried.
+                for partition, offset in positions.items():
+                    self._uncommitted.setdefault(partition, offset)

@@ -41,8 +41,11 @@ class PartitionOwnership(Protocol):
         """Wait up to ``timeout`` seconds for membership changes; return the partitions owned now."""
         ...
 
-    def committed(self, positions: dict[int, int]) -> None:
-        """Record that the store has applied every offset below ``positions[partition]`` (advisory)."""
+    def committed(self, positions: dict[int, int]) -> bool:
+        """Record that the store has applied every offset below ``positions[partition]`` (advisory).
+
+        Return False when it could not be recorded now (the caller offers it again).
+        """
         ...
 
     def close(self) -> None: ...
@@ -65,8 +68,9 @@ class StaticPartitions:
         """Return the fixed list (never changes)."""
         return set(self._owned)
 
-    def committed(self, positions: dict[int, int]) -> None:
+    def committed(self, positions: dict[int, int]) -> bool:
         """Nothing to record: the store's positions are the only ones."""
+        return True
 
     def close(self) -> None:
         """Nothing to close."""
@@ -128,19 +132,21 @@ class ConsumerGroup:
         with self._lock:
             return set(self._owned)
 
-    def committed(self, positions: dict[int, int]) -> None:
-        """Commit ``positions`` of owned partitions as the group's offsets (advisory; failures are ignored)."""
+    def committed(self, positions: dict[int, int]) -> bool:
+        """Commit ``positions`` of owned partitions as the group's offsets; False when the commit failed."""
         with self._lock:
             offsets = {
                 TopicPartition(self.topic, p): OffsetAndMetadata(o, "", -1)
                 for p, o in positions.items() if p in self._owned
             }
         if not offsets:
-            return
+            return True
         try:
             self._consumer.commit(offsets)
-        except (KafkaError, OSError) as exc:  # a rebalance in progress: the next commit says the same
-            log.debug("advisory offset commit skipped: %s", exc)
+        except (KafkaError, OSError) as exc:  # a rebalance in progress: the worker offers them again
+            log.debug("advisory offset commit failed (offered again): %s", exc)
+            return False
+        return True
 
     def close(self) -> None:
         """Leave the group (its partitions go to the other members at once) and close the consumer."""

@@ -174,8 +174,23 @@ class _RecordingPartitions(StaticPartitions):
         super().__init__(range(partition_count), partition_count)
         self.reported: dict[int, int] = {}
 
-    def committed(self, positions: dict[int, int]) -> None:
+    def committed(self, positions: dict[int, int]) -> bool:
         self.reported.update(positions)
+        return True
+
+
+class _FailingFirst(_RecordingPartitions):
+    """Like the recording ownership, but its first ``failures`` commits fail (a rebalance in progress)."""
+
+    def __init__(self, partition_count: int, failures: int):
+        super().__init__(partition_count)
+        self.failures = failures
+
+    def committed(self, positions: dict[int, int]) -> bool:
+        if self.failures:
+            self.failures -= 1
+            return False
+        return super().committed(positions)
 
 
 def test_worker_chains_the_commit_hook_it_finds(kafka_bootstrap, tmp_path):
@@ -212,6 +227,7 @@ def test_a_restarted_worker_mirrors_the_stored_positions_with_nothing_left_to_fo
     The next owner has nothing to fold, so no fold step reports positions:
     it must mirror the store's positions of the partitions it gains, or the
     group shows a lag that does not exist for good (a flaky SIGKILL test caught it).
+    A commit the group refuses is offered again, for the same reason.
     """
     settings = Settings.load(None, data_dir=tmp_path / "worker", log=f"kafka://{kafka_bootstrap}", topic=new_topic(),
                              partitions=2)
@@ -228,8 +244,12 @@ def test_a_restarted_worker_mirrors_the_stored_positions_with_nothing_left_to_fo
         ends = {p: e for p, e in engine.store.position().items() if e}
         ownership = _RecordingPartitions(2)  # the restarted owner: nothing reported to the group yet
         PartitionWorker(engine.runner, engine.worker, ownership, commit_interval=0.0).run(stop_after=1.0)
+        # And when the group refuses the first commits (a rebalance), the positions are offered again.
+        refused = _FailingFirst(2, failures=3)
+        PartitionWorker(engine.runner, engine.worker, refused, commit_interval=0.0).run(stop_after=1.0)
     finally:
         engine.close()
         client.close()
     assert ends, "nothing was folded"
     assert {p: ownership.reported.get(p) for p in ends} == ends
+    assert refused.failures == 0 and {p: refused.reported.get(p) for p in ends} == ends
