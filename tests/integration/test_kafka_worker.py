@@ -246,7 +246,7 @@ def test_a_restarted_worker_mirrors_the_stored_positions_with_nothing_left_to_fo
         PartitionWorker(engine.runner, engine.worker, ownership, commit_interval=0.0).run(stop_after=1.0)
         # And when the group refuses the first commits (a rebalance), the positions are offered again.
         refused = _FailingFirst(2, failures=3)
-        PartitionWorker(engine.runner, engine.worker, refused, commit_interval=0.0).run(stop_after=1.0)
+        PartitionWorker(engine.runner, engine.worker, refused, commit_interval=0.0).run(stop_after=3.0)
     finally:
         engine.close()
         client.close()
