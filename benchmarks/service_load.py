@@ -16,7 +16,9 @@ client its own API key, and runs three bounded phases (each ends after
    test: the service is saturated and latency is mostly queueing).
 
 Prints appended messages/s, context latency p50/p99 (client-measured, over
-HTTP), every non-2xx status by count, and per phase the CPU seconds the
+HTTP) and, under each phase with reads, the same reads as the service timed
+them (its ``memfold_context_seconds`` histogram: route and assembly, no HTTP
+parsing or queueing; bucket bounds), every non-2xx status by count, and per phase the CPU seconds the
 server and this load generator used (on a shared machine they compete for
 the same cores: with 50 closed-loop clients, latency is about 50 / requests
 per second, so it measures throughput as much as service time). At the end:
@@ -73,6 +75,7 @@ def _cpu(pid: int) -> float:
 async def _phase(name: str, clients: list[httpx.AsyncClient], body, args, paced: float = 0.0) -> None:
     """Run one phase; ``paced`` > 0 sends each client's requests at that rate (per second) instead of back to back."""
     statuses: Counter = Counter()
+    served_before = _served(args.url)
     cpu_server, cpu_self = _cpu(args.server_pid), _cpu(os.getpid())
     context_s: list[float] = []
     appended = 0
@@ -118,7 +121,39 @@ async def _phase(name: str, clients: list[httpx.AsyncClient], body, args, paced:
                  f"  p50 {_pct(context_s, 0.50):6.1f} ms  p99 {_pct(context_s, 0.99):6.1f} ms")
     line += f"  non-2xx {dict(statuses)}" if statuses else "  errors 0"
     line += (f"  cpu: server {_cpu(args.server_pid) - cpu_server:.1f}s, generator {_cpu(os.getpid()) - cpu_self:.1f}s")
+    if context_s:
+        line += "\n" + " " * 20 + _served_line(served_before, _served(args.url))
     print(line, flush=True)
+
+
+def _served(url: str) -> dict[float, float]:
+    """Return the service's context-time histogram (``memfold_context_seconds``): bucket bound (s) -> reads at or under it."""
+    out: dict[float, float] = {}
+    for ln in httpx.get(url + "/metrics", timeout=30).text.splitlines():
+        if ln.startswith("memfold_context_seconds_bucket"):
+            bound = ln.split('le="', 1)[1].split('"', 1)[0]
+            out[float("inf") if bound == "+Inf" else float(bound)] = float(ln.split()[-1])
+    return out
+
+
+def _served_line(before: dict[float, float], after: dict[float, float]) -> str:
+    """Describe the phase's reads as the service timed them (route + assembly, no HTTP parsing or queueing).
+
+    From the histogram's buckets, so p50/p99 are bucket bounds ("<= 5 ms"). The difference from the
+    clients' figures is time outside the read: the request waiting for the event loop and the
+    interpreter lock, the response on its way back, and the load generator's own delays.
+    """
+    counts = {b: after.get(b, 0) - before.get(b, 0) for b in sorted(after)}
+    total = counts.get(float("inf"), 0)
+    if not total:
+        return "server-side: no context read timed"
+
+    def bound(q: float) -> str:
+        b = next(b for b, n in counts.items() if n >= q * total)
+        return "> 2.5 s" if b == float("inf") else f"<= {b * 1000:g} ms"
+
+    under = counts.get(0.005, 0) / total
+    return f"server-side (route + assembly): p50 {bound(0.5)}, p99 {bound(0.99)}, {under:.0%} under 5 ms"
 
 
 def _gauge(url: str, name: str) -> float:
@@ -207,7 +242,7 @@ def main() -> int:
             print(f"memfold serve on {url}: {args.clients} clients, batches of {args.batch}, "
                   f"context budget {args.budget}, lazy wait {args.lazy_ms} ms, phases <= {args.seconds:g}s / {args.requests} requests per client",
                   flush=True)
-            args.server_pid = server.pid
+            args.server_pid, args.url = server.pid, url
             asyncio.run(_load(url, keys, args))
             appended = _counter(url, "memfold_messages_appended_total")
             transactions = _counter(url, "memfold_append_transactions_total")
