@@ -266,7 +266,7 @@ class MemoryEngine:
         s = self.settings
         return validate_message(
             message, max_chars=s.max_message_chars, max_tokens=s.max_message_tokens,
-            count_tokens=self.counter.count, line=line, event_id=event_id,
+            count_tokens=self.counter.count, line=line, event_id=event_id, encoding=self.counter.encoding_name,
         )
 
     def append_message(

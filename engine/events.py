@@ -107,6 +107,9 @@ class MessagePayload(_Frozen):
     # An embedding computed outside the fold (remote model) is recorded with the
     # message the moment it is made, so replays never call the embedder again.
     embedding: tuple[float, ...] | None = None
+    # The content's token count per tiktoken encoding, counted once at append: folds, replays and
+    # rebuilds with that encoding read it instead of counting again (any other encoding counts).
+    tokens: dict[str, pydantic.NonNegativeInt] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _content_or_encrypted(self) -> "MessagePayload":
@@ -290,11 +293,11 @@ def same_message(a: MessageAppended, b: MessageAppended) -> bool:
 
     Compares tenant, conversation and the message fields; ignores ``seq``,
     the time (a line without ``ts`` gets the time of each ingest) and what
-    the engine records at append (the embedding and its source).
+    the engine records at append (the embedding and its source, the token counts).
     """
     if (a.tenant_id, a.conversation_id, a.type) != (b.tenant_id, b.conversation_id, b.type):
         return False
-    skip = {"embedding", "metadata"}
+    skip = {"embedding", "metadata", "tokens"}
     meta_a = {k: v for k, v in a.payload.metadata.items() if k != "embedding_source"}
     meta_b = {k: v for k, v in b.payload.metadata.items() if k != "embedding_source"}
     return meta_a == meta_b and a.payload.model_dump(exclude=skip) == b.payload.model_dump(exclude=skip)
@@ -527,7 +530,7 @@ def _message_from_wire(w: wire.MessageAppendedWire) -> MessageAppended | None:
         "model_variant": p.model_variant, "metadata": p.metadata, "importance": p.importance,
         "tool_calls": tuple(unchecked(ToolCall, {"id": t.id, "name": t.name, "arguments": t.arguments})
                             for t in p.tool_calls),
-        "tool_call_id": p.tool_call_id, "embedding": p.embedding,
+        "tool_call_id": p.tool_call_id, "embedding": p.embedding, "tokens": p.tokens,
     })
     at = w.occurred_at  # what Event._aware_utc makes of it
     at = (at if at.tzinfo is not None else at.replace(tzinfo=timezone.utc)).astimezone(timezone.utc)

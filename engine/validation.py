@@ -57,16 +57,21 @@ def validate_message(
     count_tokens: Callable[[str], int],
     line: int | None = None,
     event_id: str | None = None,
+    encoding: str | None = None,
 ) -> MessageAppended:
     """Return the ``MessageAppended`` event for ``message`` or raise a :class:`ValidationError`.
 
     ``event_id`` is used when the message names none (ingest passes an id
-    derived from the line; ``None`` means a fresh time-ordered id). Pure but
+    derived from the line; ``None`` means a fresh time-ordered id). With
+    ``encoding`` (the name of what ``count_tokens`` counts with), the
+    content's token count is recorded on the event (``payload.tokens``), so
+    no fold counts it again; without it only texts longer than
+    ``max_tokens`` characters are counted, for the size check. Pure but
     for the clock and a fresh id when the message gives neither. Never raises
     anything but a ``ValidationError``.
     """
     try:
-        return _validate(message, max_chars, max_tokens, count_tokens, line, event_id)
+        return _validate(message, max_chars, max_tokens, count_tokens, line, event_id, encoding)
     except ValidationError:
         raise
     except RecursionError as exc:
@@ -75,7 +80,7 @@ def validate_message(
         raise ValidationError(f"invalid message ({type(exc).__name__}: {exc})", line=line) from exc
 
 
-def _validate(message, max_chars, max_tokens, count_tokens, line, event_id) -> MessageAppended:
+def _validate(message, max_chars, max_tokens, count_tokens, line, event_id, encoding) -> MessageAppended:
     def fail(text: str, field: str | None, cls: type[ValidationError] = ValidationError) -> ValidationError:
         return cls(f"{field}: {text}" if field else text, field=field, line=line)
 
@@ -124,13 +129,13 @@ def _validate(message, max_chars, max_tokens, count_tokens, line, event_id) -> M
             f"content has {len(content)} characters; the limit is {max_chars} (max_message_chars)",
             size=len(content), limit=max_chars, unit="chars", field="content", line=line,
         )
-    if len(content) > max_tokens:  # tokens <= chars, so only long texts need counting
-        tokens = count_tokens(content)
-        if tokens > max_tokens:
-            raise MessageTooLargeError(
-                f"content has {tokens} tokens; the limit is {max_tokens} (max_message_tokens)",
-                size=tokens, limit=max_tokens, unit="tokens", field="content", line=line,
-            )
+    # Recorded on the event when the encoding is named; else only a long text needs counting (tokens <= chars).
+    tokens = count_tokens(content) if encoding is not None or len(content) > max_tokens else 0
+    if tokens > max_tokens:
+        raise MessageTooLargeError(
+            f"content has {tokens} tokens; the limit is {max_tokens} (max_message_tokens)",
+            size=tokens, limit=max_tokens, unit="tokens", field="content", line=line,
+        )
     tool_call_id = text("tool_call_id")
     if role == "tool" and not tool_call_id:
         raise fail("a tool message needs the tool_call_id it answers", "tool_call_id")
@@ -153,6 +158,7 @@ def _validate(message, max_chars, max_tokens, count_tokens, line, event_id) -> M
             payload=MessagePayload(
                 role=role, content=content, name=text("name"), model_variant=text("model_variant"),
                 metadata=metadata, importance=importance, tool_calls=tool_calls, tool_call_id=tool_call_id,
+                tokens={encoding: tokens} if encoding is not None else {},
             ),
         )
     except pydantic.ValidationError as exc:  # a model constraint the checks above did not cover

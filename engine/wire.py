@@ -43,6 +43,7 @@ class MessagePayloadWire(msgspec.Struct, forbid_unknown_fields=True, kw_only=Tru
     tool_calls: tuple[ToolCallWire, ...] = ()
     tool_call_id: str | None = None
     embedding: tuple[float, ...] | None = None
+    tokens: dict[str, Annotated[int, Meta(ge=0)]] = {}
 
 
 class MessageAppendedWire(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):

@@ -223,9 +223,11 @@ class Projector:
             r for r in records if r.position.offset >= max(applied.get(r.position.partition, 0), positions.get(r.position.partition, 0))
         ]
         self._prefetch({(r.event.tenant_id, r.event.conversation_id): r.position.partition for r in fresh})
-        # Token counts for the batch in one pass (the hot path of ingestion).
-        contents = [r.event.payload.content or "" for r in fresh if isinstance(r.event, MessageAppended)]
-        token_iter = iter(self.counter.count_many(contents))
+        # Token counts: recorded on the message at append (validation); the rest counted in one pass.
+        encoding = self.counter.encoding_name
+        uncounted = [r.event.payload.content or "" for r in fresh
+                     if isinstance(r.event, MessageAppended) and encoding not in r.event.payload.tokens]
+        token_iter = iter(self.counter.count_many(uncounted))
         for record in fresh:
             event = record.event
             part, offset = record.position.partition, record.position.offset
@@ -240,7 +242,11 @@ class Projector:
             if conv.first_at is None:
                 conv.first_at = event.occurred_at
             conv.last_at = max(conv.last_at, event.occurred_at) if conv.last_at else event.occurred_at
-            tokens = next(token_iter) + MESSAGE_OVERHEAD if isinstance(event, MessageAppended) else 0
+            if isinstance(event, MessageAppended):
+                counted = event.payload.tokens.get(encoding)
+                tokens = (next(token_iter) if counted is None else counted) + MESSAGE_OVERHEAD
+            else:
+                tokens = 0
             if is_shredded(event):  # its key was destroyed: the conversation was forgotten, fold nothing of it
                 conv.deleted = True
             folded = fold_event(

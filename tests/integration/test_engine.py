@@ -110,3 +110,28 @@ def test_tenants_are_separate_conversations(tmp_path):
         engine.wait_for(last)
         assert len(engine.history("same-id", tenant_id="a")) == 3
         assert len(engine.history("same-id", tenant_id="b")) == 5
+
+
+def test_token_counts_are_recorded_at_append_and_read_back_by_every_fold(tmp_path):
+    """Counted once, at validation: the log's event carries the count; the fold (live and rebuilt) reads it."""
+    from memfold.engine.events import MessagePayload
+
+    with _engine(tmp_path) as engine:
+        said = engine.validate({"conversation_id": "c1", "role": "user", "content": "my order number is #48213"})
+        assert said.payload.tokens == {"cl100k_base": engine.counter.count("my order number is #48213")}
+        # Recorded counts are taken as they are (a deliberately odd one shows it is read, not recounted);
+        # a count under another encoding is not this engine's: it counts.
+        odd = said.model_copy(update={"event_id": "odd", "payload": MessagePayload(
+            role="user", content="recorded as 1000 tokens", tokens={"cl100k_base": 1000})})
+        other = said.model_copy(update={"event_id": "other", "payload": MessagePayload(
+            role="user", content="recorded under another encoding", tokens={"o200k_base": 1000})})
+        positions = engine.append_events([said, odd, other])
+        engine.wait_for(positions[-1], timeout=30)
+        stored = [r.event for p in engine.log.partitions() for r in engine.log.read(p, 0, 100)]
+        assert {e.event_id: e.payload.tokens for e in stored} == {
+            said.event_id: said.payload.tokens, "odd": {"cl100k_base": 1000}, "other": {"o200k_base": 1000}}
+        expected = [said.payload.tokens["cl100k_base"] + 4, 1004,
+                    engine.counter.count("recorded under another encoding") + 4]
+        assert [m.tokens for m in engine.history("c1")] == expected
+        engine.rebuild(timeout=60)
+        assert [m.tokens for m in engine.history("c1")] == expected

@@ -63,6 +63,7 @@ def _message_payload() -> st.SearchStrategy[MessagePayload]:
             name=opt(names), model_variant=opt(names), metadata=metadata, importance=opt(unit),
             tool_calls=st.lists(st.builds(ev.ToolCall, id=names, name=names, arguments=short), max_size=2).map(tuple),
             tool_call_id=opt(names), embedding=opt(st.lists(finite, max_size=6).map(tuple)),
+            tokens=st.dictionaries(names, st.integers(min_value=0, max_value=10**6), max_size=2),
         )
     )
 
@@ -339,9 +340,11 @@ def test_an_unknown_type_raises_unknown_event_type_error() -> None:
         sample_message().encode().replace('"event_id":"e-1"', '"event_id":""'),
         sample_message().encode().replace('"importance":null', '"importance":1.5'),
         sample_message().encode().replace('"occurred_at":"2026-03-01T09:00:00Z"', '"occurred_at":"yesterday"'),
+        sample_message().encode().replace('"tokens":{}', '"tokens":{"cl100k_base":-1}'),
     ],
     ids=["empty", "broken", "not-utf8", "array", "string", "no-type", "type-not-str", "no-fields", "bad-role",
-         "negative-seq", "no-content", "extra-field", "slash-tenant", "empty-id", "importance-above-1", "bad-time"],
+         "negative-seq", "no-content", "extra-field", "slash-tenant", "empty-id", "importance-above-1", "bad-time",
+         "negative-token-count"],
 )
 def test_malformed_data_raises_event_decode_error(data: str | bytes) -> None:
     with pytest.raises(EventDecodeError) as failure:

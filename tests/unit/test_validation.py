@@ -135,3 +135,10 @@ def test_depth_limit_is_exact_and_needs_no_recursion():
     check(ok(metadata=nested(MAX_DEPTH - 1)))
     with pytest.raises(ValidationError, match="nested more than"):
         check(ok(metadata=nested(100_000)))  # iterative walk: no RecursionError
+
+
+def test_the_token_count_is_recorded_at_append_when_the_encoding_is_named() -> None:
+    assert check(ok(content="hello there"), encoding="chars").payload.tokens == {"chars": 11}
+    assert check(ok(content="hello there")).payload.tokens == {}  # no encoding named: nothing recorded
+    with pytest.raises(MessageTooLargeError):  # the recorded count is the one the size check used
+        check(ok(content="x" * 501), encoding="chars")
