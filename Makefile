@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test install broker-start broker-stop bench clean
+.PHONY: demo test lint install broker-start broker-stop bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,7 +17,10 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/memfold demo
 
-test: $(STAMP)
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+
+test: $(STAMP) lint
 	deploy/kafka/local-broker.sh fetch
 	$(PY) -m pytest -p no:cacheprovider
 

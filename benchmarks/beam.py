@@ -25,7 +25,7 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +69,7 @@ class Chat:
 
 def parse_anchor(anchor: str) -> datetime:
     """Return the UTC midnight of a BEAM time anchor such as ``"March-15-2024"``; raise ValueError if malformed."""
-    return datetime.strptime(anchor.strip(), "%B-%d-%Y").replace(tzinfo=timezone.utc)
+    return datetime.strptime(anchor.strip(), "%B-%d-%Y").replace(tzinfo=UTC)
 
 
 def load_messages(batches: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:

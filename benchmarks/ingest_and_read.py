@@ -25,7 +25,7 @@ import statistics
 import sys
 import tempfile
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from memfold.engine.engine import MemoryEngine
@@ -36,7 +36,7 @@ WORDS = (
     "customer support replacement battery screen charger subscription plan upgrade discount coupon "
     "please thanks could would should today tomorrow yesterday week month number status update"
 ).split()
-T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def messages(n: int, conversations: int, seed: int = 1):

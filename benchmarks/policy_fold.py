@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import argparse
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from memfold.engine.engine import fold_contexts
 from memfold.engine.ports import MessageRecord
@@ -24,7 +24,7 @@ from memfold.engine.tokens import counter
 from memfold.projections import fold
 from memfold.projections.policies import state_codec
 
-T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
 WORDS = "order refund invoice delivery address payment warranty account password shipping tracking label".split()
 
 

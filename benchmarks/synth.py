@@ -384,7 +384,7 @@ def generate_conversation(seed: str | int, domain: str, turns: int, *, conversat
         raise ValueError(f"a conversation needs at least {MIN_TURNS} messages, got {turns}")
     spec = domains.DOMAINS[domain]
     rng = random.Random(f"memfold-synth:{seed}:{conversation_id}:{domain}:{turns}")
-    start = start or dt.datetime(2025, 3, 3, 9, 0, tzinfo=dt.timezone.utc)
+    start = start or dt.datetime(2025, 3, 3, 9, 0, tzinfo=dt.UTC)
     currency = rng.choice(("USD", "USD", "EUR", "GBP"))
     ctx = domains.Ctx(rng=rng, start=start, currency=currency,
                       money_style="code" if currency == "EUR" and rng.random() < 0.7 else "symbol",
@@ -449,7 +449,7 @@ def generate_conversation(seed: str | int, domain: str, turns: int, *, conversat
 
 def _base_start(seed: str | int) -> dt.datetime:
     rng = random.Random(f"memfold-synth-start:{seed}")
-    return dt.datetime(2025, 1, 6, 8, 0, tzinfo=dt.timezone.utc) + dt.timedelta(days=rng.randrange(0, 300))
+    return dt.datetime(2025, 1, 6, 8, 0, tzinfo=dt.UTC) + dt.timedelta(days=rng.randrange(0, 300))
 
 
 def _parse_turns(turns: int | str) -> tuple[int, int]:

@@ -90,7 +90,7 @@ class _Progress:
         speed = task.speed
         self.bar.update(self.task, completed=done, rate=f"{speed:,.0f} events/s" if speed else "")
 
-    def __enter__(self) -> "_Progress":
+    def __enter__(self) -> _Progress:
         self.bar.__enter__()
         return self
 

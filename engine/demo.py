@@ -59,11 +59,12 @@ def _present(value: str, messages) -> bool:
 
 def run_demo(data_dir: Path, *, budget: int = 600, config: str | None = None) -> int:
     """Run the demo in ``data_dir`` (default ``.memfold-demo``); return the exit code."""
+    from memfold.projections.context import take_last
+
     from .engine import MemoryEngine
     from .ingest import ingest_file
     from .render import print_context, print_table
     from .settings import POLICY_NAMES, Settings
-    from memfold.projections.context import take_last
 
     if data_dir == Path(".memfold"):
         data_dir = Path(".memfold-demo")

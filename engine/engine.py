@@ -208,7 +208,7 @@ class MemoryEngine:
             self._following.start()
 
     @classmethod
-    def open(cls, data_dir: str | Path | None = None, settings: Settings | None = None, **overrides: Any) -> "MemoryEngine":
+    def open(cls, data_dir: str | Path | None = None, settings: Settings | None = None, **overrides: Any) -> MemoryEngine:
         """Open (creating if needed) the engine for ``data_dir`` with ``settings`` (default: loaded)."""
         if settings is None:
             settings = Settings.load(None, **overrides)
@@ -953,7 +953,7 @@ class MemoryEngine:
             self.store.close()
         self.log.close()
 
-    def __enter__(self) -> "MemoryEngine":
+    def __enter__(self) -> MemoryEngine:
         return self
 
     def __exit__(self, *exc: object) -> None:

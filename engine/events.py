@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from datetime import datetime, timezone
-from typing import Annotated, Any, ClassVar, Literal, TypeVar, Union
+from datetime import UTC, datetime
+from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
 import pydantic
 import pydantic_core
@@ -35,7 +35,7 @@ FactCategory = Literal["ENTITY", "DECISION", "CONDITION", "STATE", "NUMERIC", "G
 
 def utcnow() -> datetime:
     """Return the current UTC time. Only writers call this; folds never do."""
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 class _Frozen(BaseModel):
@@ -112,7 +112,7 @@ class MessagePayload(_Frozen):
     tokens: dict[str, pydantic.NonNegativeInt] = Field(default_factory=dict)
 
     @model_validator(mode="after")
-    def _content_or_encrypted(self) -> "MessagePayload":
+    def _content_or_encrypted(self) -> MessagePayload:
         if self.content is None and self.encrypted is None:
             raise ValueError("a message needs content or encrypted content")
         return self
@@ -251,15 +251,15 @@ class Event(_Frozen):
     @classmethod
     def _aware_utc(cls, value: datetime) -> datetime:
         if value.tzinfo is None:
-            value = value.replace(tzinfo=timezone.utc)
-        return value.astimezone(timezone.utc)
+            value = value.replace(tzinfo=UTC)
+        return value.astimezone(UTC)
 
     @property
     def key(self) -> str:
         """The partition key ``tenant/conversation``: one conversation, one partition, total order."""
         return conversation_key(self.tenant_id, self.conversation_id)
 
-    def with_seq(self, seq: int) -> "Event":
+    def with_seq(self, seq: int) -> Event:
         """Return a copy carrying the log-assigned ``seq``."""
         return self.model_copy(update={"seq": seq})
 
@@ -400,19 +400,10 @@ EVENT_CLASSES: dict[str, type[Event]] = {
 }
 
 AnyEvent = Annotated[
-    Union[
-        MessageAppended,
-        MessageRetracted,
-        ConversationDeleted,
-        SettingsChanged,
-        ClockTicked,
-        SummaryRequested,
-        SummaryProduced,
-        SummaryFailed,
-        TopicAssigned,
-        TopicCompacted,
-        TopicEvicted,
-    ],
+    (
+        MessageAppended | MessageRetracted | ConversationDeleted | SettingsChanged | ClockTicked
+        | SummaryRequested | SummaryProduced | SummaryFailed | TopicAssigned | TopicCompacted | TopicEvicted
+    ),
     Field(discriminator="type"),
 ]
 _ADAPTER: TypeAdapter[Event] = TypeAdapter(AnyEvent)
@@ -533,7 +524,7 @@ def _message_from_wire(w: wire.MessageAppendedWire) -> MessageAppended | None:
         "tool_call_id": p.tool_call_id, "embedding": p.embedding, "tokens": p.tokens,
     })
     at = w.occurred_at  # what Event._aware_utc makes of it
-    at = (at if at.tzinfo is not None else at.replace(tzinfo=timezone.utc)).astimezone(timezone.utc)
+    at = (at if at.tzinfo is not None else at.replace(tzinfo=UTC)).astimezone(UTC)
     return unchecked(MessageAppended, {
         "event_id": w.event_id, "type": w.type, "schema_version": w.schema_version, "tenant_id": w.tenant_id,
         "conversation_id": w.conversation_id, "seq": w.seq, "occurred_at": at, "causation_id": w.causation_id,

@@ -18,9 +18,9 @@ import os
 import sqlite3
 import threading
 import time
-from datetime import datetime, timezone
-from pathlib import Path
 from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from .errors import KeyStoreError
@@ -211,7 +211,7 @@ class SQLiteKeyStore:
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).isoformat()
+    return datetime.now(UTC).isoformat()
 
 
 def open_keystore(location: str | Path) -> KeyStore:

@@ -17,7 +17,6 @@ from pydantic import BaseModel
 from .events import Event, Fact, SummaryRequested, ToolCall
 from .positions import LogRecord, Position
 
-
 # --------------------------------------------------------------------------- the log
 
 
@@ -184,9 +183,9 @@ class Policy(Protocol):
 
     def initial(self, tenant_id: str, conversation_id: str) -> Any: ...
 
-    def evolve(self, state: Any, item: "MessageRecord | Event", ctx: FoldContext) -> Any: ...
+    def evolve(self, state: Any, item: MessageRecord | Event, ctx: FoldContext) -> Any: ...
 
-    def decide(self, state: Any, ctx: FoldContext, cause: "MessageRecord | Event") -> list[SummaryRequested]: ...
+    def decide(self, state: Any, ctx: FoldContext, cause: MessageRecord | Event) -> list[SummaryRequested]: ...
 
     def plan(self, state: Any, ctx: FoldContext) -> ContextPlan: ...
 

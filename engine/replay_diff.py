@@ -138,7 +138,7 @@ def load_questions(path: str | Path) -> list[Question]:
 
 
 def diff(
-    engine: "MemoryEngine",
+    engine: MemoryEngine,
     name: str,
     conversation_id: str | None = None,
     *,

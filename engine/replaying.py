@@ -39,7 +39,7 @@ _RUNNING_GUARD = threading.Lock()
 
 
 def replay_settings(
-    engine: "MemoryEngine", *, policy: str | None = None, overrides: Mapping[str, Any] | None = None,
+    engine: MemoryEngine, *, policy: str | None = None, overrides: Mapping[str, Any] | None = None,
     settings_file: str | Path | None = None,
 ) -> tuple[Settings, dict[str, Any]]:
     """Return the settings a replay folds with (the live ones, changed by the file, ``policy`` and ``overrides``) and the dotted changes."""
@@ -53,7 +53,7 @@ def replay_settings(
 
 
 def replay(
-    engine: "MemoryEngine",
+    engine: MemoryEngine,
     name: str,
     *,
     policy: str | None = None,
@@ -64,7 +64,7 @@ def replay(
     target: Mapping[int, int] | None = None,
     root: Path | None = None,
     batch_size: int = 5000,
-) -> "ReplayReport":
+) -> ReplayReport:
     """Create or resume the namespace ``name`` and catch it up with the log (see :meth:`MemoryEngine.replay`)."""
     from memfold.streams import namespaces as ns
 
@@ -106,9 +106,9 @@ def _held(root: Path) -> Iterator[None]:
         lock.release()
 
 
-def _catch_up(engine: "MemoryEngine", space: "Namespace", settings: Settings, *,
+def _catch_up(engine: MemoryEngine, space: Namespace, settings: Settings, *,
               progress: Callable[[int, int], None] | None, target: Mapping[int, int] | None,
-              batch_size: int = 5000) -> "ReplayReport":
+              batch_size: int = 5000) -> ReplayReport:
     """Fold the namespace up to its target (the recorded one when resuming, else ``target`` or the log's end)."""
     from memfold.streams import namespaces as ns
 
@@ -153,7 +153,7 @@ def _catch_up(engine: "MemoryEngine", space: "Namespace", settings: Settings, *,
 
 
 @contextlib.contextmanager
-def _opened(engine: "MemoryEngine", space: "Namespace") -> Iterator[tuple[Any, Any]]:
+def _opened(engine: MemoryEngine, space: Namespace) -> Iterator[tuple[Any, Any]]:
     """Open a namespace's projection and side log (sealed with the live key store, so forgetting covers it)."""
     from memfold.projections.store import DuckDBProjectionStore
     from memfold.streams.sealed_log import SealedLog
@@ -177,7 +177,7 @@ def _asdict(stats: Any) -> dict[str, int]:
     return asdict(stats)
 
 
-def verify(engine: "MemoryEngine", conversation_id: str | None, tenant_id: str) -> list:
+def verify(engine: MemoryEngine, conversation_id: str | None, tenant_id: str) -> list:
     """Replay the log with the live settings into a temporary namespace and compare it with live (paused)."""
     from memfold.projections.store import DuckDBProjectionStore
     from memfold.streams import namespaces as ns
@@ -199,7 +199,7 @@ def verify(engine: "MemoryEngine", conversation_id: str | None, tenant_id: str) 
         shutil.rmtree(root, ignore_errors=True)
 
 
-def promote(engine: "MemoryEngine", name: str, timeout: float) -> Position:
+def promote(engine: MemoryEngine, name: str, timeout: float) -> Position:
     """Make replay ``name``'s settings live (see :meth:`MemoryEngine.promote`); return the SettingsChanged position."""
     from memfold.streams import namespaces as ns
 
@@ -216,7 +216,7 @@ def promote(engine: "MemoryEngine", name: str, timeout: float) -> Position:
         return _promote(engine, space, settings, timeout)
 
 
-def _promote(engine: "MemoryEngine", space: "Namespace", settings: Settings, timeout: float) -> Position:
+def _promote(engine: MemoryEngine, space: Namespace, settings: Settings, timeout: float) -> Position:
     # 1. Catch the replay up with the log (it answers what arrived since, through the cache).
     engine.wait_idle(timeout)
     _catch_up(engine, space, settings, progress=None, target=None)
@@ -229,7 +229,7 @@ def _promote(engine: "MemoryEngine", space: "Namespace", settings: Settings, tim
     return position
 
 
-def _record_and_swap(engine: "MemoryEngine", space: "Namespace", settings: Settings) -> Position:
+def _record_and_swap(engine: MemoryEngine, space: Namespace, settings: Settings) -> Position:
     from memfold.streams import namespaces as ns
 
     name = space.name
@@ -250,7 +250,7 @@ def _record_and_swap(engine: "MemoryEngine", space: "Namespace", settings: Setti
     return position
 
 
-def swap_in(engine: "MemoryEngine", settings: Settings) -> None:
+def swap_in(engine: MemoryEngine, settings: Settings) -> None:
     """Fold the whole log beside the live projection under ``settings``, then swap it in and read with them.
 
     The fold runs while reads go on; the runner is paused only for the last
@@ -290,7 +290,7 @@ def swap_in(engine: "MemoryEngine", settings: Settings) -> None:
         raise
 
 
-def adopt(engine: "MemoryEngine", settings: Settings) -> bool:
+def adopt(engine: MemoryEngine, settings: Settings) -> bool:
     """Make a running worker or projector node fold with ``settings`` (promoted elsewhere); False if it already does.
 
     A worker's projection serves no reads: it is dropped and its partitions

@@ -131,4 +131,4 @@ def _replace(model, **changes):
 
 
 def _aad(event: Event) -> bytes:
-    return f"{event.key}\x00{event.event_id}".encode("utf-8")
+    return f"{event.key}\x00{event.event_id}".encode()

@@ -9,13 +9,19 @@ it derives, so a replay can tell which settings produced what.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
-import json
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
-from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
+from pydantic_settings import (
+    BaseSettings,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
 
 from .errors import ConfigError
 from .ids import content_hash
@@ -209,7 +215,7 @@ class Settings(BaseSettings):
         return value
 
     @model_validator(mode="after")
-    def _known_policies(self) -> "Settings":
+    def _known_policies(self) -> Settings:
         for name in (self.policy, *self.policies, *self.tenant_policies.values()):
             if name not in POLICY_SETTINGS:
                 raise ValueError(f"unknown policy {name!r}; choose from {', '.join(POLICY_NAMES)}")
@@ -231,7 +237,7 @@ class Settings(BaseSettings):
         return tuple(sources)
 
     @classmethod
-    def load(cls, config: str | Path | None = None, **overrides: Any) -> "Settings":
+    def load(cls, config: str | Path | None = None, **overrides: Any) -> Settings:
         """Load settings from ``config`` (or ``$MEMFOLD_CONFIG``, or ``./memfold.toml`` if present).
 
         Raises :class:`ConfigError` with the offending field when the result is invalid.

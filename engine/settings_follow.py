@@ -47,7 +47,7 @@ POLL_SECONDS = 1.0  # how often a running node looks for a new SettingsChanged
 class SettingsFollower:
     """Reads the settings partition of a log from where it left off; remembers the newest ``SettingsChanged``."""
 
-    def __init__(self, event_log: "EventLog", batch: int = 5000):
+    def __init__(self, event_log: EventLog, batch: int = 5000):
         self.log = event_log
         self.partition = partition_for(conversation_key(SETTINGS_TENANT, SETTINGS_CONVERSATION),
                                        event_log.partition_count)
@@ -104,7 +104,7 @@ def at_start(settings: Settings, follower: SettingsFollower) -> Settings:
 class FollowThread:
     """Polls a running engine's log for new ``SettingsChanged`` events and makes the engine adopt them."""
 
-    def __init__(self, engine: "MemoryEngine", interval: float = POLL_SECONDS):
+    def __init__(self, engine: MemoryEngine, interval: float = POLL_SECONDS):
         self.engine = engine
         self.interval = interval
         self._stop = threading.Event()

@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Mapping
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import pydantic
@@ -45,8 +45,8 @@ MAX_DEPTH = 32
 MAX_METADATA_BYTES = 1024 * 1024  # the agents adapter keeps whole SDK items (tool outputs) here
 MAX_ID_CHARS = 200  # event_id, tenant_id, tool call ids, names, model variants
 MAX_CONVERSATION_CHARS = 400
-MIN_TIME = datetime(1970, 1, 1, tzinfo=timezone.utc)
-MAX_TIME = datetime(2100, 1, 1, tzinfo=timezone.utc)
+MIN_TIME = datetime(1970, 1, 1, tzinfo=UTC)
+MAX_TIME = datetime(2100, 1, 1, tzinfo=UTC)
 
 
 def validate_message(
@@ -257,13 +257,13 @@ def _occurred_at(message: Mapping[str, Any], fail) -> datetime:
         if not math.isfinite(value):
             raise fail(f"{value} is not a time", field)
         try:
-            moment = datetime.fromtimestamp(value, tz=timezone.utc)
+            moment = datetime.fromtimestamp(value, tz=UTC)
         except (OverflowError, OSError, ValueError):
             raise fail(f"{value} Unix seconds is outside {MIN_TIME:%Y-%m-%d} .. {MAX_TIME:%Y-%m-%d}", field) from None
     else:
         raise fail(f"must be an ISO-8601 string or Unix seconds, got {_kind(value)}", field)
     if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
+        moment = moment.replace(tzinfo=UTC)
     if not MIN_TIME <= moment < MAX_TIME:
         raise fail(f"{moment.isoformat()} is outside {MIN_TIME:%Y-%m-%d} .. {MAX_TIME:%Y-%m-%d}", field)
     return moment

@@ -25,7 +25,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import threading
-import time
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from typing import Any

@@ -31,33 +31,33 @@ from .fact_patterns import (
     DATE_KEYS,
     DATE_RE,
     DECISION_PHRASE_RE,
-    DECISION_VERBS,
     DECISION_VERB_RE,
+    DECISION_VERBS,
     EMAIL_RE,
     FILLER_RE,
     FIRST_PERSON_RULES,
-    MARKDOWN_RE,
     HASH_ID_RE,
     HYPOTHETICAL_RE,
     IDLE_IF_RE,
+    MARKDOWN_RE,
     NAME_RE,
     NEGATION_RE,
     NOBODY_RE,
     NOT_NAMES,
     PHONE_RE,
-    PREFIXED_ID_RE,
     PREFIX_KEYS,
+    PREFIXED_ID_RE,
     PRONOUNS,
     REQUEST_RE,
-    RETRACTABLE,
     RETRACT_ORDER_VERBS,
     RETRACT_RE,
+    RETRACTABLE,
     STATUS_RE,
-    SUBJECTS,
     SUBJECT_RE,
+    SUBJECTS,
     SUPERSEDED_RE,
-    TOPICS,
     TOPIC_OBJECT_RE,
+    TOPICS,
     TRACKING_RE,
     VERSION_KEYS,
     VERSION_RE,
@@ -138,7 +138,7 @@ class FactEntry:
     source: int | None  # index of the message that last mentioned it (None: from an earlier summary)
     stated_at: datetime | None = None  # when this value was first stated
     stated_in: int | None = None  # the message that first stated it
-    history: list["FactEntry"] = field(default_factory=list)  # earlier values of the key, oldest first
+    history: list[FactEntry] = field(default_factory=list)  # earlier values of the key, oldest first
 
 
 class FactBook:

@@ -180,8 +180,8 @@ def record_from_event(event: Event, index: int, tokens: int) -> MessageRecord:
 def run_sync(
     policy: Policy,
     ctx: FoldContext,
-    items: "Iterable[MessageRecord | Event]",
-    answer: "Callable[[SummaryRequested, BaseModel], Event | None]",
+    items: Iterable[MessageRecord | Event],
+    answer: Callable[[SummaryRequested, BaseModel], Event | None],
     state: BaseModel | None = None,
 ) -> tuple[BaseModel, list[Event]]:
     """Fold ``items`` through ``policy``, answering each request at once with ``answer``.

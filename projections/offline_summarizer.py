@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from memfold.engine.events import Fact
 from memfold.engine.ports import MessageRecord, SummaryInput, SummaryOutput
@@ -413,7 +413,7 @@ def _first_sentence(text: str) -> str:
 
 def _pseudo_message(text: str, messages: Sequence[MessageRecord]) -> MessageRecord:
     """Return an earlier summary's text as a message to read facts from (dated like the first new message)."""
-    at = messages[0].occurred_at if messages else datetime(1970, 1, 1, tzinfo=timezone.utc)
+    at = messages[0].occurred_at if messages else datetime(1970, 1, 1, tzinfo=UTC)
     return MessageRecord(
         tenant_id="-", conversation_id="-", index=-1, seq=0, event_id="-", role="summary", content=text,
         tokens=0, occurred_at=at,

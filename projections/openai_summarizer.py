@@ -14,8 +14,8 @@ import json
 import os
 import time
 from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from datetime import datetime, timezone
 from typing import Any, TypeVar
 
 import openai
@@ -106,8 +106,8 @@ def retry_after_seconds(headers: Mapping[str, str] | None) -> float | None:
     except (TypeError, ValueError):
         return None
     if when.tzinfo is None:
-        when = when.replace(tzinfo=timezone.utc)
-    return max(0.0, (when - datetime.now(timezone.utc)).total_seconds())
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - datetime.now(UTC)).total_seconds())
 
 
 def backoff_delay(attempt: int, base: float, maximum: float) -> float:

@@ -33,8 +33,7 @@ from memfold.engine.positions import LogRecord
 from memfold.engine.sealing import is_shredded
 from memfold.engine.tokens import MESSAGE_OVERHEAD, TokenCounter
 
-from . import retrieval
-from . import time_travel
+from . import retrieval, time_travel
 from .fold import ConversationCounters, fold_event
 from .policies import state_codec
 from .store import Changes, DuckDBProjectionStore
@@ -54,7 +53,7 @@ class _Conversation:
     deleted: bool = False
 
     @classmethod
-    def from_row(cls, row: dict[str, Any] | None, partition: int) -> "_Conversation":
+    def from_row(cls, row: dict[str, Any] | None, partition: int) -> _Conversation:
         """Return the counters of a ``conversations`` row, or fresh ones for a new conversation."""
         if row is None:
             return cls(partition=partition)

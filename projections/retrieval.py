@@ -25,10 +25,10 @@ import heapq
 import math
 import re
 import threading
-from collections import Counter, defaultdict
-from itertools import accumulate, islice
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from itertools import accumulate, islice
 from typing import Any
 
 import numpy as np

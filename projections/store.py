@@ -440,7 +440,7 @@ class DuckDBProjectionStore:
                 raise ProjectionError(f"cannot compact the projection {self.path}: {exc}") from exc
             self._swap_in(fresh)
 
-    def replace_with(self, other: "DuckDBProjectionStore") -> None:
+    def replace_with(self, other: DuckDBProjectionStore) -> None:
         """Make ``other`` (a projection built beside this one, then closed by this call) this store's file.
 
         Steps: (1) checkpoint and close ``other``; (2) close this connection;

@@ -16,7 +16,7 @@ import json
 import logging
 import threading
 from collections.abc import Iterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import duckdb
@@ -254,7 +254,7 @@ class CachingSummarizer:
     def _write(self, key: str, output: SummaryOutput, request: SummaryInput) -> None:
         first = request.messages[0] if request.messages else None
         tenant_id, conversation_id = (first.tenant_id, first.conversation_id) if first else (None, None)
-        row = [key, self.inner.name, output.model, output.prompt_hash, datetime.now(timezone.utc),
+        row = [key, self.inner.name, output.model, output.prompt_hash, datetime.now(UTC),
                output_to_json(output), tenant_id, conversation_id]
         with self._lock:
             if self._batching:

@@ -21,9 +21,9 @@ import asyncio
 import logging
 import queue
 import threading
+from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from memfold.engine.errors import EventConflictError
 from memfold.engine.events import MessageAppended, same_message

@@ -32,7 +32,8 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from typing import Any, Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable
+from typing import Any
 
 from memfold.engine.events import conversation_key
 from memfold.engine.partitioner import partition_for

@@ -19,7 +19,7 @@ import secrets
 import sqlite3
 import threading
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from memfold.engine.errors import ConfigError, ValidationError
@@ -88,7 +88,7 @@ class ApiKeyStore:
             raise ValidationError("tenant must be a non-empty string without '/'", field="tenant")
         key_id = secrets.token_hex(6)
         secret = secrets.token_urlsafe(32)
-        created = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        created = datetime.now(UTC).isoformat(timespec="seconds")
         self._conn().execute(
             "INSERT INTO api_keys VALUES (?, ?, ?, ?, ?, ?, NULL)",
             (key_id, _sha256(secret), tenant_id, role, name, created),
@@ -106,7 +106,7 @@ class ApiKeyStore:
     def revoke(self, key_id: str) -> ApiKey:
         """Revoke ``key_id`` (idempotent); raise :class:`ConfigError` if there is no such key."""
         key_id = key_id.removeprefix("mf_").split("_", 1)[0]
-        now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        now = datetime.now(UTC).isoformat(timespec="seconds")
         conn = self._conn()
         conn.execute("UPDATE api_keys SET revoked_at = coalesce(revoked_at, ?) WHERE key_id = ?", (now, key_id))
         self._epoch += 1

@@ -71,7 +71,7 @@ class DiffRequest(_Body):
     questions: list[DiffQuestion] = Field(min_length=1, max_length=MAX_DIFF_QUESTIONS)
 
     @model_validator(mode="after")
-    def _asked_somewhere(self) -> "DiffRequest":
+    def _asked_somewhere(self) -> DiffRequest:
         for i, q in enumerate(self.questions):
             if q.conversation_id is None and self.conversation_id is None:
                 raise ValueError(f"questions[{i}] names no conversation_id and the request names none either")

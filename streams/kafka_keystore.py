@@ -28,7 +28,7 @@ import os
 import threading
 import time
 from collections.abc import Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka import errors as kafka_errors
@@ -107,7 +107,7 @@ class KafkaKeyStore:
         with self._lock:
             self._read()
             live = [k for k, s in self._scopes.items() if s == scope and self._keys.get(k) is not None]
-            now = datetime.now(timezone.utc).isoformat()
+            now = datetime.now(UTC).isoformat()
             if live:
                 self._write([(k, {"scope": scope, "destroyed_at": now}) for k in live])
             return len(live)

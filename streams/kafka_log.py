@@ -315,7 +315,7 @@ class KafkaEventLog:
         with self._lock:
             self._index.close()
 
-    def __enter__(self) -> "KafkaEventLog":
+    def __enter__(self) -> KafkaEventLog:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
@@ -635,7 +635,7 @@ class KafkaEventLog:
                 "truth: set retention.ms=-1, retention.bytes=-1, cleanup.policy=delete on the topic"
             )
 
-    def _translate(self, what: str) -> "_Translate":
+    def _translate(self, what: str) -> _Translate:
         return _Translate(self, what)
 
 

@@ -32,7 +32,7 @@ import re
 import shutil
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -65,7 +65,7 @@ class ReplayStats:
     model_calls: int = 0
     failures: int = 0
 
-    def add(self, other: "ReplayStats") -> "ReplayStats":
+    def add(self, other: ReplayStats) -> ReplayStats:
         """Return the sum of two counters."""
         return ReplayStats(**{k: v + getattr(other, k) for k, v in asdict(self).items()})
 
@@ -119,7 +119,7 @@ class Namespace:
         return self.root / "events.sqlite"
 
     @classmethod
-    def create(cls, root: Path, manifest: dict[str, Any]) -> "Namespace":
+    def create(cls, root: Path, manifest: dict[str, Any]) -> Namespace:
         """Create the directory and write ``manifest``; raise :class:`ConfigError` if it exists."""
         if (root / MANIFEST).exists():
             raise ConfigError(f"replay {manifest['name']!r} already exists in {root.parent}")
@@ -129,7 +129,7 @@ class Namespace:
         return space
 
     @classmethod
-    def open(cls, root: Path) -> "Namespace":
+    def open(cls, root: Path) -> Namespace:
         """Open an existing namespace; raise :class:`UnknownReplayError` when there is none."""
         try:
             manifest = json.loads((root / MANIFEST).read_text(encoding="utf-8"))
@@ -345,4 +345,4 @@ def _lane(request: SummaryRequested) -> tuple[str, str, str, str | None]:
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return datetime.now(UTC).isoformat(timespec="seconds")

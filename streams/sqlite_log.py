@@ -264,7 +264,7 @@ class SQLiteEventLog:
         for _thread, conn in connections.values():
             conn.close()
 
-    def __enter__(self) -> "SQLiteEventLog":
+    def __enter__(self) -> SQLiteEventLog:
         return self
 
     def __exit__(self, *exc_info: object) -> None:

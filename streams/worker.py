@@ -17,9 +17,9 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Any
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Any
 
 from memfold.engine.errors import MemfoldError, SummarizerError, SummarizerTimeoutError
 from memfold.engine.events import Event, Fact, SummaryRequested
@@ -45,7 +45,7 @@ def build_input(request: SummaryRequested, messages: MessageSource, summaries: S
     """Return the :class:`SummaryInput` for ``request``: original messages + base summary + policy knobs."""
     p = request.payload
     if p.input_indices is not None:
-        fetch_at = getattr(messages, "messages_at")
+        fetch_at = messages.messages_at
         msgs = fetch_at(request.tenant_id, request.conversation_id, list(p.input_indices))
     else:
         msgs = messages.messages(request.tenant_id, request.conversation_id, p.input_from, p.input_to)

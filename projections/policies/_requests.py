@@ -14,7 +14,6 @@ for the plan's notes and for operators.
 
 from __future__ import annotations
 
-
 from memfold.engine.events import SummaryRequested
 from memfold.engine.ports import FoldContext
 
@@ -38,7 +37,7 @@ class RequestLedger(FrozenState, kw_only=True):
     # ("summary_failed" | "summary_empty"); None after a success.
     failure: str | None = None
 
-    def adopt(self, request: SummaryRequested, ctx: FoldContext) -> "RequestLedger":
+    def adopt(self, request: SummaryRequested, ctx: FoldContext) -> RequestLedger:
         """Return the ledger with ``request`` in flight, or ``self`` when it is not new.
 
         Not new: another policy's request, one made under other settings, or
@@ -66,11 +65,11 @@ class RequestLedger(FrozenState, kw_only=True):
         """True when ``request_id`` is the request in flight (its answer is to be applied)."""
         return self.pending_id is not None and request_id == self.pending_id
 
-    def succeeded(self) -> "RequestLedger":
+    def succeeded(self) -> RequestLedger:
         """Return the ledger after the pending request produced a usable summary."""
         return replace(self, pending_id=None, pending_covers_to=None, failure=None)
 
-    def failed(self, reason: str) -> "RequestLedger":
+    def failed(self, reason: str) -> RequestLedger:
         """Return the ledger after the pending request failed or produced an empty summary (``reason``)."""
         assert self.pending_id is not None, "failed() needs a pending request"
         return replace(

@@ -16,7 +16,13 @@ from functools import singledispatch
 from typing import Any, ClassVar, TypeVar
 
 from memfold.engine.errors import ConfigError
-from memfold.engine.events import ConversationDeleted, SummaryFailed, SummaryProduced, SummaryProducedPayload, SummaryRequested
+from memfold.engine.events import (
+    ConversationDeleted,
+    SummaryFailed,
+    SummaryProduced,
+    SummaryProducedPayload,
+    SummaryRequested,
+)
 from memfold.engine.ports import FoldContext, MemoryMessage, MessageRecord
 from memfold.engine.tokens import MESSAGE_OVERHEAD
 

@@ -10,11 +10,9 @@ from typing import Any, Literal
 
 import msgspec
 
-
 from memfold.engine.settings import TopicsSettings
 
 from .state_codec import FrozenState
-
 
 DAY = 86400.0
 

@@ -78,7 +78,6 @@ from memfold.engine.settings import TopicsSettings
 from memfold.projections.fold import make_request
 
 from ._skeleton import deleted_marker, memory_message
-from .state_codec import replace
 from ._topic_memory import (
     DAY,
     MessageRef,
@@ -97,6 +96,7 @@ from ._topic_memory import (
     topic_history,
     topic_rows,
 )
+from .state_codec import replace
 
 __all__ = [
     "DAY", "MessageRef", "PendingAudit", "State", "Topic", "TopicsPolicy", "compaction_cut", "compress_refs",

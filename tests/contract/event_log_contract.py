@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -59,7 +59,7 @@ from memfold.engine.partitioner import partition_for
 from memfold.engine.ports import EventLog
 from memfold.engine.positions import LogRecord, Position
 
-T0 = datetime(2026, 3, 1, 9, 30, 15, 123456, tzinfo=timezone.utc)
+T0 = datetime(2026, 3, 1, 9, 30, 15, 123456, tzinfo=UTC)
 MakeLog = Callable[..., EventLog]
 
 

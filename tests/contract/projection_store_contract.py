@@ -10,7 +10,7 @@ runner builds them.
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -23,7 +23,7 @@ from memfold.engine.settings import Settings
 from memfold.engine.tokens import counter
 from memfold.projections.projector import Projector
 
-T0 = datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
 
 
 def records(partition: int, start: int, count: int, conversation: str = "c1") -> list[LogRecord]:

@@ -29,7 +29,6 @@ class TestDuckDBProjectionStore(ProjectionStoreContract):
 def test_the_projector_keeps_a_bounded_number_of_conversations_and_folds_the_same(tmp_path: Path) -> None:
     """Fold state evicted from memory reloads from the store: a bound of 2 gives the unbounded projection."""
     from contract.projection_store_contract import records
-
     from memfold.engine.engine import fold_contexts
     from memfold.engine.settings import POLICY_NAMES, Settings
     from memfold.engine.tokens import counter

@@ -11,7 +11,6 @@ from __future__ import annotations
 import random
 
 import pytest
-
 from support import crash_kit
 
 SEED = 20261123

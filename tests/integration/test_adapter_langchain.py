@@ -6,7 +6,6 @@ import time
 from typing import Any
 
 import pytest
-
 from langchain.agents import create_agent
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage

@@ -11,10 +11,10 @@ import time
 
 import httpx
 import pytest
+from fixtures.kafka_broker import free_port
 from mcp import Client as McpClient
 from mcp import StdioServerParameters
 
-from fixtures.kafka_broker import free_port
 from memfold.adapters.mcp import build_server
 from memfold.client import AsyncClient
 

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from datetime import datetime, timedelta, timezone
-from pathlib import Path
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -15,7 +14,7 @@ from memfold.engine.engine import MemoryEngine
 from memfold.engine.settings import Settings
 from memfold.projections.views import VIEWS
 
-T0 = datetime(2026, 3, 2, 9, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
 HIERARCHICAL = {"policy": "hierarchical", "policies": ("hierarchical",)}
 LOW_TRIGGER = {"hierarchical": {"trigger_message_count": 6, "recent_message_count": 2, "resummarize_every": 4}}
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"

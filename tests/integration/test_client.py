@@ -10,8 +10,8 @@ import threading
 
 import httpx
 import pytest
-
 from fixtures.memfold_service import MEMFOLD, LiveService
+
 from memfold.client import (
     AsyncClient,
     AuthenticationError,

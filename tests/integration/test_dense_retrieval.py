@@ -11,14 +11,14 @@ import hashlib
 import logging
 import math
 import re
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from fixtures.openai_server import server_error
 
 from memfold.engine.engine import MemoryEngine
 from memfold.engine.settings import Settings
 
-T0 = datetime(2024, 1, 8, 18, 0, tzinfo=timezone.utc)
+T0 = datetime(2024, 1, 8, 18, 0, tzinfo=UTC)
 SMALL_TALK = ["How was your weekend?", "Pretty quiet, mostly reading.", "Any plans for the evening?",
               "Maybe a walk if the rain stops.", "Did you watch the game?", "Only the second half."]
 FACT = "My sister Ana relocated to Porto last spring."

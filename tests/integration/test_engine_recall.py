@@ -6,14 +6,14 @@ import json
 import os
 import subprocess
 import sys
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from memfold.engine.engine import MemoryEngine
 from memfold.engine.settings import Settings
 
 MEMFOLD = str(Path(sys.executable).with_name("memfold"))
-T0 = datetime(2024, 1, 8, 18, 0, tzinfo=timezone.utc)
+T0 = datetime(2024, 1, 8, 18, 0, tzinfo=UTC)
 SMALL_TALK = ["How was your weekend?", "Pretty quiet, mostly reading.", "Any plans for the evening?",
               "Maybe a walk if the rain stops.", "Did you watch the game?", "Only the second half."]
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from memfold.engine.engine import MemoryEngine
 from memfold.engine.settings import Settings
 
-MARCH = datetime(2024, 3, 1, 9, 0, tzinfo=timezone.utc)
-APRIL = datetime(2024, 4, 10, 9, 0, tzinfo=timezone.utc)
+MARCH = datetime(2024, 3, 1, 9, 0, tzinfo=UTC)
+APRIL = datetime(2024, 4, 10, 9, 0, tzinfo=UTC)
 FILLER = ("Sounds good, thanks.", "Happy to help with that.")
 
 COLUMNS = "key, value, stated_at, stated_in, introduced_by, introduced_seq, retired_by, superseded_by, fact_id"

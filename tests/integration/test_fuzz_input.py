@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -20,10 +20,10 @@ from hypothesis import strategies as st
 
 from memfold.engine.engine import MemoryEngine
 from memfold.engine.errors import ValidationError
+from memfold.engine.ids import content_hash
 from memfold.engine.ingest import ingest_file, line_id
 from memfold.engine.settings import Settings
 from memfold.engine.validation import MESSAGE_KEYS
-from memfold.engine.ids import content_hash
 
 EXAMPLES = int(os.environ.get("MEMFOLD_FUZZ_EXAMPLES", "40"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
@@ -38,7 +38,7 @@ scalars = st.one_of(
 json_values = st.recursive(scalars, lambda kids: st.lists(kids, max_size=3) | st.dictionaries(nasty_text, kids, max_size=3),
                            max_leaves=12)
 times = st.datetimes(min_value=datetime(1970, 1, 2), max_value=datetime(2099, 12, 30)).map(
-    lambda d: d.replace(tzinfo=timezone.utc).isoformat()
+    lambda d: d.replace(tzinfo=UTC).isoformat()
 )
 good_metadata = st.dictionaries(
     st.text(max_size=8),

@@ -9,14 +9,14 @@ import textwrap
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from fixtures.kafka_broker import LOCAL_BROKER, LocalBroker, free_port
 from kafka import KafkaAdminClient, KafkaProducer
 from kafka.admin import ConfigResource, ConfigResourceType
 
-from fixtures.kafka_broker import LOCAL_BROKER, LocalBroker, free_port
 from memfold.engine.errors import AppendFailedError, ConfigError, LogUnavailableError, ValidationError
 from memfold.engine.events import Event, MessageAppended, MessagePayload
 from memfold.engine.partitioner import partition_for
@@ -25,7 +25,7 @@ from memfold.streams.kafka_log import KafkaEventLog
 
 pytestmark = pytest.mark.kafka
 
-T0 = datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
 REPO = Path(__file__).resolve().parents[2]
 
 

@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -15,8 +15,8 @@ from fixtures.kafka_broker import LocalBroker
 from support.worker_kit import SAMPLE, Topic, WorkerProcess, projection, settings_for
 
 from memfold.engine.errors import AppendFailedError, LogUnavailableError
-from memfold.engine.settings import POLICY_NAMES
 from memfold.engine.events import MessageAppended, MessagePayload
+from memfold.engine.settings import POLICY_NAMES
 from memfold.projections.store import DuckDBProjectionStore
 from memfold.streams.kafka_log import KafkaEventLog
 
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.kafka
 
 CHILD = Path(__file__).resolve().parents[1] / "support" / "project_child.py"
 MEMFOLD = str(Path(sys.executable).with_name("memfold"))
-T0 = datetime(2026, 4, 1, 8, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 4, 1, 8, 0, tzinfo=UTC)
 
 
 def _topic() -> str:

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 from kafka import KafkaConsumer, TopicPartition
+from support.talk import talk
 
 from memfold.engine.engine import MemoryEngine
 from memfold.engine.settings import Settings
 from memfold.projections.store import DuckDBProjectionStore
-from support.talk import talk
 
 pytestmark = pytest.mark.kafka
 

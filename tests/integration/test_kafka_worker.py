@@ -15,7 +15,6 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-
 from fixtures.kafka_broker import free_port
 from support.worker_kit import (
     MEMFOLD,

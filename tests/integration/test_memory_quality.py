@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from support.benchmarks import load as _load
 
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 import math
 import socket
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
-
 from fixtures.openai_server import hang, model_says, rate_limited, reset, server_error
+
 from memfold.engine.errors import (
     EmbedderError,
     MemfoldError,
@@ -25,7 +25,7 @@ from memfold.projections.openai_summarizer import FACTS_SCHEMA, OpenAISummarizer
 from memfold.projections.prompts import prompt_hash
 from memfold.projections.summarizers import build_embedder, build_summarizer
 
-T0 = datetime(2024, 3, 1, 12, 0, tzinfo=timezone.utc)
+T0 = datetime(2024, 3, 1, 12, 0, tzinfo=UTC)
 PROMPT_ID = "pmpt_6917ebe9367c819396fe4840cf0f0e050c18a965a3366120"
 
 

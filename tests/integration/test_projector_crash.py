@@ -8,7 +8,7 @@ import shutil
 import subprocess
 import sys
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -18,7 +18,7 @@ from memfold.projections.store import DuckDBProjectionStore
 from memfold.streams.logs import open_log
 
 CHILD = Path(__file__).resolve().parents[1] / "support" / "project_child.py"
-T0 = datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
 WORDS = "order refund shipping invoice account password delivery address payment warranty".split()
 
 

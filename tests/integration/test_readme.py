@@ -96,7 +96,6 @@ def test_service_session_runs(tmp_path):
     import time
 
     import httpx
-
     from fixtures.kafka_broker import free_port
 
     port = str(free_port())

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -14,7 +14,7 @@ from memfold.engine.replay_diff import Question, diff, load_questions
 from memfold.engine.settings import Settings
 from memfold.projections.store import DuckDBProjectionStore
 
-T0 = datetime(2026, 6, 1, 9, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 6, 1, 9, 0, tzinfo=UTC)
 LIVE = {"policy": "hierarchical", "policies": ("hierarchical",),
         "hierarchical": {"trigger_message_count": 8, "recent_message_count": 3, "resummarize_every": 4}}
 WIDER = {"hierarchical.trigger_message_count": 24, "hierarchical.recent_message_count": 6}

@@ -8,14 +8,14 @@ import threading
 from pathlib import Path
 
 import pytest
+from support.talk import talk
+from support.worker_kit import projection
 
 from memfold.engine.cli import main
 from memfold.engine.engine import MemoryEngine
 from memfold.engine.errors import ConfigError, UnknownReplayError, ValidationError
 from memfold.engine.settings import Settings
 from memfold.projections.store import DuckDBProjectionStore
-from support.worker_kit import projection
-from support.talk import talk
 
 SETTINGS = {"policy": "hierarchical", "policies": ("hierarchical",),
             "hierarchical": {"trigger_message_count": 6, "recent_message_count": 2, "resummarize_every": 3}}

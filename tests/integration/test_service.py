@@ -8,7 +8,6 @@ import time
 
 import httpx
 import pytest
-
 from fixtures.memfold_service import MEMFOLD
 
 pytestmark = pytest.mark.timeout(180)

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import pytest
-
 from fixtures.memfold_service import LiveService
-from memfold.client import Client, NotFoundError, PermissionDeniedError
-from memfold.client import InvalidRequestError
+
+from memfold.client import Client, InvalidRequestError, NotFoundError, PermissionDeniedError
 
 pytestmark = pytest.mark.timeout(180)
 

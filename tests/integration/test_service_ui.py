@@ -7,8 +7,8 @@ import shutil
 import time
 
 import pytest
-
 from fixtures.memfold_service import LiveService
+
 from memfold.client import Client
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"

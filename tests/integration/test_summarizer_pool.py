@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -18,7 +18,7 @@ from memfold.projections.store import DuckDBProjectionStore
 from memfold.streams.sqlite_log import SQLiteEventLog
 from memfold.streams.worker import SummarizerWorker
 
-T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 class SlowSummarizer:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import duckdb
 import pytest
-
 from fixtures.openai_server import server_error
+
 from memfold.engine.errors import SummarizerError
 from memfold.engine.ports import MessageRecord, SummaryInput
 from memfold.engine.settings import Settings, SummarizerSettings
@@ -18,7 +18,7 @@ from memfold.projections.openai_summarizer import OpenAISummarizer
 from memfold.projections.summarizers import build_summarizer
 from memfold.projections.summary_cache import CachingSummarizer
 
-T0 = datetime(2024, 3, 1, 12, 0, tzinfo=timezone.utc)
+T0 = datetime(2024, 3, 1, 12, 0, tzinfo=UTC)
 
 
 def conversation(*items: tuple[str, str], tenant: str = "t") -> tuple[MessageRecord, ...]:

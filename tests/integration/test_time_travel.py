@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -12,7 +12,7 @@ from memfold.engine.errors import ValidationError
 from memfold.engine.positions import Position
 from memfold.engine.settings import Settings
 
-T0 = datetime(2026, 5, 4, 8, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 5, 4, 8, 0, tzinfo=UTC)
 SETTINGS = {
     "policy": "hierarchical",
     "policies": ("hierarchical", "rolling", "sliding_window", "chunked"),
@@ -25,8 +25,8 @@ BUDGETS = (None, 4000, 220)
 
 
 def _text(i: int) -> str:
-    topics = ["order #%d was charged $%d.50" % (5000 + i, 20 + i), "the courier lost parcel %d" % i,
-              "my email is user%d@example.com" % i, "we agreed to refund within %d days" % (i % 20 + 1)]
+    topics = [f"order #{5000 + i} was charged ${20 + i}.50", f"the courier lost parcel {i}",
+              f"my email is user{i}@example.com", f"we agreed to refund within {i % 20 + 1} days"]
     return f"turn {i}: {topics[i % 4]} and the invoice mentions the warehouse in Leeds"
 
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import threading
 
-from memfold.engine.engine import MemoryEngine
-from memfold.engine.cli import main
-from memfold.engine.settings import Settings
-
 from support.talk import talk
+
+from memfold.engine.cli import main
+from memfold.engine.engine import MemoryEngine
+from memfold.engine.settings import Settings
 
 SETTINGS = {"policy": "hierarchical", "policies": ("hierarchical", "rolling"),
             "hierarchical": {"trigger_message_count": 6, "recent_message_count": 2, "resummarize_every": 3}}

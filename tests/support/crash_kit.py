@@ -23,7 +23,7 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from memfold.engine.engine import MemoryEngine
@@ -35,7 +35,7 @@ from memfold.projections.store import DuckDBProjectionStore
 CHILD = Path(__file__).resolve().parents[1] / "crash" / "ingest_child.py"
 MEMFOLD = str(Path(sys.executable).with_name("memfold"))
 WORDS = "order refund shipping invoice account password delivery address payment warranty".split()
-T0 = datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
 
 
 @dataclass

@@ -25,6 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from fixtures.kafka_broker import free_port  # noqa: E402
+
 from support.worker_kit import conversation, embedded_reference, run_with_kills  # noqa: E402
 
 BROKER = Path(__file__).resolve().parents[2] / "deploy" / "kafka" / "local-broker.sh"

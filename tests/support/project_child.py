@@ -17,8 +17,8 @@ from memfold.engine.settings import POLICY_NAMES, Settings
 from memfold.engine.tokens import counter
 from memfold.projections.projector import Projector
 from memfold.projections.store import DuckDBProjectionStore
-from memfold.streams.runner import Runner
 from memfold.streams.logs import open_log
+from memfold.streams.runner import Runner
 
 
 class CrashingStore(DuckDBProjectionStore):

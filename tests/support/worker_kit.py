@@ -16,7 +16,7 @@ import sys
 import time
 import uuid
 from collections import Counter
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,7 @@ from memfold.streams.kafka_log import KafkaEventLog
 
 MEMFOLD = str(Path(sys.executable).with_name("memfold"))
 SAMPLE = Path(__file__).resolve().parents[2] / "engine" / "data" / "sample.jsonl"
-T0 = datetime(2026, 5, 1, 9, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 5, 1, 9, 0, tzinfo=UTC)
 WAIT_S = 120  # an upper bound for "the workers are idle" on a loaded machine; never reached when all is well
 # Columns that measure a run (durations), locate it in one log (offsets) or say how an answer was
 # obtained (a worker killed after caching a summary but before appending it answers from the cache
@@ -260,7 +260,7 @@ def ownership_overlaps(logs: dict[str, Path], deaths: dict[str, float]) -> list[
     overlaps = []
     for p, owned in spans.items():
         owned.sort()
-        for (s1, e1, n1), (s2, e2, n2) in zip(owned, owned[1:]):
+        for (_s1, e1, n1), (s2, _e2, n2) in zip(owned, owned[1:]):
             if s2 < e1 and n1 != n2:
                 overlaps.append(f"partition {p}: {n1} until {e1:.3f}, {n2} from {s2:.3f}")
     return overlaps

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
-
 from support.benchmarks import load as _load
-
 
 beam = _load("beam")
 
@@ -49,7 +47,7 @@ def test_messages_carry_the_session_date_forward_and_lose_the_generation_marker(
         ]},
     ]
     msgs = beam.load_messages(batches)
-    day1, day2 = datetime(2024, 3, 15, tzinfo=timezone.utc), datetime(2024, 4, 2, tzinfo=timezone.utc)
+    day1, day2 = datetime(2024, 3, 15, tzinfo=UTC), datetime(2024, 4, 2, tzinfo=UTC)
     assert [m["content"] for m in msgs] == ["plan my sprint", "Sure ->-> not a marker on assistant turns",
                                             "and then?", "Then rest.", "back again", "Welcome back."]
     assert [m["occurred_at"].date() for m in msgs] == [day1.date()] * 4 + [day2.date()] * 2

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -13,7 +13,7 @@ from memfold.engine.tokens import counter
 from memfold.projections.context import assemble, take_last, tool_groups
 
 COUNT = counter().count
-T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def msg(index: int, role: str, content: str, **kw) -> MessageRecord:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -68,7 +68,7 @@ def test_an_excerpt_of_a_markdown_answer_is_flat_text_with_its_words():
     long = ANSWER + "\n".join(f"- **Point {k}:** the garden and the weather, nothing much." for k in range(60))
     m = MessageRecord(tenant_id="t", conversation_id="c", index=7, seq=8, event_id="e7", role="assistant",
                       content=long, tokens=counter().count_message(long),
-                      occurred_at=datetime(2024, 3, 1, tzinfo=timezone.utc))
+                      occurred_at=datetime(2024, 3, 1, tzinfo=UTC))
     out = excerpt(m, frozenset({"flask", "port"}), COUNT)
     assert out is not None
     content = out[0].content

@@ -6,7 +6,7 @@ import json
 import os
 import subprocess
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -17,7 +17,7 @@ from memfold.engine.tokens import counter
 from memfold.projections.fact_extraction import extract_facts
 from memfold.projections.offline_summarizer import OfflineSummarizer
 
-T0 = datetime(2024, 3, 1, 12, 0, tzinfo=timezone.utc)
+T0 = datetime(2024, 3, 1, 12, 0, tzinfo=UTC)
 TOKENS = counter()
 SUMMARIZER = OfflineSummarizer()
 
@@ -185,7 +185,7 @@ def dated(*items: tuple[str, str, str]) -> tuple[MessageRecord, ...]:
     return tuple(
         MessageRecord(
             tenant_id="t", conversation_id="c", index=i, seq=i + 1, event_id=f"e{i}", role=role, content=content,
-            tokens=0, occurred_at=datetime.fromisoformat(day).replace(tzinfo=timezone.utc),
+            tokens=0, occurred_at=datetime.fromisoformat(day).replace(tzinfo=UTC),
         )
         for i, (role, day, content) in enumerate(items)
     )
@@ -199,7 +199,7 @@ def test_first_person_statements_become_dated_facts():
         ("user", "2024-03-09", "If I move to Paris I'd be happier. Do I prefer cats? I opted for the yearly plan."),
     ))}
     assert (facts["lives_in"].value, facts["lives_in"].category) == ("Berlin", "ENTITY")
-    assert facts["lives_in"].stated_at == datetime(2024, 3, 1, tzinfo=timezone.utc) and facts["lives_in"].stated_in == 0
+    assert facts["lives_in"].stated_at == datetime(2024, 3, 1, tzinfo=UTC) and facts["lives_in"].stated_in == 0
     assert facts["sister_name"].value == "Anna"
     assert (facts["preference"].value, facts["preference"].category) == ("tea over coffee", "GENERAL")
     assert facts["deadline"].value == "March 29" and facts["deadline"].stated_at.day == 8

@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from functools import partial
 
-from hypothesis import given, settings as hsettings, strategies as st
-
-from memfold.engine.events import ConversationDeleted, SummaryRequested, ToolCall
-from memfold.engine.ports import MessageRecord
-from memfold.engine.settings import ChunkedSettings
-from memfold.projections import fold
-from memfold.projections.policies import state_codec
-from memfold.projections.policies.chunked import SUMMARY_HEADER, ChunkedPolicy, ChunkedState
+from hypothesis import given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 from support.policy_kit import (
     COUNT,
     ScriptedSummarizer,
@@ -24,8 +19,15 @@ from support.policy_kit import (
     scripted_reply,
 )
 
+from memfold.engine.events import ConversationDeleted, SummaryRequested, ToolCall
+from memfold.engine.ports import MessageRecord
+from memfold.engine.settings import ChunkedSettings
+from memfold.projections import fold
+from memfold.projections.policies import state_codec
+from memfold.projections.policies.chunked import SUMMARY_HEADER, ChunkedPolicy, ChunkedState
+
 POLICY = ChunkedPolicy()
-T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
 SUMMARY_TEXT = "The student works on Bach partita bowing; goal: clean string crossings."
 
 

@@ -2,28 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from functools import partial
 
 import pytest
-from hypothesis import given, settings as hsettings, strategies as st
-
-from memfold.engine.events import (
-    ClockTicked,
-    ClockTickedPayload,
-    ConversationDeleted,
-    Fact,
-    SettingsChanged,
-    SettingsChangedPayload,
-    SummaryRequested,
-    ToolCall,
-)
-from memfold.engine.errors import ConfigError
-from memfold.engine.ports import FoldContext, MessageRecord
-from memfold.engine.settings import HierarchicalSettings, RollingSettings
-from memfold.projections import fold
-from memfold.projections.policies import state_codec
-from memfold.projections.policies.hierarchical import HierarchicalPolicy, HierarchicalState
+from hypothesis import given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 from support.policy_kit import (
     COUNT,
     Messages,
@@ -36,8 +21,25 @@ from support.policy_kit import (
     scripted_reply,
 )
 
+from memfold.engine.errors import ConfigError
+from memfold.engine.events import (
+    ClockTicked,
+    ClockTickedPayload,
+    ConversationDeleted,
+    Fact,
+    SettingsChanged,
+    SettingsChangedPayload,
+    SummaryRequested,
+    ToolCall,
+)
+from memfold.engine.ports import FoldContext, MessageRecord
+from memfold.engine.settings import HierarchicalSettings, RollingSettings
+from memfold.projections import fold
+from memfold.projections.policies import state_codec
+from memfold.projections.policies.hierarchical import HierarchicalPolicy, HierarchicalState
+
 POLICY = HierarchicalPolicy()
-T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
 FACTS = (
     Fact(key="order_id", value="#1234", category="ENTITY"),
     Fact(key="status", value="approved", category="STATE"),
@@ -158,10 +160,16 @@ def test_facts_are_the_latest_summarys_merged_list():
 
 def test_narrative_only_or_facts_only_summary_gives_one_memory_message():
     ctx = ctx_for()
-    only_narrative = lambda r, s: fold.produced(r, text="just a story", summarizer="s", model="m", prompt_hash="x")
+
+    def only_narrative(r, s):
+        return fold.produced(r, text="just a story", summarizer="s", model="m", prompt_hash="x")
+
     state, _, _ = run(chat(21), ctx=ctx, worker=only_narrative)
     assert [m.kind for m in POLICY.plan(state, ctx).memory] == ["narrative"]
-    only_facts = lambda r, s: fold.produced(r, text="", facts=FACTS[:1], summarizer="s", model="m", prompt_hash="x")
+
+    def only_facts(r, s):
+        return fold.produced(r, text="", facts=FACTS[:1], summarizer="s", model="m", prompt_hash="x")
+
     state, _, _ = run(chat(21), ctx=ctx, worker=only_facts)
     plan = POLICY.plan(state, ctx)
     assert [m.kind for m in plan.memory] == ["facts"] and plan.fallback is None

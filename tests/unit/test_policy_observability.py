@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import logging
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from support.policy_kit import Messages, fold_context
 
 from memfold.engine.engine import load_policy, log_budget_decisions
 from memfold.engine.ports import ContextPlan, SummaryInput
@@ -15,9 +16,8 @@ from memfold.projections import fold, policies
 from memfold.projections.embedders import LocalHashEmbedder
 from memfold.projections.offline_summarizer import OfflineSummarizer
 from memfold.streams.worker import answer
-from support.policy_kit import Messages, fold_context
 
-T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
 msg = Messages(T0, lambda i, role: f"{role} {i}: the invoice #{1000 + i} is due on March {i % 28 + 1} " + "word " * 60)
 LOCAL = LocalHashEmbedder(dimensions=32)
 

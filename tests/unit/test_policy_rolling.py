@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from functools import partial
 
 import pytest
-from hypothesis import given, settings as hsettings, strategies as st
-
-from memfold.engine.events import ConversationDeleted, SummaryRequested, ToolCall
-from memfold.engine.ports import MessageRecord
-from memfold.engine.settings import RollingSettings
-from memfold.projections import fold
-from memfold.projections.policies import state_codec
-from memfold.projections.policies.rolling import RollingPolicy, RollingState
+from hypothesis import given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 from support.policy_kit import (
     Messages,
     ScriptedSummarizer,
@@ -25,8 +20,15 @@ from support.policy_kit import (
     scripted_reply,
 )
 
+from memfold.engine.events import ConversationDeleted, SummaryRequested, ToolCall
+from memfold.engine.ports import MessageRecord
+from memfold.engine.settings import RollingSettings
+from memfold.projections import fold
+from memfold.projections.policies import state_codec
+from memfold.projections.policies.rolling import RollingPolicy, RollingState
+
 POLICY = RollingPolicy()
-T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 # --------------------------------------------------------------------------- helpers

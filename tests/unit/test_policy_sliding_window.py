@@ -2,21 +2,30 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
-from hypothesis import given, settings as hsettings, strategies as st
+from hypothesis import given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
+from support.policy_kit import FoldDriver, context_builder, id_step, record, requests_of, scripted_reply
 
-from memfold.engine.events import ClockTicked, ClockTickedPayload, ConversationDeleted, Event, SummaryRequested, ToolCall
+from memfold.engine.events import (
+    ClockTicked,
+    ClockTickedPayload,
+    ConversationDeleted,
+    Event,
+    SummaryRequested,
+    ToolCall,
+)
 from memfold.engine.ports import MessageRecord
 from memfold.engine.settings import SlidingWindowSettings
 from memfold.projections import fold
-from memfold.projections.policies import state_codec
 from memfold.projections.policies import sliding_window as sw
+from memfold.projections.policies import state_codec
 from memfold.projections.policies.sliding_window import SlidingWindowPolicy, window_range
-from support.policy_kit import FoldDriver, context_builder, id_step, record, requests_of, scripted_reply
 
-T0 = datetime(2025, 1, 1, tzinfo=timezone.utc)
+T0 = datetime(2025, 1, 1, tzinfo=UTC)
 POLICY = SlidingWindowPolicy()
 
 

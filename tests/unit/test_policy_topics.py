@@ -6,10 +6,13 @@ import base64
 import gzip
 import hashlib
 import math
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
-from hypothesis import given, settings as hsettings, strategies as st
+from hypothesis import given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
+from support.policy_kit import FoldDriver, fold_context, id_step, record, requests_of, scripted_reply
 
 from memfold.engine.errors import ConfigError
 from memfold.engine.events import (
@@ -30,9 +33,8 @@ from memfold.projections import fold
 from memfold.projections.policies import state_codec
 from memfold.projections.policies import topics as tp
 from memfold.projections.policies.topics import TopicsPolicy
-from support.policy_kit import FoldDriver, fold_context, id_step, record, requests_of, scripted_reply
 
-T0 = datetime(2025, 1, 1, tzinfo=timezone.utc)
+T0 = datetime(2025, 1, 1, tzinfo=UTC)
 DAY = 86400
 DIM = 32
 POLICY = TopicsPolicy()
@@ -493,7 +495,7 @@ def test_short_term_topic_is_evicted_after_five_days(days, evicted):
 @pytest.mark.parametrize("days,evicted", [(64, False), (80, True)])
 def test_long_term_topic_survives_sixteen_times_longer(days, evicted):
     d, c = Driver(make_ctx()), Conversation()
-    old = build_topics(d, c, 0, days * DAY, accesses=20)
+    build_topics(d, c, 0, days * DAY, accesses=20)
     assert tp.topic_rows(d.state)[0]["half_life_days"] == 16.0
     assert tp.topic_rows(d.state)[0]["evicted"] is evicted
 

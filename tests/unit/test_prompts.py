@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from memfold.engine.events import Fact, ToolCall
 from memfold.engine.ports import MessageRecord, SummaryInput
@@ -16,7 +16,7 @@ from memfold.projections.prompts import (
     render_window_prompt,
 )
 
-T0 = datetime(2024, 3, 1, 12, 0, tzinfo=timezone.utc)
+T0 = datetime(2024, 3, 1, 12, 0, tzinfo=UTC)
 
 
 def conversation(*items: tuple, start: int = 0) -> tuple[MessageRecord, ...]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -16,7 +16,7 @@ from memfold.projections.context import assemble, date_prefix
 from memfold.projections.retrieval import OlderFromProjection, SearchIndex, analyze
 
 COUNT = counter().count
-T0 = datetime(2024, 3, 1, 9, 30, tzinfo=timezone.utc)
+T0 = datetime(2024, 3, 1, 9, 30, tzinfo=UTC)
 FILLER = ["the weather was grey again today", "we talked about the football match", "lunch was a sandwich",
           "the train was late this morning", "a long meeting about budgets", "new shoes arrived by post"]
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -11,7 +11,7 @@ from memfold.engine.events import Fact, MessageAppended, MessagePayload, Summary
 from memfold.engine.keystore import SQLiteKeyStore
 from memfold.engine.sealing import Sealer, is_shredded
 
-T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def _message(conversation: str, text: str, n: int = 0) -> MessageAppended:

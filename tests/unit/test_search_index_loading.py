@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import threading
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from memfold.engine.ports import MessageRecord
 from memfold.projections import retrieval
 from memfold.projections.retrieval import SearchIndex
 
-T0 = datetime(2024, 3, 1, 9, 30, tzinfo=timezone.utc)
+T0 = datetime(2024, 3, 1, 9, 30, tzinfo=UTC)
 WAIT = 60.0  # generous: a wait that times out means the index blocked, and the test says so
 
 

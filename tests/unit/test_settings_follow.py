@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import logging
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from memfold.engine import overrides as ov
 from memfold.engine.events import MessageAppended, MessagePayload, SettingsChanged, SettingsChangedPayload
 from memfold.engine.settings import Settings
-from memfold.engine.settings_follow import (SETTINGS_CONVERSATION, SETTINGS_TENANT, SettingsFollower, at_start,
-                                            same_folds)
+from memfold.engine.settings_follow import (
+    SETTINGS_CONVERSATION,
+    SETTINGS_TENANT,
+    SettingsFollower,
+    at_start,
+    same_folds,
+)
 from memfold.streams.sqlite_log import SQLiteEventLog
 
-T0 = datetime(2026, 5, 1, tzinfo=timezone.utc)
+T0 = datetime(2026, 5, 1, tzinfo=UTC)
 
 
 def _change(name: str, view: dict) -> SettingsChanged:

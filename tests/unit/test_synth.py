@@ -6,11 +6,10 @@ import datetime as dt
 import json
 
 import pytest
+from support.benchmarks import BENCH
+from support.benchmarks import load as _load
 
 from memfold.engine.events import ROLES, MessagePayload
-
-from support.benchmarks import BENCH, load as _load
-
 
 synth = _load("synth")
 DOMAINS = tuple(synth.domains.DOMAINS)

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from memfold.engine.ports import MessageRecord
 from memfold.projections.tail import TailCache
 
-T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def msgs(conversation: str, start: int, count: int) -> list[MessageRecord]:

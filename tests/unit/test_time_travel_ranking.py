@@ -77,7 +77,7 @@ def _reference_scores(corpus: _Corpus, terms: set[str]) -> dict[int, float]:
     import math
     from itertools import islice
 
-    from memfold.projections.retrieval import _CANDIDATES, _EXACT_POSTINGS, B, K1
+    from memfold.projections.retrieval import _CANDIDATES, _EXACT_POSTINGS, K1, B
 
     n, lengths = len(corpus.meta), corpus.lengths
     lists = sorted(((t, p, len(p)) for t in terms if (p := corpus.postings.get(t))), key=lambda tpd: (tpd[2], tpd[0]))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -112,7 +112,7 @@ def test_good_input_is_kept_exactly():
         }
     )
     assert event.event_id == "client-1" and event.tenant_id == "acme"
-    assert event.occurred_at == datetime(2026, 3, 1, 7, 30, tzinfo=timezone.utc)
+    assert event.occurred_at == datetime(2026, 3, 1, 7, 30, tzinfo=UTC)
     p = event.payload
     assert [tc.arguments for tc in p.tool_calls] == ['{"order": 1}', "{}"]
     assert p.metadata == {"channel": "chat", "n": [1, 2.5, None, True, {"deep": "ünï"}]}
@@ -122,8 +122,8 @@ def test_good_input_is_kept_exactly():
 
 def test_time_forms_and_defaults():
     naive = check(ok(ts="2026-03-01T09:30:00")).occurred_at
-    assert naive == datetime(2026, 3, 1, 9, 30, tzinfo=timezone.utc)  # a timestamp without zone is UTC
-    assert check(ok(ts=1_772_357_400)).occurred_at == datetime(2026, 3, 1, 9, 30, tzinfo=timezone.utc)
+    assert naive == datetime(2026, 3, 1, 9, 30, tzinfo=UTC)  # a timestamp without zone is UTC
+    assert check(ok(ts=1_772_357_400)).occurred_at == datetime(2026, 3, 1, 9, 30, tzinfo=UTC)
     assert check(ok(occurred_at=datetime(2026, 3, 1))).occurred_at.tzinfo is not None
     assert check(ok(ts="2026-03-01T09:30:00Z", occurred_at="2026-03-01T09:30:00Z")).occurred_at.year == 2026
     assert check(ok(), event_id="derived-1").event_id == "derived-1"
