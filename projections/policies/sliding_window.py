@@ -9,7 +9,9 @@ rolling_window_size + 1)`` rounded up to even, then moved past any tool group
 it would cut. Each memory names the latest *completed* memory at request time
 as its base (the version chain) and feeds the summarizer only the messages
 after the base (``inputs = [base.end + 1, end]``), with ``window_start`` so
-the summarizer drops what fell out of the window.
+the summarizer drops what fell out of the window. Round ends that come while
+a memory is processing ask for nothing; when it completes (or fails) and two
+or more rounds ended meanwhile, one request catches up with them at once.
 
 Reading: the latest completed memory becomes ``[Previous context: …]`` and the
 gap messages after it (``end + 1`` … newest) stay verbatim; with no completed
@@ -88,6 +90,7 @@ class State(FrozenState, kw_only=True):
     last_index: int = -1
     # The latest round end: an assistant message without tool calls, no call left open.
     round_end: int = -1
+    prior_round_end: int = -1  # the round end before it: two past a request mean a burst (see decide)
     # The last REMEMBERED_MEMORIES memories (and the one in force, however old):
     # the state stays bounded; every memory ever requested is in ``summaries``.
     memories: tuple[MemoryRow, ...] = ()
@@ -190,14 +193,16 @@ def _message(item: MessageRecord, state: State, ctx: FoldContext) -> State:
     if item.role == "assistant" and item.tool_calls:
         ids = tuple(tc.id for tc in item.tool_calls)
         spans.append(ToolSpan(call_index=item.index, last_index=item.index, calls=ids, pending=ids))
-    round_end = state.round_end
+    round_end, prior_round_end = state.round_end, state.prior_round_end
     if item.role == "assistant" and not item.tool_calls and not any(s.pending for s in spans):
-        round_end = item.index
+        round_end, prior_round_end = item.index, round_end
     # Only groups that can still reach the start of a window ending at the
     # latest round end (or a later one) matter.
     horizon = round_end - settings.rolling_window_size - 2
     spans = [s for s in spans if s.pending or s.last_index >= horizon]
-    return replace(state, last_index=item.index, round_end=round_end, tool_spans=tuple(spans))
+    return replace(
+        state, last_index=item.index, round_end=round_end, prior_round_end=prior_round_end, tool_spans=tuple(spans)
+    )
 
 
 @_apply.register
@@ -306,9 +311,15 @@ class SlidingWindowPolicy:
 
         A round end: ``cause`` is the newest message, an assistant message
         without tool calls, with no tool call still open. A catch-up: ``cause``
-        resolved one of this policy's memories and the latest round end is
+        resolved one of this policy's memories, and two or more rounds ended
+        since the last request (or the latest round end is
         ``rolling_window_size`` or more messages past the latest completed
-        memory. Either way the window ends at that round end, and the request
+        memory). One round ending while a memory is processing waits for the
+        next round end, as in the seed's timeline (a live chat brings it
+        soon); several mean the messages came in a burst (an import, a batch
+        of turns, a replay), after which nothing may come for a long time and
+        the rounds would stay a verbatim gap. Either way the window ends at
+        that round end, and the request
         is made only when ``end >= summarize_after_seq``, no memory is in
         'processing', and no memory was requested up to ``end`` yet (so a
         re-delivered message or a failed range is never asked for again).
@@ -323,7 +334,8 @@ class SlidingWindowPolicy:
             cause.payload.policy == NAME and cause.payload.settings_hash == ctx.settings_hash
         ):
             base = latest_completed(state)
-            if state.round_end - (base.end_sequence if base else -1) < settings.rolling_window_size:
+            behind = state.round_end - (base.end_sequence if base else -1) >= settings.rolling_window_size
+            if not behind and state.prior_round_end <= state.requested_to:
                 return []
         else:
             return []

@@ -254,15 +254,47 @@ def test_a_failed_memory_with_a_backlog_asks_for_the_latest_window_without_a_bas
     assert covers(r3) == (88, 101)
 
 
-def test_no_catch_up_while_the_gap_is_shorter_than_the_window():
+def test_a_burst_of_rounds_within_the_window_is_caught_up_when_the_memory_completes():
     d = Driver(make_ctx())
     msgs = alternating(19)
-    for m in msgs:
+    for m in msgs:  # round ends 7..17 arrive while memory 1 (0-5) is processing, as a batch of turns does
         d.feed(m)
     [r1] = d.requests
-    assert d.produce(r1, "M1") == []  # round end 17 is 12 messages past memory 1 (end 5): < 14
-    [r2] = d.feed(msgs[18]) + d.feed(msg(19, "assistant"))
-    assert covers(r2) == (6, 19) and (r2.payload.input_from, r2.payload.input_to) == (6, 19)
+    [r2] = d.produce(r1, "M1")  # 12 messages past memory 1, under the window of 14, but six rounds
+    assert covers(r2) == (4, 17) and (r2.payload.input_from, r2.payload.input_to) == (6, 17)
+    assert d.produce(r2, "M2") == []  # caught up
+    p = d.plan()
+    assert p.memory[0].content == "[Previous context: M2]" and p.verbatim_from == 18
+    [r3] = d.feed(msgs[18]) + d.feed(msg(19, "assistant"))
+    assert covers(r3) == (6, 19) and (r3.payload.input_from, r3.payload.input_to) == (18, 19)
+
+
+def test_one_round_ended_while_processing_waits_for_the_next_round_end():
+    d = Driver(make_ctx())
+    msgs = alternating(10)
+    for m in msgs[:8]:  # round end 7 arrives while memory 1 (0-5) is processing: the seed skips it
+        d.feed(m)
+    [r1] = d.requests
+    assert d.produce(r1, "M1") == []
+    assert d.plan().verbatim_from == 6
+    assert d.feed(msgs[8]) == []
+    [r2] = d.feed(msgs[9])
+    assert covers(r2) == (0, 9) and r2.payload.input_from == 6
+
+
+def test_a_failed_memory_after_one_round_waits_and_after_a_burst_asks_again():
+    d = Driver(make_ctx())
+    msgs = alternating(10)
+    for m in msgs[:8]:
+        d.feed(m)
+    [r1] = d.requests
+    assert d.fail(r1) == []  # one round since: the next round end asks (the seed's failure rule)
+    d2 = Driver(make_ctx())
+    for m in alternating(12):
+        d2.feed(m)
+    [q1] = d2.requests
+    [q2] = d2.fail(q1)  # rounds 7, 9 and 11 ended meanwhile
+    assert covers(q2) == (0, 11) and q2.payload.base_summary_id is None
 
 
 def test_catch_up_skips_a_round_still_calling_tools():
