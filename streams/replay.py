@@ -22,6 +22,8 @@ from memfold.projections.store import DuckDBProjectionStore
 # What verify compares: every table a read or an audit depends on.
 VERIFIED_TABLES = ("conversations", "messages", "summaries", "facts", "policy_state", "policy_rows", "search_docs",
                    "state_history", "events", "positions")
+# How much of one differing row verify prints (a policy state row is a JSON document of kilobytes).
+DESCRIBE_WIDTH = 300
 
 
 def fold_beside(
@@ -62,12 +64,22 @@ class Difference:
     only_live: list[tuple[Any, ...]] = field(default_factory=list)
     only_replay: list[tuple[Any, ...]] = field(default_factory=list)
 
-    def describe(self, limit: int = 5) -> str:
-        """Return a few lines naming the table and the first differing rows."""
+    def describe(self, limit: int = 5, width: int = DESCRIBE_WIDTH) -> str:
+        """Return a few lines naming the table and the first differing rows, each cut to ``width`` characters.
+
+        A policy state row is a JSON document of many kilobytes; cut, the
+        lines still say which conversation and which table differ.
+        """
         lines = [f"{self.table}: {len(self.only_live)} row(s) only in live, {len(self.only_replay)} only in the replay"]
-        lines += [f"  live:   {r}" for r in self.only_live[:limit]]
-        lines += [f"  replay: {r}" for r in self.only_replay[:limit]]
+        lines += [f"  live:   {_cut(r, width)}" for r in self.only_live[:limit]]
+        lines += [f"  replay: {_cut(r, width)}" for r in self.only_replay[:limit]]
         return "\n".join(lines)
+
+
+def _cut(row: tuple, width: int) -> str:
+    """Return ``row`` as text, at most ``width`` characters plus a note of its full length."""
+    text = str(row)
+    return text if len(text) <= width else f"{text[:width]}… ({len(text):,} characters)"
 
 
 def compare(live: DuckDBProjectionStore, replay: DuckDBProjectionStore,

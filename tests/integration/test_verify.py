@@ -70,3 +70,15 @@ def test_rebuild_swaps_in_a_projection_built_beside_and_reads_never_see_it_empty
         assert seen and all(n == 30 and ctx == expected for n, ctx in seen), "a read saw a partial projection"
         assert errors == []
         assert engine.verify() == []
+
+
+def test_a_difference_prints_each_row_cut_to_a_readable_width():
+    from memfold.streams.replay import DESCRIBE_WIDTH, Difference
+
+    state = ("default", "c1", "sliding_window", '{"memories": [' + ", ".join(['{"ordinal": 1}'] * 400) + "]}")
+    text = Difference("policy_state", [state], [("default", "c1", "sliding_window", "{}")]).describe()
+    lines = text.splitlines()
+    assert lines[0] == "policy_state: 1 row(s) only in live, 1 only in the replay"
+    assert lines[1].startswith("  live:   ('default', 'c1', 'sliding_window'")
+    assert f"… ({len(str(state)):,} characters)" in lines[1] and len(lines[1]) < DESCRIBE_WIDTH + 40
+    assert lines[2] == "  replay: ('default', 'c1', 'sliding_window', '{}')"  # a short row is printed whole
