@@ -127,7 +127,7 @@ def measure(conversations: int = 6, turns: int | str = 400, seed: str | int = 7,
                 per_budget: dict[str, Any] = {}
                 for budget in budgets:
                     kept = total = tokens = over = 0
-                    stale = updated = updated_kept = 0
+                    stale = updated = updated_kept = asked = asked_kept = 0
                     by_kind: Counter[str] = Counter()
                     kind_total: Counter[str] = Counter()
                     for conv in convs:
@@ -138,6 +138,10 @@ def measure(conversations: int = 6, turns: int | str = 400, seed: str | int = 7,
                             msgs = engine.context(conv.conversation_id, budget=budget, policy=policy,
                                                   tenant_id=conv.tenant_id)
                         text = _context_text(msgs)
+                        if conv.final_question is not None:  # the closing user question asks about this fact
+                            fact = conv.facts[conv.final_question]
+                            asked += 1
+                            asked_kept += synth.fact_present(fact.kind, fact.value, text)
                         used = sum(m.tokens for m in msgs)
                         tokens += used
                         over += used > budget
@@ -155,6 +159,7 @@ def measure(conversations: int = 6, turns: int | str = 400, seed: str | int = 7,
                     per_budget[str(budget)] = {
                         "facts_kept": kept, "facts_total": total, "fraction": kept / total if total else 0.0,
                         "updated_kept": updated_kept, "updated_total": updated, "stale_only": stale,
+                        "asked_kept": asked_kept, "asked_total": asked,
                         "avg_context_tokens": tokens / len(convs), "contexts_over_budget": over,
                         "by_kind": {k: by_kind[k] / kind_total[k] for k in sorted(kind_total)},
                     }
@@ -195,18 +200,21 @@ def render_table(report: dict[str, Any]) -> None:
     from rich.table import Table
 
     budgets = report["budgets"]
-    last = _budget_label(budgets[-1])
+    last, first = _budget_label(budgets[-1]), _budget_label(budgets[0])
     table = Table(
         title=(f"facts kept in context: {report['conversations']} conversations x {report['turns']} messages, "
                f"seed {report['seed']}, {report['facts']} planted facts, {report['summarizer']} summarizer"),
         caption=(f"@N: share of planted facts whose latest value is in the context at an N-token budget; "
                  f"upd: facts changed later in the conversation, latest value kept @{last}; "
+                 f"asked @{first}: the fact the conversation's closing question asks about (\"what was my "
+                 f"order number again?\"), latest value in the context at {first} tokens; "
                  f"calls, tokens (in+out): summarizer per 1,000 messages"),
     )
     table.add_column("policy", no_wrap=True)
     for b in budgets:
         table.add_column(f"@{_budget_label(b)}", justify="right", no_wrap=True)
     table.add_column(f"upd @{last}", justify="right", no_wrap=True)
+    table.add_column(f"asked @{first}", justify="right", no_wrap=True)
     table.add_column("calls/1k", justify="right", no_wrap=True)
     table.add_column("tokens/1k", justify="right", no_wrap=True)
     for policy, res in report["policies"].items():
@@ -216,6 +224,8 @@ def render_table(report: dict[str, Any]) -> None:
             cells.append(f"{r['fraction']:.0%}" + ("*" if r["contexts_over_budget"] else ""))
         final = res["budgets"][str(budgets[-1])]
         cells.append(f"{final['updated_kept']}/{final['updated_total']}")
+        smallest = res["budgets"][str(budgets[0])]
+        cells.append(f"{smallest['asked_kept']}/{smallest['asked_total']}")
         cost = res["summarizer"]
         cells.append(f"{cost['calls_per_1k_turns']:.1f}")
         cells.append(f"{cost['tokens_per_1k_turns']:,.0f}")

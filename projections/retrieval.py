@@ -77,6 +77,16 @@ _CANDIDATES = 256
 _HEAD = 64
 _HEAD_LENGTH = 64.0
 USER_BOOST = 1.5
+# A question ("what was the ticket number?", "when is the adjuster coming?") is mostly answered by a
+# message that states a value: a number, a date, an id, an amount. Among a question's candidates, a
+# message holding a digit weighs VALUE_BOOST times more, so the turn "I've opened ticket TCK-14886"
+# outranks chit-chat sharing the question's words ("who has my ticket?"). Measured 2026-11-26: the
+# fact a synthetic conversation's closing question asks about reached a 600-token context 68% ->
+# 79% of the time (sliding_window; 60 held-out conversations; other policies alike), BEAM the same
+# (82.0/87.8/91.7 -> 82.2/87.8/91.7 at 2,000/4,000/8,000 tokens).
+VALUE_BOOST = 1.6
+_VALUE = re.compile(r"\d")
+QUESTION_WORDS = frozenset("what when where which who whom whose why how remind".split())
 
 
 def stem(word: str) -> str:
@@ -127,6 +137,14 @@ def analyze(text: str) -> list[str]:
 
 
 _QUERY_META = frozenset(analyze(" ".join(QUERY_META_WORDS)))
+
+
+def asks(query: str) -> bool:
+    """True when ``query`` is a question: it has a question mark or starts with a question word."""
+    if "?" in query:
+        return True
+    first = _WORD.search(query.lower())
+    return first is not None and first.group() in QUESTION_WORDS
 
 
 def query_terms(query: str) -> list[str]:
@@ -570,7 +588,9 @@ class SearchIndex:
         """Return the indices of the ``limit`` messages best matching ``query``, best first (the read's hot path).
 
         The best ``2 * limit`` by BM25 are re-ordered with a user message's
-        score times ``user_boost``; ties go to the newer message. With
+        score times ``user_boost`` and, when the query is a question
+        (:func:`asks`), a message holding a digit times VALUE_BOOST; ties go
+        to the newer message. With
         ``as_of`` (a message count), exactly as when the conversation had
         ``as_of`` messages (:func:`scores_as_of`).
         """
@@ -584,11 +604,17 @@ class SearchIndex:
                 return []
             scores = corpus.scores(terms) if as_of is None else scores_as_of(corpus, terms, as_of)
             meta, messages, end = corpus.meta, docs.messages, len(docs.messages)
+            value_boost = VALUE_BOOST if asks(query) else 1.0
             boosted = []
             for score, d in sorted(zip(scores.values(), scores.keys()), reverse=True)[: 2 * limit]:
                 idx = meta[d][1]
                 m = messages[idx] if idx < end else None
-                boosted.append((score * user_boost if m is not None and m.role == "user" else score, idx))
+                if m is not None:
+                    if m.role == "user":
+                        score *= user_boost
+                    if value_boost != 1.0 and _VALUE.search(m.content):
+                        score *= value_boost
+                boosted.append((score, idx))
         boosted.sort(reverse=True)
         return [idx for _, idx in boosted[:limit]]
 

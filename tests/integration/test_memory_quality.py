@@ -20,6 +20,10 @@ def test_small_run_scores_every_policy_and_the_baseline(tmp_path):
     # takeLast at a budget larger than the whole conversation keeps every latest value
     assert baseline["budgets"]["4000"]["fraction"] == 1.0
     assert baseline["budgets"]["300"]["fraction"] < 1.0
+    # the closing question's fact: every conversation asking one is counted, and takeLast at 4,000 holds it
+    asked = baseline["budgets"]["4000"]
+    assert asked["asked_total"] == sum(1 for c in mq.synth.generate(2, 80, 3) if c.final_question)
+    assert asked["asked_kept"] == asked["asked_total"] > 0
     for policy in ("hierarchical", "rolling"):
         cost = report["policies"][policy]["summarizer"]
         assert cost["calls"] > 0 and cost["tokens_in"] > 0 and cost["unanswered"] == 0
@@ -33,12 +37,13 @@ def test_table_renders(capsys):
         "conversations": 1, "turns": 20, "seed": 1, "facts": 2, "summarizer": "offline", "budgets": [1000],
         "messages": 20, "step": 10, "seconds": {"append": 0.1, "until_idle": 0.0, "score": 0.1},
         "policies": {"takeLast": {
-            "budgets": {"1000": {"fraction": 0.5, "contexts_over_budget": 0, "updated_kept": 1, "updated_total": 1}},
+            "budgets": {"1000": {"fraction": 0.5, "contexts_over_budget": 0, "updated_kept": 1, "updated_total": 1,
+                                 "asked_kept": 0, "asked_total": 3}},
             "summarizer": {"calls_per_1k_turns": 0.0, "tokens_per_1k_turns": 0.0, "unanswered": 0}}},
     }
     mq.render_table(report)
     out = capsys.readouterr().out
-    assert "takeLast" in out and "50%" in out and "1/1" in out
+    assert "takeLast" in out and "50%" in out and "1/1" in out and "0/3" in out and "asked @1k" in out
 
 
 # ------------------------------------------------------------------ BEAM (a tiny fixture in BEAM's file shape)

@@ -267,7 +267,8 @@ def test_a_query_of_common_words_scores_a_bounded_head_and_still_finds_the_best_
     n = 3000
     messages = [msg(i, "user" if i % 2 == 0 else "assistant", f"the order and the refund of parcel {i} were fine")
                 for i in range(n)]
-    messages[1234] = msg(1234, "user", "order refund order refund")  # the densest use of both words
+    # The densest use of both words (with a number, as every candidate has: a question weighs stated values up).
+    messages[1234] = msg(1234, "user", "order refund order refund 7")
     source = older(messages)
     source.end()  # loads the conversation
     corpus = source.index._docs(source.key).corpora["message"]
