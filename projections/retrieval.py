@@ -213,11 +213,12 @@ class _Corpus:
     add gives exactly the top _HEAD of the whole set, whatever order the documents came in.
     """
 
-    __slots__ = ("meta", "lengths", "postings", "heads", "total", "as_of", "columns")
+    __slots__ = ("meta", "lengths", "valued", "postings", "heads", "total", "as_of", "columns")
 
     def __init__(self) -> None:
         self.meta: list[tuple[str, int, str | None]] = []  # doc_id, idx, policy
         self.lengths: list[int] = []
+        self.valued: list[bool] = []  # the document states a value: one of its terms holds a digit (VALUE_BOOST)
         self.postings: dict[str, dict[int, int]] = {}
         self.heads: dict[str, list[tuple[float, int]]] = {}
         self.total = 0
@@ -228,6 +229,7 @@ class _Corpus:
         n = len(self.meta)
         self.meta.append((doc_id, idx, policy))
         self.lengths.append(length)
+        self.valued.append(_VALUE.search(" ".join(terms)) is not None)
         self.total += length
         postings = self.postings
         heads = self.heads
@@ -603,7 +605,7 @@ class SearchIndex:
             if corpus is None:
                 return []
             scores = corpus.scores(terms) if as_of is None else scores_as_of(corpus, terms, as_of)
-            meta, messages, end = corpus.meta, docs.messages, len(docs.messages)
+            meta, valued, messages, end = corpus.meta, corpus.valued, docs.messages, len(docs.messages)
             value_boost = VALUE_BOOST if asks(query) else 1.0
             boosted = []
             for score, d in sorted(zip(scores.values(), scores.keys()), reverse=True)[: 2 * limit]:
@@ -612,7 +614,7 @@ class SearchIndex:
                 if m is not None:
                     if m.role == "user":
                         score *= user_boost
-                    if value_boost != 1.0 and _VALUE.search(m.content):
+                    if valued[d]:
                         score *= value_boost
                 boosted.append((score, idx))
         boosted.sort(reverse=True)
