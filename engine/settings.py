@@ -152,7 +152,9 @@ class ContextSettings(BaseModel):
 
     # Share of the budget left after memory and the current message kept for recalled
     # messages when there is a query: recent verbatim turns can be long (ten 800-token
-    # answers fill 8,000 tokens) and would otherwise leave recall nothing.
+    # answers fill 8,000 tokens) and would otherwise leave recall nothing. With a query, a
+    # summary or narrative memory also takes at most 1 - recall_share of the room (facts are
+    # never cut for it): at small budgets the summary of recent turns would fill it.
     recall_share: float = Field(0.5, ge=0, le=1)
 
 

@@ -345,3 +345,41 @@ def test_dates_out_of_order_cost_more_date_lines_and_the_context_still_fits_with
                 last = day
         indices = {m.index for m in recalled}
         assert (50 in indices) == (51 in indices)  # the call and its result together or not at all
+
+
+def summary_of(sentences: int) -> str:
+    return "Summary: " + " ".join(f"{FILLER[i % len(FILLER)]} ({i})." for i in range(sentences))
+
+
+def test_with_a_query_a_summary_takes_at_most_its_share_of_a_small_budget_and_recall_the_rest():
+    messages = chat(120, planted={8: "my order number is ORD-5521"})
+    digest = MemoryMessage(summary_of(60), "summary", COUNT(summary_of(60)) + MESSAGE_OVERHEAD)
+    plan = ContextPlan(memory=(digest,), verbatim_from=120)
+    room = 400 - (COUNT("Be brief.") + MESSAGE_OVERHEAD)
+    assert digest.tokens > room  # alone, the summary would take the whole budget
+    kw = dict(budget=400, system_prompt="Be brief.", count_tokens=COUNT, older=older(messages),
+              query="what was my order number?")
+    shared = assemble(plan, [], recall_share=0.5, **kw)
+    summary = [m for m in shared if m.kind == "memory:summary"]
+    assert len(summary) == 1 and summary[0].tokens <= room // 2
+    assert summary[0].content.startswith("Summary: the weather was grey again today (0).")  # trimmed from its end
+    assert any("ORD-5521" in m.content for m in shared if m.kind == "recalled")
+    assert sum(m.tokens for m in shared) <= 400
+    whole = assemble(plan, [], recall_share=0.0, **kw)  # no share: memory first, as before
+    assert not any(m.kind == "recalled" for m in whole)
+
+
+def test_facts_are_not_capped_and_no_query_means_no_cap():
+    messages = chat(120)
+    facts_text = "\n".join(f"- item {i}: {FILLER[i % len(FILLER)]}" for i in range(12))
+    facts = MemoryMessage(facts_text, "facts", COUNT(facts_text) + MESSAGE_OVERHEAD)
+    digest = MemoryMessage(summary_of(30), "narrative", COUNT(summary_of(30)) + MESSAGE_OVERHEAD)
+    plan = ContextPlan(memory=(facts, digest), verbatim_from=120)
+    budget = facts.tokens + digest.tokens + 60
+    kw = dict(budget=budget, system_prompt=None, count_tokens=COUNT, older=older(messages), recall_share=0.5)
+    out = assemble(plan, [], query="football match", **kw)
+    kinds = {m.kind: m for m in out}
+    assert kinds["memory:facts"].content == facts_text  # whole: facts are what that memory keeps in every context
+    assert kinds["memory:narrative"].tokens <= (budget // 2) and kinds["memory:narrative"].tokens < digest.tokens
+    unasked = assemble(plan, [], query="", **kw)
+    assert [m.content for m in unasked if m.kind.startswith("memory:")] == [facts_text, summary_of(30)]
