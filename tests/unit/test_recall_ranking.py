@@ -53,3 +53,17 @@ def test_the_value_weight_only_reorders_messages_that_match_the_query():
     index = indexed(TALK)
     ranked = index.rank_messages(KEY, "Who is on the exam?", 6, USER_BOOST)
     assert ranked == [4]  # the only message with a query term; the one with a number is not brought in
+
+
+def test_an_email_address_is_a_stated_value_too():
+    index = indexed([
+        ("user", "Sure: my email is gabriel.lindqvist@example.org and my phone is +44 20 7946 0075."),
+        ("assistant", "Noted."),
+        ("user", "Please change the email on file. Use lindqvist.g@mail.example.com."),
+        ("user", "Give me a minute to dig out the email."),
+        ("user", "I didn't get any return email"),
+    ])
+    assert index.rank_messages(KEY, "email", 5, USER_BOOST)[0] == 4  # not a question, BM25 alone: the shortest
+    ranked = index.rank_messages(KEY, "Which email address do you have for me now?", 5, USER_BOOST)
+    assert ranked[0] == 2  # the changed address first, before the shorter chit-chat about email
+    assert ranked.index(0) < ranked.index(3)  # the first address too outranks a message with no address
