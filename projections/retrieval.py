@@ -353,8 +353,7 @@ class _Docs:
         self.corpora: dict[str, _Corpus] = {}
         self.seen: set[tuple[str, str]] = set()
         self.messages: list[Any] = []
-        # message index -> whether it states a value (VALUE_BOOST), decided the first time a question meets it
-        self.values: dict[int, bool] = {}
+        self.values: dict[int, bool] = {}  # message index -> states_value, filled as questions meet them
 
     def add(self, kind: str, doc_id: str, idx: int, policy: str | None, length: int, terms: Sequence[str], tfs: Sequence[int]) -> None:
         if (kind, doc_id) in self.seen:
@@ -364,6 +363,13 @@ class _Docs:
         if corpus is None:
             corpus = self.corpora[kind] = _Corpus()
         corpus.add(doc_id, idx, policy, length, terms, tfs)
+
+    def states_value(self, m: Any) -> bool:
+        """True when message ``m`` states a value (VALUE_BOOST); decided once per message (messages never change)."""
+        valued = self.values.get(m.index)
+        if valued is None:
+            valued = self.values[m.index] = _VALUE.search(m.content) is not None
+        return valued
 
     def add_message(self, record: Any) -> bool:
         """Append a committed message; False when it does not follow the last one (reload needed)."""
@@ -607,21 +613,16 @@ class SearchIndex:
             if corpus is None:
                 return []
             scores = corpus.scores(terms) if as_of is None else scores_as_of(corpus, terms, as_of)
-            meta, values, messages, end = corpus.meta, docs.values, docs.messages, len(docs.messages)
-            value_boost = VALUE_BOOST if asks(query) else 1.0
+            meta, messages, end = corpus.meta, docs.messages, len(docs.messages)
+            question = asks(query)
             boosted = []
             for score, d in sorted(zip(scores.values(), scores.keys()), reverse=True)[: 2 * limit]:
                 idx = meta[d][1]
                 m = messages[idx] if idx < end else None
-                if m is not None:
-                    if m.role == "user":
-                        score *= user_boost
-                    if value_boost != 1.0:
-                        valued = values.get(idx)
-                        if valued is None:  # messages never change: once per message, not per read
-                            valued = values[idx] = _VALUE.search(m.content) is not None
-                        if valued:
-                            score *= value_boost
+                if m is not None and m.role == "user":
+                    score *= user_boost
+                if m is not None and question and docs.states_value(m):
+                    score *= VALUE_BOOST
                 boosted.append((score, idx))
         boosted.sort(reverse=True)
         return [idx for _, idx in boosted[:limit]]
