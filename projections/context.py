@@ -7,7 +7,8 @@ Order: [system prompt][memory system messages][recalled older messages]
    first. The system prompt and the current message are never trimmed; the
    memory is trimmed only when it alone would not fit (:func:`fit_memory`:
    the oldest facts, the last lines of a narrative or summary go first, each
-   memory message keeps its first line as long as any of it fits). With a
+   memory message keeps its first line as long as any of it fits; with a
+   query, facts naming none of its words go before those naming it). With a
    query, a digest (every memory message but facts: a window summary, a
    narrative, topic summaries) takes at most ``1 - recall_share`` of the
    room, so a small budget is not all summary of recent turns while the
@@ -148,9 +149,10 @@ def assemble(
     if budget is not None:
         room = budget - (head[0].tokens if system_prompt else 0) - (current.tokens if current else 0)
         memory = head[1:] if system_prompt else head
+        terms = frozenset(query_terms(query)) if recalling else frozenset()
         if recalling and recall_share > 0:
             memory = cap_digests(memory, int(max(0, room) * (1 - recall_share)), count_tokens)
-        memory = fit_memory(memory, room, count_tokens)
+        memory = fit_memory(memory, room, count_tokens, terms)
         head = head[:1] + memory if system_prompt else memory
     fixed = sum(m.tokens for m in head) + (current.tokens if current else 0)
     remaining = None if budget is None else max(0, budget - fixed)
@@ -186,12 +188,15 @@ def assemble(
     return out
 
 
-def fit_memory(memory: list[ContextMessage], room: int, count_tokens: Callable[[str], int]) -> list[ContextMessage]:
+def fit_memory(
+    memory: list[ContextMessage], room: int, count_tokens: Callable[[str], int], terms: frozenset[str] = frozenset()
+) -> list[ContextMessage]:
     """Return ``memory`` trimmed to cost at most ``room`` tokens (unchanged when it fits). Deterministic.
 
     The longest memory message loses a line at a time (ties: the later
     message): facts lose their oldest fact line first (a date line goes with
-    its last fact; the newest fact stays), any other memory its last line (a
+    its last fact; the newest fact stays), the one naming fewest of the
+    query's ``terms`` first when there are terms, any other memory its last line (a
     one-line message its last sentence), so a message keeps its head while
     anything else can go; when no message can lose more, the last one is
     dropped whole.
@@ -207,7 +212,7 @@ def fit_memory(memory: list[ContextMessage], room: int, count_tokens: Callable[[
             out.pop()
             continue
         i = max(cut, key=lambda j: (out[j].tokens, j))
-        _drop_unit(parts[i], out[i].kind)
+        _drop_unit(parts[i], out[i].kind, terms)
         sep = "\n" if "\n" in out[i].content else " "
         content = sep.join(parts[i])
         out[i] = ContextMessage("system", content, out[i].kind, count_tokens(content) + MESSAGE_OVERHEAD)
@@ -248,11 +253,15 @@ def _can_drop(units: list[str], kind: str) -> bool:
     return len(units) > 1
 
 
-def _drop_unit(units: list[str], kind: str) -> None:
-    """Drop the least valuable unit of a memory message: its oldest fact (and a date line left empty), else its last."""
+def _drop_unit(units: list[str], kind: str, terms: frozenset[str] = frozenset()) -> None:
+    """Drop the least valuable unit of a memory message: its oldest fact (and a date line left empty), else its last.
+
+    With query ``terms``, a fact naming fewer of them goes before one naming more.
+    """
     facts = [j for j, x in enumerate(units) if x.startswith("- ")] if kind == "memory:facts" else []
     if len(facts) > 1:
-        del units[facts[0]]
+        drop = min(facts, key=lambda j: len(terms.intersection(analyze(units[j])))) if terms else facts[0]
+        del units[drop]
         empty = [j for j, x in enumerate(units) if x.startswith("[") and (j + 1 == len(units) or units[j + 1].startswith("["))]
         for j in reversed(empty):
             del units[j]

@@ -24,6 +24,7 @@ from .fact_patterns import (
     AUX_RE,
     BEFORE_RE,
     BOUNDARY,
+    CLAUSE_SUBJECT_RE,
     CODE_BLOCK_RE,
     CODE_KEYS,
     CONDITION_MARKER_RE,
@@ -44,6 +45,7 @@ from .fact_patterns import (
     NEGATION_RE,
     NOBODY_RE,
     NOT_NAMES,
+    NOT_SUBJECTS,
     PHONE_RE,
     PREFIX_KEYS,
     PREFIXED_ID_RE,
@@ -69,6 +71,8 @@ from .fact_patterns import (
 MAX_FACTS = 40
 MAX_HISTORY = 2  # earlier values kept per key
 MAX_VALUE_CHARS = 160
+# Keys of values nothing in their sentence named: a copy of a named fact's value under one is dropped.
+GENERIC_KEYS = ("amount", "date")
 
 # --------------------------------------------------------------------------- sentences
 
@@ -121,7 +125,7 @@ def category_for(key: str) -> str:
         return "CONDITION"
     if re.fullmatch(r"decision(?:_\d+)?", key) or re.search(r"_(?:agreed|approved|confirmed|decided|accepted|rejected|chosen)$", key):
         return "DECISION"
-    if key.endswith(("_amount", "_total", "_cost")) or key in ("price", "balance", "budget"):
+    if key.endswith(("_amount", "_total", "_cost")) or key in ("amount", "total", "price", "balance", "budget"):
         return "NUMERIC"
     return "ENTITY"
 
@@ -176,12 +180,22 @@ class FactBook:
         if old is not None and _norm(old.value) == _norm(value):
             old.source = source if source is not None else old.source
             return
+        if key in GENERIC_KEYS and self._named_elsewhere(key, value):
+            return  # "amount: 293.45 EUR" says nothing "refund_amount: 293.45 EUR" does not
         if old is not None:
             earlier = FactEntry(old.key, old.value, old.category, old.source, old.stated_at, old.stated_in)
             old.history = [*old.history, earlier][-MAX_HISTORY:]
             old.value, old.source, old.stated_at, old.stated_in = value, source, stated_at, stated_in
-            return
-        self._entries[key] = FactEntry(key, value, category or category_for(key), source, stated_at, stated_in)
+        else:
+            self._entries[key] = FactEntry(key, value, category or category_for(key), source, stated_at, stated_in)
+        for generic in GENERIC_KEYS:
+            entry = self._entries.get(generic)
+            if key != generic and entry is not None and _norm(entry.value) == _norm(value):
+                del self._entries[generic]  # now named: the unnamed copy goes
+
+    def _named_elsewhere(self, key: str, value: str) -> bool:
+        norm = _norm(value)
+        return any(k != key and _norm(e.value) == norm for k, e in self._entries.items())
 
     def put_fact(self, fact: Fact) -> None:
         """Add a fact of an earlier summary; its superseded values, listed first, become the lineage again."""
@@ -276,6 +290,24 @@ def _keyword_key(rules: list[tuple[re.Pattern[str], str]], sentence: str, pos: i
     return after[1] if after is not None else default
 
 
+def _subject_key(sentence: str, pos: int, suffix: str) -> str | None:
+    """Return a key from the head noun of the clause the value at ``pos`` completes, or None.
+
+    "Your deductible is $751.25" -> "deductible_amount"; "The adjuster is booked for
+    2025-10-10" -> "adjuster" + ``suffix``. Only the text before the value counts.
+    """
+    m = CLAUSE_SUBJECT_RE.search(sentence[:pos])
+    if m is None:
+        return None
+    words = m.group("noun").lower().split()
+    noun = words[-1]
+    if noun in ("date", "day", "amount", "sum") and len(words) > 1:  # "new pickup date is" -> pickup_date
+        noun = words[-2]
+    if noun in NOT_SUBJECTS or noun in ("date", "day", "new", "old", "sum"):
+        return None
+    return noun if noun.endswith((suffix.strip("_"), "total", "cost", "fee", "price")) else noun + suffix
+
+
 class _Spans:
     def __init__(self) -> None:
         self._taken: list[tuple[int, int]] = []
@@ -348,7 +380,8 @@ def _extract_amounts(text: str, sentences: list[tuple[int, int]], book: FactBook
         else:
             value = f"{m.group('n3')} {m.group('code2')}"
         s, e = sentence_at(text, sentences, m.start())
-        key = _keyword_key(AMOUNT_KEYS, text[s:e], m.start() - s, "amount")
+        key = _keyword_key(AMOUNT_KEYS, text[s:e], m.start() - s, "")
+        key = key or _subject_key(text[s:e], m.start() - s, "_amount") or "amount"
         book.put(key, value, source)
 
 
@@ -359,7 +392,8 @@ def _extract_dates(text: str, sentences: list[tuple[int, int]], book: FactBook, 
         spans.take(m.start(), m.end())
         value = " ".join((m.group("iso") or m.group("md") or m.group("dm")).split())
         s, e = sentence_at(text, sentences, m.start())
-        key = _keyword_key(DATE_KEYS, text[s:e], m.start() - s, "date")
+        key = _keyword_key(DATE_KEYS, text[s:e], m.start() - s, "")
+        key = key or _subject_key(text[s:e], m.start() - s, "_date") or "date"
         book.put(key, value, source)
 
 

@@ -110,6 +110,18 @@ DATE_KEYS = [
     (re.compile(r"\b(?:deadline|due|until)\b", re.I), "deadline"),
 ]
 
+# "Your deductible is $751.25", "The adjuster is booked for 2025-10-10": when no keyword names
+# a value, the head noun of the clause it completes does (deductible, adjuster_date).
+CLAUSE_SUBJECT_RE = re.compile(
+    r"(?:^|[,;:]\s*|\b(?:and|but|so)\s+)(?:(?:the|your|my|our|their|his|her|its)\s+)?"
+    r"(?P<noun>[a-z]{3,}(?:\s+[a-z]{3,}){0,2})\s+(?:is|are|was|were|will be|has been|have been|'s|’s)\b[^,;:]*$",
+    re.I,
+)
+NOT_SUBJECTS = frozenset(
+    "that this there here which what who it everything something nothing anything all one today tomorrow"
+    " you they she him them also just still now then only".split()
+)
+
 EMAIL_RE = re.compile(r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b")
 PHONE_RE = re.compile(
     r"(?<![\w#-])(?:\+\d[\d\s().-]{6,16}\d|\(\d{3}\)\s?\d{3}[\s.-]\d{4}|\d{3}[\s.-]\d{3}[\s.-]\d{4})(?![\w-])"

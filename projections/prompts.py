@@ -182,12 +182,17 @@ def render_facts(facts: Sequence[Fact]) -> str:
     return "\n".join(f"- {f.key}: {f.value}" for f in facts if f.current)
 
 
+WAS_MAX_CHARS = 48
+
+
 def render_facts_dated(facts: Sequence[Fact]) -> str:
     """Render the current facts for a context: ``- key: value (was: old)`` lines under ``[YYYY-MM-DD]`` dates.
 
     Facts are grouped by the date they were stated (undated ones first, in
-    their order); a fact that superseded earlier values names them, so a
-    knowledge update reads as one line.
+    their order); a fact that superseded earlier values names those of at
+    most :data:`WAS_MAX_CHARS` characters, so a knowledge update reads as one
+    line ("- phone: +1 415-555-0153 (was: +1 720-555-0100)") and a reworded
+    condition does not cost its old sentence again.
     """
     earlier: dict[str, list[str]] = {}
     for f in facts:
@@ -201,7 +206,10 @@ def render_facts_dated(facts: Sequence[Fact]) -> str:
         if f.stated_at is not None and f.stated_at.date().isoformat() != day:
             day = f.stated_at.date().isoformat()
             out.append(f"[{day}]")
-        was = f" (was: {'; '.join(earlier[f.key])})" if f.key in earlier else ""
+        # A value that came back is no change; an earlier sentence (a condition, a decision) is left
+        # to the narrative: "was:" is for values a question may ask about (an old amount, date, address).
+        old = [v for v in dict.fromkeys(earlier.get(f.key, ())) if v != f.value and len(v) <= WAS_MAX_CHARS]
+        was = f" (was: {'; '.join(old)})" if old else ""
         out.append(f"- {f.key}: {f.value}{was}")
     return "\n".join(out)
 

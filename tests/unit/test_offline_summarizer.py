@@ -97,6 +97,26 @@ def test_amounts_with_currencies_dates_and_phone():
     assert facts["phone"] == ("+44 20 7946 0958", "ENTITY")
 
 
+def test_a_value_no_keyword_names_takes_the_noun_of_its_clause():
+    facts = facts_of(conversation(
+        ("assistant", "Okay, I've entered $4,181.05 as the claimed amount. Your deductible is $751.25. "
+                      "The adjuster is booked for 2025-10-10."),
+        ("assistant", "Pickup is booked for 2025-02-06, and your deposit was €200."),
+        ("assistant", "That is 2025-03-01 then."),
+    ))
+    assert facts["deductible_amount"] == ("$751.25", "NUMERIC")
+    assert facts["amount"] == ("$4,181.05", "NUMERIC")  # nothing names it: the generic key
+    assert facts["adjuster_date"] == ("2025-10-10", "ENTITY")
+    assert facts["pickup_date"] == ("2025-02-06", "ENTITY")
+    assert facts["deposit_amount"] == ("€200", "NUMERIC")
+    assert facts["date"] == ("2025-03-01", "ENTITY")  # "That is": a pronoun names nothing
+    # An unnamed copy of a named value is no fact of its own, whichever comes first.
+    later = facts_of(conversation(("user", "Okay, $7 then."), ("assistant", "Your refund is now $7.")))
+    assert later["refund_amount"] == ("$7", "NUMERIC") and "amount" not in later
+    earlier = facts_of(conversation(("assistant", "Your refund is $7."), ("assistant", "Okay, $7 then.")))
+    assert earlier["refund_amount"] == ("$7", "NUMERIC") and "amount" not in earlier
+
+
 def test_agreed_condition_and_short_agreement_refers_to_the_offer():
     facts = facts_of(conversation(
         ("assistant", "I can offer a replacement as long as you send the broken one back by Friday."),

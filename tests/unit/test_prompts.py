@@ -154,3 +154,23 @@ def test_prompt_hash_is_sha256_of_template_and_version():
     assert prompt_hash("chunked", "1", "pmpt_a", "3") != prompt_hash("chunked", "1", "pmpt_a", "4")
     # The hash follows the template's text, not its name.
     assert prompt_hash(prompts.FACTS_TEMPLATE) == h
+
+
+def test_dated_facts_name_earlier_short_values_once_and_not_the_current_one():
+    day = datetime(2024, 3, 2, 9, 0, tzinfo=UTC)
+    old_rule = "Refunds within 14 days provided that the item is returned unused and in its box"
+    facts = [
+        Fact(key="phone", value="+1 720-555-0100", category="ENTITY", stated_at=day, superseded_by="+1 415-555-0153"),
+        Fact(key="phone", value="+1 415-555-0153", category="ENTITY", stated_at=day, superseded_by="+1 720-555-0100"),
+        Fact(key="phone", value="+1 720-555-0100", category="ENTITY", stated_at=day),
+        Fact(key="amount", value="$5", category="NUMERIC", stated_at=day, superseded_by="$7"),
+        Fact(key="amount", value="$7", category="NUMERIC", stated_at=day),
+        Fact(key="refund_condition", value=old_rule, category="CONDITION", stated_at=day, superseded_by="Within 30 days"),
+        Fact(key="refund_condition", value="Within 30 days", category="CONDITION", stated_at=day),
+    ]
+    assert prompts.render_facts_dated(facts).split("\n") == [
+        "[2024-03-02]",
+        "- phone: +1 720-555-0100 (was: +1 415-555-0153)",  # the value came back: only the one in between
+        "- amount: $7 (was: $5)",
+        "- refund_condition: Within 30 days",  # an earlier sentence is not repeated
+    ]

@@ -383,3 +383,20 @@ def test_facts_are_not_capped_and_no_query_means_no_cap():
     assert kinds["memory:narrative"].tokens <= (budget // 2) and kinds["memory:narrative"].tokens < digest.tokens
     unasked = assemble(plan, [], query="", **kw)
     assert [m.content for m in unasked if m.kind.startswith("memory:")] == [facts_text, summary_of(30)]
+
+
+def test_facts_that_do_not_fit_go_by_the_query_first_then_oldest_first():
+    messages = chat(40)
+    lines = ["- deductible_amount: $751.25"] + [f"- note_{i}: {FILLER[i % len(FILLER)]}" for i in range(10)]
+    facts_text = "[2025-09-30]\n" + "\n".join(lines)
+    facts = MemoryMessage(facts_text, "facts", COUNT(facts_text) + MESSAGE_OVERHEAD)
+    plan = ContextPlan(memory=(facts,), verbatim_from=40)
+    budget = facts.tokens // 2
+    kw = dict(budget=budget, system_prompt=None, count_tokens=COUNT, older=older(messages), recall_share=0.5)
+    asked = assemble(plan, [], query="How much was my deductible?", **kw)
+    kept = asked[0].content.split("\n")
+    assert asked[0].kind == "memory:facts" and sum(m.tokens for m in asked) <= budget
+    assert "- deductible_amount: $751.25" in kept  # the oldest fact, but the one asked about
+    assert "- note_0: the weather was grey again today" not in kept and lines[-1] in kept
+    unasked = assemble(plan, [], query="", **kw)[0].content.split("\n")
+    assert "- deductible_amount: $751.25" not in unasked and lines[-1] in unasked  # no query: oldest first
