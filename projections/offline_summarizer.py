@@ -37,6 +37,7 @@ DEFAULT_TOKEN_CAP = 500
 FACTS_SHARE = 0.25  # at most this share of a text summary goes to the key facts
 LINE_TOKENS = 6  # what "- (123) user: " and a joint cost around a statement, for the selection's estimate
 LINE_CHARS = 16
+SHORT_FACT_CHARS = 48  # a fact value up to this long is a value (id, amount, date), longer a sentence
 
 
 # --------------------------------------------------------------------------- narrative
@@ -311,9 +312,11 @@ class OfflineSummarizer:
         chosen = self._fill(pool, lines_tc, lines_cc, lambda st: render(st)[len(head) :])
         text, entries, story, kept_statements = self._shed(entries, story, chosen, tc, cc)
         # What the statements left of the caps goes back to the older facts the share cut.
-        dropped = all_entries[: len(all_entries) - len(entries)]
-        for e in reversed(dropped):
-            wider = [e, *entries]
+        kept_ids = {id(e) for e in entries}
+        dropped = [e for e in self._drop_order(all_entries) if id(e) not in kept_ids]
+        for e in reversed(dropped):  # the last to go comes back first
+            kept_ids.add(id(e))
+            wider = [x for x in all_entries if id(x) in kept_ids]
             candidate = _render_text(wider, story, _earlier_text(kept_statements), render_lines(kept_statements))
             if not _fits(candidate, tokens, tc, cc):
                 break
@@ -348,13 +351,27 @@ class OfflineSummarizer:
         return chosen
 
     def _fit_facts(self, entries: list[FactEntry], tc: int | None, cc: int | None) -> list[FactEntry]:
-        """Return the newest ``entries`` whose block fits :data:`FACTS_SHARE` of the caps."""
-        while entries:
-            block = _render_text(entries, "", None, [])
+        """Return the ``entries`` whose block fits :data:`FACTS_SHARE` of the caps, in their order.
+
+        Sentence-long values (a condition, a decision, a request: the
+        statements carry them too) go first, oldest first, then the oldest
+        short ones (ids, amounts, dates, contacts, names).
+        """
+        gone: set[int] = set()
+        kept = entries
+        for e in [None, *self._drop_order(entries)]:
+            if e is not None:
+                gone.add(id(e))
+                kept = [x for x in entries if id(x) not in gone]
+            block = _render_text(kept, "", None, [])
             if (tc is None or self._tokens.count(block) <= tc * FACTS_SHARE) and (cc is None or len(block) <= cc * FACTS_SHARE):
-                break
-            entries = entries[1:]
-        return entries
+                return kept
+        return []
+
+    @staticmethod
+    def _drop_order(entries: list[FactEntry]) -> list[FactEntry]:
+        """Return ``entries`` in the order the fact share lets them go: sentences, oldest first, then values."""
+        return sorted(entries, key=lambda e: len(e.value) <= SHORT_FACT_CHARS)  # stable: oldest first in each
 
     def _shed(
         self, entries: list[FactEntry], story: str, chosen: list[Statement], tc: int | None, cc: int | None

@@ -362,6 +362,22 @@ def test_text_summary_respects_token_and_char_caps_keeping_the_specific_lines():
     assert len(capped) <= 400 and capped.startswith("Key facts:")
 
 
+def test_a_short_fact_share_keeps_values_before_sentences():
+    chat = conversation(
+        ("user", "Hi, I'm Maria Lopez, order #5521 arrived broken. My email is maria.lopez@example.com."),
+        ("assistant", "Your refund of $50.00 is approved. Pickup is booked for 2024-03-06."),
+        *[("assistant", f"Refunds are possible within {d} days provided that the item is returned unused and in its box.")
+          for d in (14, 30)],
+        ("assistant", "Replacements are possible as long as the model is still in stock at the warehouse nearby."),
+    )
+    out = SUMMARIZER.summarize(SummaryInput(policy="rolling", kind="text", messages=chat, token_cap=320)).text
+    facts, rest = out.split("Summary:")
+    assert TOKENS.count(out) <= 320
+    for value in ("#5521", "maria.lopez@example.com", "Maria Lopez", "$50.00", "2024-03-06"):  # the oldest, kept
+        assert value in facts
+    assert "within 30 days" not in facts and "within 30 days" in rest  # newer, but a sentence: a statement carries it
+
+
 def test_salience_keeps_the_early_specific_statement_over_later_filler():
     filler = [
         ("assistant" if i % 2 == 0 else "user", "That sounds good to me, thanks a lot for all the help with everything so far.")
