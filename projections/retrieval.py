@@ -59,9 +59,11 @@ STOP_WORDS = frozenset(
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 # Words a question uses to point at the conversation itself ("what did I mention about the
 # move?"): every turn is "said" or "talked about", so they only add noise to a query with other
-# terms. Dropped from queries (when something else remains), never from documents.
+# terms; so do apologies and hesitations ("sorry, wait, when am I flying out?"). Dropped from
+# queries (when something else remains), never from documents.
 QUERY_META_WORDS = """mention mentioned mentioning remind reminded remember remembered recall recalled said say
-    says tell told talk talked talking discuss discussed discussing ask asked asking brought bring""".split()
+    says tell told talk talked talking discuss discussed discussing ask asked asking brought bring
+    sorry wait hmm actually anyway""".split()
 K1 = 1.2
 B = 0.75
 # Bounded work per read, whatever the query: postings are scored in full, rarest terms first,

@@ -261,6 +261,10 @@ def test_words_about_the_conversation_itself_do_not_rank():
     assert retrieval.query_terms("What profession did I mention I work in?") == ["profession", "work"]
     assert retrieval.query_terms("What did I mention?") == ["mention"]  # nothing else: kept
     assert source.ranked("What profession did I mention I work in?", 5) == [30]
+    # An apology or a hesitation is no topic either: "sorry" must not bring back every other apology.
+    sorry = older(chat(100, {20: "Sorry, long day. Can I get an invoice?", 40: "Done: you now fly on October 28."}))
+    assert retrieval.query_terms("Sorry, wait, when am I flying out again?") == ["fly"]
+    assert sorry.ranked("Sorry, wait, when am I flying out again?", 5) == [40]
 
 
 def test_a_query_of_common_words_scores_a_bounded_head_and_still_finds_the_best_match():
