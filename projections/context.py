@@ -205,6 +205,14 @@ def fit_memory(
         return memory
     parts = [_memory_units(m) for m in memory]
     out = list(memory)
+    relevance: dict[str, int] = {}  # fact line -> query terms it names, each line analysed once
+
+    def named(line: str) -> int:
+        n = relevance.get(line)
+        if n is None:
+            n = relevance[line] = len(terms.intersection(analyze(line)))
+        return n
+
     while out and sum(m.tokens for m in out) > room:
         cut = [i for i, m in enumerate(out) if _can_drop(parts[i], m.kind)]
         if not cut:
@@ -212,7 +220,7 @@ def fit_memory(
             out.pop()
             continue
         i = max(cut, key=lambda j: (out[j].tokens, j))
-        _drop_unit(parts[i], out[i].kind, terms)
+        _drop_unit(parts[i], out[i].kind, named if terms else None)
         sep = "\n" if "\n" in out[i].content else " "
         content = sep.join(parts[i])
         out[i] = ContextMessage("system", content, out[i].kind, count_tokens(content) + MESSAGE_OVERHEAD)
@@ -253,14 +261,14 @@ def _can_drop(units: list[str], kind: str) -> bool:
     return len(units) > 1
 
 
-def _drop_unit(units: list[str], kind: str, terms: frozenset[str] = frozenset()) -> None:
+def _drop_unit(units: list[str], kind: str, named: Callable[[str], int] | None = None) -> None:
     """Drop the least valuable unit of a memory message: its oldest fact (and a date line left empty), else its last.
 
-    With query ``terms``, a fact naming fewer of them goes before one naming more.
+    With ``named`` (a fact line -> how many query terms it names), a fact naming fewer goes first.
     """
     facts = [j for j, x in enumerate(units) if x.startswith("- ")] if kind == "memory:facts" else []
     if len(facts) > 1:
-        drop = min(facts, key=lambda j: len(terms.intersection(analyze(units[j])))) if terms else facts[0]
+        drop = min(facts, key=lambda j: named(units[j])) if named else facts[0]
         del units[drop]
         empty = [j for j, x in enumerate(units) if x.startswith("[") and (j + 1 == len(units) or units[j + 1].startswith("["))]
         for j in reversed(empty):

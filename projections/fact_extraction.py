@@ -71,6 +71,9 @@ from .fact_patterns import (
 MAX_FACTS = 40
 MAX_HISTORY = 2  # earlier values kept per key
 MAX_VALUE_CHARS = 160
+# A value up to this long is a value (an id, amount, date, address, name); longer, a sentence
+# (a condition, a decision), which a summary's statements or narrative carry anyway.
+SHORT_VALUE_CHARS = 48
 # Keys of values nothing in their sentence named: a copy of a named fact's value under one is dropped.
 GENERIC_KEYS = ("amount", "date")
 

@@ -25,7 +25,16 @@ from memfold.engine.events import Fact
 from memfold.engine.ports import MessageRecord, SummaryInput, SummaryOutput
 from memfold.engine.tokens import DEFAULT_ENCODING, TokenCounter, counter
 
-from .fact_extraction import MAX_FACTS, FactBook, FactEntry, clip, read_all, read_message, sentence_spans
+from .fact_extraction import (
+    MAX_FACTS,
+    SHORT_VALUE_CHARS,
+    FactBook,
+    FactEntry,
+    clip,
+    read_all,
+    read_message,
+    sentence_spans,
+)
 from .prompts import PROMPT_VERSION, message_text, prompt_hash, render_facts, tool_label, tool_names
 from .salience import Statement, rank, select, statements_from_text, statements_of
 
@@ -37,7 +46,6 @@ DEFAULT_TOKEN_CAP = 500
 FACTS_SHARE = 0.25  # at most this share of a text summary goes to the key facts
 LINE_TOKENS = 6  # what "- (123) user: " and a joint cost around a statement, for the selection's estimate
 LINE_CHARS = 16
-SHORT_FACT_CHARS = 48  # a fact value up to this long is a value (id, amount, date), longer a sentence
 
 
 # --------------------------------------------------------------------------- narrative
@@ -357,12 +365,10 @@ class OfflineSummarizer:
         statements carry them too) go first, oldest first, then the oldest
         short ones (ids, amounts, dates, contacts, names).
         """
-        gone: set[int] = set()
-        kept = entries
-        for e in [None, *self._drop_order(entries)]:
-            if e is not None:
-                gone.add(id(e))
-                kept = [x for x in entries if id(x) not in gone]
+        order = self._drop_order(entries)
+        for k in range(len(order) + 1):
+            gone = {id(e) for e in order[:k]}
+            kept = [x for x in entries if id(x) not in gone]
             block = _render_text(kept, "", None, [])
             if (tc is None or self._tokens.count(block) <= tc * FACTS_SHARE) and (cc is None or len(block) <= cc * FACTS_SHARE):
                 return kept
@@ -371,7 +377,7 @@ class OfflineSummarizer:
     @staticmethod
     def _drop_order(entries: list[FactEntry]) -> list[FactEntry]:
         """Return ``entries`` in the order the fact share lets them go: sentences, oldest first, then values."""
-        return sorted(entries, key=lambda e: len(e.value) <= SHORT_FACT_CHARS)  # stable: oldest first in each
+        return sorted(entries, key=lambda e: len(e.value) <= SHORT_VALUE_CHARS)  # stable: oldest first in each
 
     def _shed(
         self, entries: list[FactEntry], story: str, chosen: list[Statement], tc: int | None, cc: int | None

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from memfold.engine.events import Fact
 from memfold.engine.ports import MessageRecord, SummaryInput
 
+from .fact_extraction import SHORT_VALUE_CHARS
+
 PROMPT_VERSION = "1"
 
 # --------------------------------------------------------------------------- seed 000: facts + narrative
@@ -182,15 +184,12 @@ def render_facts(facts: Sequence[Fact]) -> str:
     return "\n".join(f"- {f.key}: {f.value}" for f in facts if f.current)
 
 
-WAS_MAX_CHARS = 48
-
-
 def render_facts_dated(facts: Sequence[Fact]) -> str:
     """Render the current facts for a context: ``- key: value (was: old)`` lines under ``[YYYY-MM-DD]`` dates.
 
     Facts are grouped by the date they were stated (undated ones first, in
     their order); a fact that superseded earlier values names those of at
-    most :data:`WAS_MAX_CHARS` characters, so a knowledge update reads as one
+    most ``SHORT_VALUE_CHARS`` characters, so a knowledge update reads as one
     line ("- phone: +1 415-555-0153 (was: +1 720-555-0100)") and a reworded
     condition does not cost its old sentence again.
     """
@@ -208,7 +207,7 @@ def render_facts_dated(facts: Sequence[Fact]) -> str:
             out.append(f"[{day}]")
         # A value that came back is no change; an earlier sentence (a condition, a decision) is left
         # to the narrative: "was:" is for values a question may ask about (an old amount, date, address).
-        old = [v for v in dict.fromkeys(earlier.get(f.key, ())) if v != f.value and len(v) <= WAS_MAX_CHARS]
+        old = [v for v in dict.fromkeys(earlier.get(f.key, ())) if v != f.value and len(v) <= SHORT_VALUE_CHARS]
         was = f" (was: {'; '.join(old)})" if old else ""
         out.append(f"- {f.key}: {f.value}{was}")
     return "\n".join(out)
