@@ -226,6 +226,20 @@ class MemoryEngine:
         """
         import json
 
+        from memfold.projections.fold import FOLD_VERSION
+
+        folded = self.store.meta("fold_version")
+        if folded != str(FOLD_VERSION):
+            if any(self.store.position().values()):
+                if refuse:
+                    raise ConfigError(_fold_change_message(folded, settings.data_dir))
+                log.warning(
+                    "this projection was folded by other fold rules (version %s; this memfold folds version %s): "
+                    "rebuilding it from the log", folded or "unmarked", FOLD_VERSION,
+                )
+                self.store.reset()
+            if not refuse:
+                self.store.set_meta("fold_version", str(FOLD_VERSION))
         stored = json.loads(self.store.meta("policies") or "{}")
         names = tuple(dict.fromkeys((*settings.active_policies, *stored)))
         settings = settings.model_copy(update={"policies": names})
@@ -747,11 +761,14 @@ class MemoryEngine:
         folded, not recomputed, so replaying unchanged history calls no model
         and no embedder.
         """
+        from memfold.projections.fold import FOLD_VERSION
+
         beside = self._fold_beside("rebuild")
         try:
             with self.runner.paused():
                 self._fold_beside("rebuild", store=beside)
                 beside.set_meta("policies", self.store.meta("policies") or "{}")
+                beside.set_meta("fold_version", str(FOLD_VERSION))
                 cur = beside.connection
                 for table in ("llm_cache", "dense_vectors"):
                     cur.register("_live_cache", self.store.connection.sql(f"SELECT * FROM {table}").to_arrow_table())
@@ -958,6 +975,17 @@ class MemoryEngine:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _fold_change_message(folded: str | None, data_dir: Path) -> str:
+    """Say that the projection was folded by other fold rules, and which command folds it again."""
+    from memfold.projections.fold import FOLD_VERSION
+
+    return (
+        f"{data_dir} was folded by other fold rules (version {folded or 'unmarked'}; this memfold folds version "
+        f"{FOLD_VERSION}); a read does not change the data dir: fold it again with "
+        f"`memfold --data-dir {data_dir} rebuild`"
+    )
 
 
 def _policy_change_message(stored: Mapping[str, str], wanted: Mapping[str, str], data_dir: Path) -> str:

@@ -110,6 +110,7 @@ def _catch_up(engine: MemoryEngine, space: Namespace, settings: Settings, *,
               progress: Callable[[int, int], None] | None, target: Mapping[int, int] | None,
               batch_size: int = 5000) -> ReplayReport:
     """Fold the namespace up to its target (the recorded one when resuming, else ``target`` or the log's end)."""
+    from memfold.projections.fold import FOLD_VERSION
     from memfold.streams import namespaces as ns
 
     from .engine import fold_contexts
@@ -139,6 +140,7 @@ def _catch_up(engine: MemoryEngine, space: Namespace, settings: Settings, *,
 
         if store.meta("policies") is None:
             store.set_meta("policies", json.dumps(ov.hashes(settings), sort_keys=True))
+            store.set_meta("fold_version", str(FOLD_VERSION))  # the rules this namespace is folded by
         fold = ns.ReplayFold(engine.log, side, store, policies, engine.counter, emit=emit,
                              summarizer=engine.summarizer, settings=settings, keep=keep, progress=advance,
                              batch_size=batch_size)
@@ -258,6 +260,7 @@ def swap_in(engine: MemoryEngine, settings: Settings) -> None:
     new one, never an empty one. Only an embedded engine appends the
     summary requests the new settings decide (on a Kafka log the workers do).
     """
+    from memfold.projections.fold import FOLD_VERSION
     from memfold.projections.projector import Projector
     from memfold.projections.store import DuckDBProjectionStore
     from memfold.streams.replay import beside_path
@@ -278,6 +281,7 @@ def swap_in(engine: MemoryEngine, settings: Settings) -> None:
             while runner.run_once():
                 pass
             beside.set_meta("policies", json.dumps(ov.hashes(settings), sort_keys=True))
+            beside.set_meta("fold_version", str(FOLD_VERSION))
             cache = engine.store.connection.sql("SELECT * FROM llm_cache").to_arrow_table()
             beside.connection.register("_live_cache", cache)
             beside.connection.execute("INSERT OR IGNORE INTO llm_cache SELECT * FROM _live_cache")

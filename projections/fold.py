@@ -29,6 +29,13 @@ from memfold.engine.events import (
 from memfold.engine.ids import content_hash
 from memfold.engine.ports import FoldContext, MessageRecord, Policy
 
+# The version of the fold rules. Bump it when a code change makes the same log fold to different
+# projection rows (a policy's state or decisions, the rows the projector writes): a projection
+# folded by other rules is then rebuilt when an engine opens it (a read refuses and names
+# `memfold rebuild`), so `verify` keeps proving the live projection is what the log folds to.
+# 2: sliding_window's catch-up after a burst of rounds (state field prior_round_end).
+FOLD_VERSION = 2
+
 
 def step(
     policy: Policy, state: BaseModel, item: MessageRecord | Event, ctx: FoldContext

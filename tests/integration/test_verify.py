@@ -82,3 +82,28 @@ def test_a_difference_prints_each_row_cut_to_a_readable_width():
     assert lines[1].startswith("  live:   ('default', 'c1', 'sliding_window'")
     assert f"… ({len(str(state)):,} characters)" in lines[1] and len(lines[1]) < DESCRIBE_WIDTH + 40
     assert lines[2] == "  replay: ('default', 'c1', 'sliding_window', '{}')"  # a short row is printed whole
+
+
+def test_a_projection_folded_by_other_fold_rules_is_folded_again_and_a_read_refuses_it(tmp_path, caplog):
+    import pytest
+
+    from memfold.engine.errors import ConfigError
+    from memfold.projections.fold import FOLD_VERSION
+
+    settings = Settings.load(None, data_dir=tmp_path / "d", **SETTINGS)
+    with MemoryEngine(settings) as engine:
+        _talk(engine, "c1", 24)
+        assert engine.store.meta("fold_version") == str(FOLD_VERSION)
+        before = engine.store.dump()
+        engine.sql("UPDATE store_meta SET value = '1' WHERE key = 'fold_version'")  # as an older memfold left it
+        engine.sql("UPDATE summaries SET text = 'folded by the old rules' WHERE conversation_id = 'c1'")
+    with pytest.raises(ConfigError, match=r"other fold rules \(version 1; .* rebuild"):
+        MemoryEngine(settings, policy_changes="refuse")  # a read does not change the data dir
+    with MemoryEngine(settings) as engine:
+        engine.wait_idle(timeout=60)
+        assert "rebuilding it from the log" in caplog.text
+        assert engine.store.meta("fold_version") == str(FOLD_VERSION)
+        assert engine.store.dump() == before and engine.worker.calls == 0  # the log's summaries, folded again
+        assert engine.verify() == []
+    with MemoryEngine(settings, policy_changes="refuse") as engine:  # now current: reads open it
+        assert len(engine.history("c1")) == 24
