@@ -283,7 +283,9 @@ CONDITION_RE = re.compile(
     r"\bwithin\s+\d+\s+(?:business\s+|working\s+|calendar\s+)?(?:days?|hours?|weeks?|months?|years?)\b"
     r"|\b(?P<provided>provided|providing)(?:\s+that)?\b"
     r"|\bas long as\b(?!\s+(?:needed|necessary|possible|required|you (?:like|want|need)))"
-    r"|\bon (?:the )?condition that\b|\bonly if\b|\bunless\b|\bsubject to\b"
+    r"|\bon (?:the )?condition that\b|\bonly if\b|\bsubject to\b"
+    # "unless you prefer to wait" leaves the choice to the listener: an offer, not a condition
+    r"|\bunless\b(?!\s+you(?:'d|\s+would)?\s+(?:rather|prefer|want|like|wish|choose))"
     r"|\bonce (?:the|you|your|we|it|they|our)\b"
     r"|\bif\b(?P<if_rest>[^.;!?,]*)",
     re.I,

@@ -128,6 +128,18 @@ def test_agreed_condition_and_short_agreement_refers_to_the_offer():
     assert category == "DECISION" and value.startswith("Deal, agreed (re: I can offer a replacement")
 
 
+def test_an_offer_that_leaves_the_choice_to_the_listener_does_not_replace_a_condition():
+    facts = facts_of(conversation(
+        ("assistant", "It's a refund within 14 days provided the item is returned unused."),
+        ("assistant", "I'll keep the refund unless you prefer to wait."),
+        ("assistant", "I'll book the pickup unless you'd rather drop it off."),
+    ))
+    assert facts["refund_condition"] == ("It's a refund within 14 days provided the item is returned unused", "CONDITION")
+    assert not [k for k, (_, category) in facts.items() if category == "CONDITION" and k != "refund_condition"]
+    kept = facts_of(conversation(("assistant", "No refund unless the item is returned unused.")))
+    assert kept["refund_condition"] == ("No refund unless the item is returned unused", "CONDITION")
+
+
 def test_names_in_common_introductions():
     for text, name in [
         ("Hey, it's Priya Schuster. I booked a trip.", "Priya Schuster"),
