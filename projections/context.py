@@ -149,10 +149,10 @@ def assemble(
     if budget is not None:
         room = budget - (head[0].tokens if system_prompt else 0) - (current.tokens if current else 0)
         memory = head[1:] if system_prompt else head
-        terms = frozenset(query_terms(query)) if recalling else frozenset()
         if recalling and recall_share > 0:
             memory = cap_digests(memory, int(max(0, room) * (1 - recall_share)), count_tokens)
-        memory = fit_memory(memory, room, count_tokens, terms)
+        trimming = recalling and sum(m.tokens for m in memory) > room  # the query's terms only matter then
+        memory = fit_memory(memory, room, count_tokens, frozenset(query_terms(query)) if trimming else frozenset())
         head = head[:1] + memory if system_prompt else memory
     fixed = sum(m.tokens for m in head) + (current.tokens if current else 0)
     remaining = None if budget is None else max(0, budget - fixed)

@@ -81,13 +81,10 @@ _HEAD_LENGTH = 64.0
 USER_BOOST = 1.5
 # A question ("what was the ticket number?", "when is the adjuster coming?") is mostly answered by a
 # message that states a value: a number, a date, an id, an amount, an email address. Among a
-# question's candidates, a message holding a digit or an address weighs VALUE_BOOST times more, so the turn "I've opened ticket TCK-14886"
-# outranks chit-chat sharing the question's words ("who has my ticket?"). Measured 2026-11-26: the
-# fact a synthetic conversation's closing question asks about reached a 600-token context 68% ->
-# 79% of the time (sliding_window; 60 held-out conversations; other policies alike), BEAM the same
-# (82.0/87.8/91.7 -> 82.2/87.8/91.7 at 2,000/4,000/8,000 tokens).
-# An email address counted too (same day, same sets): the asked fact at 600 tokens sliding_window
-# 89% -> 96% on seed 23 (three "which email do you have for me now?" misses), seed 11 and BEAM the same.
+# question's candidates, a message holding a digit or an address weighs VALUE_BOOST times more,
+# so "I've opened ticket TCK-14886" outranks chit-chat sharing the question's words ("who has my
+# ticket?"). Measured 2026-11-26 (README, "Planted facts"): the asked fact in a 600-token
+# sliding_window context 68% -> 79% for digits, 89% -> 96% with addresses; BEAM the same.
 VALUE_BOOST = 1.6
 _VALUE = re.compile(r"\d|\w@\w")
 QUESTION_WORDS = frozenset("what when where which who whom whose why how remind".split())
@@ -601,7 +598,8 @@ class SearchIndex:
 
         The best ``2 * limit`` by BM25 are re-ordered with a user message's
         score times ``user_boost`` and, when the query is a question
-        (:func:`asks`), a message holding a digit times VALUE_BOOST; ties go
+        (:func:`asks`), a message stating a value (a digit or an email
+        address, :meth:`_Docs.states_value`) times VALUE_BOOST; ties go
         to the newer message. With
         ``as_of`` (a message count), exactly as when the conversation had
         ``as_of`` messages (:func:`scores_as_of`).
