@@ -449,6 +449,7 @@ def cmd_sql(args: argparse.Namespace) -> int:
         from memfold.streams.namespaces import Namespace, check_name, replays_dir
 
         space = Namespace.open(replays_dir(settings.data_dir) / check_name(args.replay))
+        space.refuse_stale()
         path = space.store_path
     else:
         with _engine(args) as engine:  # bring the projection up to date, then release the writer lock

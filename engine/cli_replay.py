@@ -113,7 +113,7 @@ def cmd_replays(args: argparse.Namespace) -> int:
         head = {int(p): o for p, o in (m.get("head") or {}).items()}
         rows.append({
             "name": m["name"], "policy": m["settings"].get("policy"), "settings_hash": m["settings_hash"],
-            "status": m["status"], "position": sum(head.values()),
+            "status": "stale" if m["stale"] else m["status"], "position": sum(head.values()),
             "lag": sum(max(0, end - head.get(p, 0)) for p, end in ends.items()),
             "conversations": m.get("conversations"), "created_at": m["created_at"], "stats": m.get("stats"),
         })

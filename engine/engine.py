@@ -840,10 +840,14 @@ class MemoryEngine:
                       conversations=conversations, progress=progress, batch_size=batch_size)
 
     def replays(self) -> list[dict[str, Any]]:
-        """Return the manifest of every replay namespace of this data dir (name, settings, status, head...)."""
+        """Return the manifest of every replay namespace of this data dir (name, settings, status, head...).
+
+        ``stale`` is true for a namespace folded by other fold rules (an older
+        memfold): diff refuses it and the next replay run folds it again.
+        """
         from memfold.streams.namespaces import list_namespaces
 
-        return [space.manifest for space in list_namespaces(self.settings.data_dir)]
+        return [{**space.manifest, "stale": space.stale} for space in list_namespaces(self.settings.data_dir)]
 
     def drop_replay(self, name: str) -> Path:
         """Delete the replay namespace ``name``; return its path. Raises :class:`UnknownReplayError` if none."""

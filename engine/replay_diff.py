@@ -159,6 +159,7 @@ def diff(
     from . import overrides as ov
 
     space = ns.Namespace.open(ns.replays_dir(engine.settings.data_dir) / ns.check_name(name))
+    space.refuse_stale()
     settings = ov.apply(engine.settings, space.manifest["settings"])
     store = DuckDBProjectionStore(space.store_path, read_only=True)
     try:

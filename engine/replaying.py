@@ -117,10 +117,15 @@ def _catch_up(engine: MemoryEngine, space: Namespace, settings: Settings, *,
 
     started = time.perf_counter()
     m = space.manifest
+    if space.stale:  # folded by an older memfold: its rows and side log are not what these rules fold to
+        log.warning("replay %r was folded by other fold rules (version %s; this memfold folds version %s): "
+                    "folding it again from the start", space.name, m.get("fold_version") or "unmarked", FOLD_VERSION)
+        space.reset()
     if m["status"] != "running" or not m["target"]:
         ends = engine.log.end_positions() if target is None else target
         m["target"] = {str(p): o for p, o in ends.items()}
         m["status"] = "running"
+        m["fold_version"] = FOLD_VERSION
         space.save()
     goal = ns.positions(m["target"])
     live = json.loads(engine.store.meta("policies") or "{}")

@@ -3,7 +3,8 @@
 A namespace is a directory ``<data_dir>/replays/NAME/``::
 
     manifest.json       name, settings (dotted policy keys) and their hashes, created_at,
-                        source log, target and head positions, status, cumulative counters
+                        source log, target and head positions, status, cumulative counters,
+                        the fold rules' version it was folded by
     projections.duckdb  the replay's projection, with the positions it has folded
     events.sqlite       its side log: the summary requests and outcomes the replay made
 
@@ -42,7 +43,7 @@ from memfold.engine.ports import EventLog, FoldContext, Policy, Summarizer
 from memfold.engine.positions import LogRecord, Position
 from memfold.engine.settings import Settings
 from memfold.engine.tokens import TokenCounter
-from memfold.projections.fold import failed
+from memfold.projections.fold import FOLD_VERSION, failed
 from memfold.projections.projector import Projector
 from memfold.projections.store import DuckDBProjectionStore
 
@@ -150,6 +151,29 @@ class Namespace:
 
     def stats(self) -> ReplayStats:
         return ReplayStats(**self.manifest.get("stats", {}))
+
+    @property
+    def stale(self) -> bool:
+        """True when the namespace holds rows folded by other fold rules (an older memfold: no marker, or another version)."""
+        folded = self.manifest["status"] != "created" or bool(self.manifest.get("head"))
+        return folded and self.manifest.get("fold_version") != FOLD_VERSION
+
+    def refuse_stale(self) -> None:
+        """Raise :class:`ConfigError` when the namespace is :attr:`stale`: its rows are not what this memfold folds."""
+        if self.stale:
+            raise ConfigError(
+                f"replay {self.name!r} was folded by other fold rules (version "
+                f"{self.manifest.get('fold_version') or 'unmarked'}; this memfold folds version {FOLD_VERSION}): "
+                f"fold it again with `memfold replay --name {self.name}` (summaries come from the cache)")
+
+    def reset(self) -> None:
+        """Delete the namespace's projection and side log and mark it unfolded; its name and settings stay."""
+        for path in (self.store_path, self.side_path):
+            for suffix in ("", ".wal", "-wal", "-shm"):
+                path.with_name(path.name + suffix).unlink(missing_ok=True)
+        self.manifest.update(status="created", target=None, head={}, stats=asdict(ReplayStats()))
+        self.manifest.pop("fold_version", None)
+        self.save()
 
 
 def new_manifest(name: str, *, settings_view: dict[str, Any], hashes: dict[str, str], settings_hash: str,

@@ -268,3 +268,42 @@ def test_summary_inputs_from_folded_messages_equal_inputs_read_from_the_store(tm
             store.close()
     finally:
         engine.close()
+
+
+def test_a_replay_folded_by_other_fold_rules_is_refused_by_diff_and_folded_again(live, tmp_path, capsys, caplog):
+    from memfold.projections.fold import FOLD_VERSION
+
+    overrides = {"hierarchical.trigger_message_count": 12, "hierarchical.resummarize_every": 6}
+    live.replay("fresh", overrides=overrides)  # makes the summaries: the next replays take them from the cache
+    old = live.replay("old", overrides=overrides)
+    cached = _replay_dump(old.path)
+    assert not live.replays()[1]["stale"]
+    # As an older memfold left it: no fold-rules marker in the manifest, and rows those rules folded.
+    manifest = json.loads((old.path / "manifest.json").read_text())
+    del manifest["fold_version"]
+    (old.path / "manifest.json").write_text(json.dumps(manifest))
+    store = DuckDBProjectionStore(old.path / "projections.duckdb")
+    store.connection.execute("UPDATE summaries SET text = 'folded by the old rules'")
+    store.close()
+
+    assert [(m["name"], m["stale"]) for m in live.replays()] == [("fresh", False), ("old", True)]
+    with pytest.raises(ConfigError, match=r"replay 'old' was folded by other fold rules \(version unmarked; .*"
+                                          r"memfold replay --name old"):
+        live.diff_replay("old")
+    live.close()
+    config = tmp_path / "memfold.toml"
+    config.write_text('policy = "hierarchical"\npolicies = ["hierarchical"]\n[hierarchical]\ntrigger_message_count = 6\n'
+                      "recent_message_count = 2\nresummarize_every = 3\n")
+    base = ["--data-dir", str(live.settings.data_dir), "--config", str(config)]
+    assert main([*base, "replays", "--json"]) == 0
+    assert [r["status"] for r in json.loads(capsys.readouterr().out)] == ["ready", "stale"]
+    assert main([*base, "sql", "--replay", "old", "SELECT count(*) FROM summaries"]) == 2
+    assert "fold it again with `memfold replay --name old`" in capsys.readouterr().err
+
+    assert main([*base, "replay", "--name", "old"]) == 0  # resuming folds it from the start with these rules
+    assert "folding it again from the start" in caplog.text and "replay old: ready" in capsys.readouterr().out
+    assert _replay_dump(old.path) == cached  # every summary from the cache, as the first run had them
+    assert json.loads((old.path / "manifest.json").read_text())["fold_version"] == FOLD_VERSION
+    assert main([*base, "replays", "--json"]) == 0
+    assert [r["status"] for r in json.loads(capsys.readouterr().out)] == ["ready", "ready"]
+    assert main([*base, "diff", "old", "--json"]) == 0
