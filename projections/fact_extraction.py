@@ -18,6 +18,7 @@ from memfold.engine.ports import MessageRecord
 
 from .fact_patterns import (
     ABBREVIATIONS,
+    ADVICE_RE,
     AMOUNT_KEYS,
     AMOUNT_RE,
     ASKING_AUX_RE,
@@ -50,6 +51,7 @@ from .fact_patterns import (
     PREFIX_KEYS,
     PREFIXED_ID_RE,
     PRONOUNS,
+    PROVIDED_NOT_RE,
     REQUEST_RE,
     RETRACT_ORDER_VERBS,
     RETRACT_RE,
@@ -487,12 +489,15 @@ def _conditions(sentence: str, book: FactBook, source: int | None) -> None:
     else:
         found = None
         for m in CONDITION_RE.finditer(sentence):
-            if m.group("provided") and re.search(r"\b(?:we|i|they|you|he|she|has|have|had|was|were)\s+$", sentence[: m.start()], re.I):
-                continue  # "we provided a label" is not a condition
-            if m.group(0).lower().startswith("if") and (
+            if m.group("provided") and PROVIDED_NOT_RE.search(sentence[: m.start()]):
+                continue  # "we provided a label", "using the provided schedule" are no conditions
+            opening = m.group(0).lower()
+            if opening.startswith("if") and (
                 IDLE_IF_RE.search(m.group("if_rest") or "")
                 or (SUBJECT_RE.search(sentence) is None and not DECISION_VERB_RE.search(sentence))
             ):
+                continue
+            if opening.startswith(("if", "once")) and ADVICE_RE.search(sentence, m.end()):
                 continue
             found = m
             break

@@ -217,17 +217,32 @@ AUX_RE = re.compile(
 )
 NEGATION_RE = re.compile(r"\b(?:not|never)\b|n't|n’t", re.I)
 
+# What a support conversation is about, from the user's words. Each pattern names the support matter,
+# not the bare word: in other talk "track my reading", "I stayed up late", "my study plan", "address
+# the issue", "a return value" and "swap ideas" are about nothing of the kind.
+_GOODS = r"(?:order|package|parcel|delivery|shipment|items?|parts?|goods|purchase|product|refund|it|them)"
 TOPICS = [
     (re.compile(r"\bcancel(?:l?ing|l?ation|led|ed)?\b", re.I), "cancellation"),
     (re.compile(r"\brefund", re.I), "refund request"),
-    (re.compile(r"\b(?:exchange|swap)\b", re.I), "exchange"),
-    (re.compile(r"\b(?:return(?:ing)?|send (?:it |them )?back)\b", re.I), "return"),
-    (re.compile(r"\b(?:damaged|broken|defective|faulty|wrong item|missing item)\b", re.I), "damaged or wrong item"),
-    (re.compile(r"\b(?:where is|track(?:ing)?|has(?:n't| not) arrived|not arrived|late|delayed)\b", re.I), "delivery status"),
-    (re.compile(r"\b(?:charged|billing|invoice|payment|overcharged)\b", re.I), "billing"),
-    (re.compile(r"\b(?:password|log ?in|sign in|locked out|2fa)\b", re.I), "account access"),
-    (re.compile(r"\b(?:upgrade|downgrade|plan|subscription)\b", re.I), "subscription change"),
-    (re.compile(r"\baddress\b", re.I), "address change"),
+    (re.compile(rf"\b(?:(?:exchange|swap)\s+(?:(?:it|this|them|the|my|your|an?)\s+)?(?:{_GOODS}|size|colou?r|for\s+(?:a|an|the)\b)"
+                r"|(?:an|the) exchange)\b", re.I), "exchange"),
+    (re.compile(rf"\b(?:return(?:ing)?\s+(?:(?:the|my|this|these|an?)\s+)?{_GOODS}|send (?:it |them )?back|return (?:label|policy|email|shipping|window)|for the return)\b",
+                re.I), "return"),
+    (re.compile(rf"\b(?:(?:arrived|came|is|was|are|were)\s+(?:\w+\s+)?(?:damaged|broken|defective|faulty)|wrong item|missing item"
+                rf"|(?:damaged|broken|defective|faulty)\s+{_GOODS}|it(?:'s|’s| is) (?:damaged|broken|defective|faulty))\b", re.I),
+     "damaged or wrong item"),
+    (re.compile(rf"\b(?:where is (?:my|the|our) {_GOODS}|track(?:ing)?\s+(?:number|(?:my|the|our)\s+{_GOODS})"
+                rf"|tracking (?:page|info|link|code|says|shows|still|has(?:n't| not))|has(?:n't| not) arrived|not arrived|(?:{_GOODS}) (?:is |was |are |has been )?(?:late|delayed))\b", re.I),
+     "delivery status"),
+    (re.compile(r"\b(?:charged|billing|invoice|overcharged|(?:my|the) (?:payment|bill)\b(?!\s+plan))", re.I), "billing"),
+    (re.compile(r"\b(?:(?:can't|cannot|can not|unable to|couldn't|won't let me)\s+(?:log ?in|sign in|access my account)"
+                r"|locked out|(?:reset|forgot|change) (?:my )?password|2fa)\b", re.I), "account access"),
+    (re.compile(r"\b(?:(?:upgrade|downgrade|change|switch|cancel|move)\w*\s+(?:my |the |our )?(?:plan|subscription|tier)"
+                r"|(?:upgrade|downgrade) to|(?:the|your|our|my) (?:new|current|cheaper|annual|monthly|team|pro|basic|premium|business)"
+                r" (?:plan|tier|subscription))\b", re.I), "subscription change"),
+    (re.compile(r"\b(?:(?:change|update|correct)\w*\s+(?:my |the |our )?(?:shipping |delivery |billing |mailing |home )?address"
+                r"|new (?:shipping |delivery |mailing |home )?address|wrong address|address (?:change|update))\b", re.I),
+     "address change"),
 ]
 TOPIC_OBJECT_RE = re.compile(r"\b(order|subscription|booking|reservation|account|plan|membership|flight)\b", re.I)
 
@@ -281,7 +296,12 @@ CONDITION_MARKER_RE = re.compile(
 
 CONDITION_RE = re.compile(
     r"\bwithin\s+\d+\s+(?:business\s+|working\s+|calendar\s+)?(?:days?|hours?|weeks?|months?|years?)\b"
-    r"|\b(?P<provided>provided|providing)(?:\s+that)?\b"
+    # "provided the item is returned unused": a clause with its own subject and verb follows; "the
+    # provided code", "provided by EndNote", "providing clear explanations" are no conditions.
+    r"|\b(?P<provided>provided|providing)(?:\s+that\b|(?=\s+(?:you\b(?!\s+with)|(?:the|your|it|its|they|their|we|our"
+    r"|he|she|this|these|all|both|no|there)\s+(?:[\w'’-]+\s+){0,4}?(?:is|are|was|were|be|has|have|had|can|will|would"
+    r"|could|may|must|should|remains?|stays?|gets?|arrives?|returns?|pays?|keeps?|does|do|doesn't|don't|isn't|aren't"
+    r"|hasn't|haven't)\b)))"
     r"|\bas long as\b(?!\s+(?:needed|necessary|possible|required|you (?:like|want|need)))"
     r"|\bon (?:the )?condition that\b|\bonly if\b|\bsubject to\b"
     # "unless you prefer to wait" leaves the choice to the listener: an offer, not a condition
@@ -291,9 +311,26 @@ CONDITION_RE = re.compile(
     re.I,
 )
 
+# What comes before a "provided" that is a verb or an adjective: "we provided", "the provided schedule".
+PROVIDED_NOT_RE = re.compile(
+    r"\b(?:we|i|they|you|he|she|it|has|have|had|was|were|is|are|be|been|the|a|an|this|these|those|your|our|their|its"
+    r"|his|her|any|all|each)\s+$",
+    re.I,
+)
+# An "if" about the listener's wishes or doubts offers something; it sets no condition ("if you're
+# looking for a lighter read, here are some options").
 IDLE_IF_RE = re.compile(
-    r"^\s*(?:you (?:need|have|want|would like|'d like)|there(?:'s| is) anything|possible|so|not|any|that's|this is"
-    r"|you can|(?:i|we) (?:can|may|could))\b",
+    r"^\s*(?:you (?:need|have|want|would like|'d like|wish)|there(?:'s| is) anything|possible|so|not|any|that's|this is"
+    r"|you can|(?:i|we) (?:can|may|could)"
+    r"|you(?:'re|’re| are) (?:considering|looking|interested|thinking|unsure|not sure|curious|open))\b",
+    re.I,
+)
+# The main clause of advice: a conditional sentence that only advises ("Once you have a draft, it's
+# important to have it reviewed") states no condition anyone agreed to.
+ADVICE_RE = re.compile(
+    r",\s*(?:then\s+)?(?:it(?:'s|’s| is) (?:important|a good idea|helpful|best|wise|essential|crucial|worth)"
+    r"|make sure|consider|remember|feel free|don't hesitate|don’t hesitate"
+    r"|you (?:might|may|could) (?:also )?(?:want|consider|find|try|reach)|you(?:'ll|’ll| will) want to|you should also)\b",
     re.I,
 )
 
