@@ -95,7 +95,7 @@ def run_demo(data_dir: Path, *, budget: int = 600, config: str | None = None) ->
         console.print(Rule(f"3. context for {DEMO_TENANT}/{DEMO_CONVERSATION} within {budget} tokens"))
         facts = _facts_for(truth, DEMO_CONVERSATION)
         context = engine.context(DEMO_CONVERSATION, budget=budget, tenant_id=DEMO_TENANT, policy="hierarchical")
-        print_context(context, title=f"hierarchical memory (seed 000), budget {budget}", budget=budget,
+        print_context(context, title=f"hierarchical memory (structured facts + narrative), budget {budget}", budget=budget,
                       highlight=[v for _, v in facts])
         history = engine.history(DEMO_CONVERSATION, tenant_id=DEMO_TENANT)
         baseline = take_last(history, budget, settings.system_prompt, engine.counter.count)

@@ -193,13 +193,17 @@ def fit_memory(
 ) -> list[ContextMessage]:
     """Return ``memory`` trimmed to cost at most ``room`` tokens (unchanged when it fits). Deterministic.
 
-    The longest memory message loses a line at a time (ties: the later
-    message): facts lose their oldest fact line first (a date line goes with
-    its last fact; the newest fact stays), the one naming fewest of the
-    query's ``terms`` first when there are terms, any other memory its last line (a
-    one-line message its last sentence), so a message keeps its head while
-    anything else can go; when no message can lose more, the last one is
-    dropped whole.
+    Digests (narrative, summaries, topic digests) lose a line at a time
+    first, the longest first (ties: the later message), each its last line
+    (a one-line message its last sentence) down to its head; then facts lose
+    theirs: the oldest fact line first (a date line goes with its last fact;
+    the newest fact stays), the one naming fewest of the query's ``terms``
+    first when there are terms. When no message can lose more, the last one
+    is dropped whole. Digests go first because a fact line holds one value
+    in a few tokens while a digest line is a sentence whose values the facts
+    mostly hold already: measured 2026-11-26, hierarchical at 600 tokens,
+    all planted facts in the context 78 -> 89% (seed 23) and 85 -> 92%
+    (seed 11), the asked fact unchanged (96% and 100%), BEAM unchanged.
     """
     if sum(m.tokens for m in memory) <= room:
         return memory
@@ -219,7 +223,8 @@ def fit_memory(
             parts.pop()
             out.pop()
             continue
-        i = max(cut, key=lambda j: (out[j].tokens, j))
+        digests = [j for j in cut if out[j].kind != "memory:facts"]
+        i = max(digests or cut, key=lambda j: (out[j].tokens, j))
         _drop_unit(parts[i], out[i].kind, named if terms else None)
         sep = "\n" if "\n" in out[i].content else " "
         content = sep.join(parts[i])

@@ -57,7 +57,7 @@ def test_memory_counts_against_the_budget_and_is_trimmed_only_when_it_alone_does
     assert [m.kind for m in tiny] == ["current"]
 
 
-def test_memory_too_big_loses_the_oldest_facts_and_the_last_narrative_lines_first():
+def test_memory_too_big_loses_the_last_narrative_lines_first_then_the_oldest_facts():
     messages = chat(3)
     facts = "[2024-01-02]\n- car: red\n- city: Oslo\n[2024-02-03]\n- dog: Rex\n[2024-03-04]\n- job: nurse"
     narrative = "The user is moving house.\nThey compared two vans.\nThey booked the cheaper one.\nThen lunch."
@@ -68,12 +68,21 @@ def test_memory_too_big_loses_the_oldest_facts_and_the_last_narrative_lines_firs
     out = assemble(plan, messages[-1:], budget=need - 12, system_prompt=None, count_tokens=COUNT)
     assert sum(m.tokens for m in out) <= need - 12
     assert [m.kind for m in out] == ["memory:facts", "memory:narrative", "current"]
-    kept_facts, kept_story = out[0].content.split("\n"), out[1].content.split("\n")
-    assert "- job: nurse" in kept_facts and "- car: red" not in kept_facts  # the oldest fact went first
-    assert narrative.startswith(out[1].content) and kept_story[0] == "The user is moving house."
-    # Deterministic, and each message keeps its head while anything else can go.
+    # The narrative's last lines go first (a digest line restates what facts hold); every fact stays.
+    assert out[0].content == facts
+    assert narrative.startswith(out[1].content) and out[1].content.split("\n")[0] == "The user is moving house."
+    assert out[1].content != narrative
+    # Deterministic.
     assert out == assemble(plan, messages[-1:], budget=need - 12, system_prompt=None, count_tokens=COUNT)
-    heads = ["[2024-03-04]\n- job: nurse", "The user is moving house."]
+    # Once the narrative is down to its head, the oldest facts go.
+    head = "The user is moving house."
+    tighter = current + COUNT(head) + 4 + whole[0].tokens - 6
+    out = assemble(plan, messages[-1:], budget=tighter, system_prompt=None, count_tokens=COUNT)
+    kept_facts = out[0].content.split("\n")
+    assert out[1].content == head and sum(m.tokens for m in out) <= tighter
+    assert "- job: nurse" in kept_facts and "- car: red" not in kept_facts  # the oldest fact went first
+    # Each message keeps its head while anything else can go.
+    heads = ["[2024-03-04]\n- job: nurse", head]
     room = current + sum(COUNT(h) + 4 for h in heads)
     small = assemble(plan, messages[-1:], budget=room, system_prompt=None, count_tokens=COUNT)
     assert [m.content for m in small[:2]] == heads and sum(m.tokens for m in small) <= room
