@@ -47,6 +47,7 @@ from .fact_patterns import (
     NOBODY_RE,
     NOT_NAMES,
     NOT_SUBJECTS,
+    ORDER_ITEM_RE,
     PHONE_RE,
     PREFIX_KEYS,
     PREFIXED_ID_RE,
@@ -370,6 +371,12 @@ def _extract_ids(text: str, book: FactBook, source: int | None, spans: _Spans) -
         book.put(key, ", ".join(values), source)
 
 
+def _extract_items(text: str, book: FactBook, source: int | None) -> None:
+    """Read what an order holds where it is named after the order's id ("order #18066: one Halden standing desk")."""
+    for m in ORDER_ITEM_RE.finditer(text):
+        book.put("item", m.group("item").strip(), source, "ENTITY")
+
+
 def _extract_amounts(text: str, sentences: list[tuple[int, int]], book: FactBook, source: int | None, spans: _Spans) -> None:
     for m in AMOUNT_RE.finditer(text):
         if not spans.free(m.start(), m.end()):
@@ -637,6 +644,7 @@ def read_message(message: MessageRecord, book: FactBook, previous: str | None = 
     spans = _Spans()
     _extract_contacts(text, message.role, book, source, spans)
     _extract_ids(text, book, source, spans)
+    _extract_items(text, book, source)
     _extract_dates(text, sentences, book, source, spans)
     _extract_amounts(text, sentences, book, source, spans)
     if message.role in ("user", "assistant", "summary"):

@@ -176,6 +176,14 @@ CODE_KEYS = [
 ]
 VERSION_RE = re.compile(r"(?<![\w.])v\d+(?:\.\d+){1,3}\b")
 VERSION_KEYS = [(re.compile(r"\bfirmware\b", re.I), "firmware_version"), (re.compile(r"\b(?:app|software)\b", re.I), "app_version")]
+# What an order holds, named right after its id: "I found order #18066: one Halden standing desk,
+# charged at ...", "my order #18066, the Oriel espresso machine". A bare "order #18066" names none.
+ORDER_ITEM_RE = re.compile(
+    r"\border\s+(?:number\s+|no\.?\s*)?#?[A-Z]{0,4}-?\d[\w-]*\s*[:,(]\s*"
+    r"(?:the|one|an?|\d+\s*(?:x|×)?)\s+(?P<item>[^,.;:()!?\n]{3,60}?)"
+    r"(?=\s*(?:[,.;:)!?\n]|$|\s(?:for|at|charged|billed|which|that|placed|ordered|is|was)\b))",
+    re.I,
+)
 WORD_KEYS = {
     "order": "order_id",
     "ticket": "ticket_id",

@@ -165,6 +165,18 @@ def test_provided_as_a_verb_or_adjective_and_advice_set_no_condition():
         assert facts[key] == (text.rstrip("."), "CONDITION"), (text, facts)
 
 
+def test_the_item_of_an_order_is_named_after_its_id():
+    facts = facts_of(conversation(
+        ("user", "Hi, I have a problem with my order #18066, the Halden standing desk."),
+        ("assistant", "I found order #18066: one Oriel espresso machine, charged at 672.35 EUR, ordered on 2025-01-18."),
+    ))
+    assert facts["item"] == ("Oriel espresso machine", "ENTITY")  # the later statement wins, as for any fact
+    assert facts["order_id"][0] == "#18066" and facts["order_date"][0] == "2025-01-18"
+    for text in ["Your order #4411 is on its way.", "I placed an order for a desk last week.",
+                 "Order #18066 was delivered on 2025-02-01."]:
+        assert "item" not in facts_of(conversation(("assistant", text))), text
+
+
 def test_the_topic_names_a_support_matter_not_a_word():
     def topic(text: str) -> str | None:
         found = facts_of(conversation(("user", text))).get("topic")
@@ -363,7 +375,7 @@ def test_narrative_says_who_wants_what_what_was_agreed_and_the_state_then_the_da
     assert "Current state: order status cancelled" in opener
     assert lines[0] == "[2024-03-01]"  # the statements, under the date they were made
     assert "- (0) user: Hi, my name is Maria Lopez. \u2026 I'd like to cancel order #1234, it hasn't shipped yet." in lines
-    assert out.model == "offline-salience-6" and len(out.prompt_hash) == 64
+    assert out.model == "offline-salience-7" and len(out.prompt_hash) == 64
     assert out.tokens_in > 0 and out.tokens_out > TOKENS.count(out.text)
 
 
