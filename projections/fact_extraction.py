@@ -22,6 +22,7 @@ from .fact_patterns import (
     AMOUNT_KEYS,
     AMOUNT_RE,
     ASKING_AUX_RE,
+    ASKING_IF_RE,
     AUX_RE,
     BEFORE_RE,
     BOUNDARY,
@@ -501,6 +502,7 @@ def _conditions(sentence: str, book: FactBook, source: int | None) -> None:
             opening = m.group(0).lower()
             if opening.startswith("if") and (
                 IDLE_IF_RE.search(m.group("if_rest") or "")
+                or ASKING_IF_RE.search(sentence[: m.start()])
                 or (SUBJECT_RE.search(sentence) is None and not DECISION_VERB_RE.search(sentence))
             ):
                 continue

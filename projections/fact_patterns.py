@@ -314,6 +314,8 @@ CONDITION_RE = re.compile(
     r"|\bon (?:the )?condition that\b|\bonly if\b|\bsubject to\b"
     # "unless you prefer to wait" leaves the choice to the listener: an offer, not a condition
     r"|\bunless\b(?!\s+you(?:'d|\s+would)?\s+(?:rather|prefer|want|like|wish|choose))"
+    # "unless absolutely necessary", "unless explicitly requested": a manner of advice, no condition
+    r"(?!\s+(?:absolutely\s+|strictly\s+|explicitly\s+)?(?:necessary|needed|required|requested|otherwise|asked))"
     r"|\bonce (?:the|you|your|we|it|they|our)\b"
     r"|\bif\b(?P<if_rest>[^.;!?,]*)",
     re.I,
@@ -323,6 +325,12 @@ CONDITION_RE = re.compile(
 PROVIDED_NOT_RE = re.compile(
     r"\b(?:we|i|they|you|he|she|it|has|have|had|was|were|is|are|be|been|the|a|an|this|these|those|your|our|their|its"
     r"|his|her|any|all|each)\s+$",
+    re.I,
+)
+# An "if" that asks rather than sets a condition: "I'm wondering if this will work", "let me know if".
+ASKING_IF_RE = re.compile(
+    r"\b(?:wonder(?:ing|ed)?|not sure|unsure|know|see|check(?:ing)?|ask(?:ing|ed)?|curious|doubt(?:ful)?|question"
+    r"|decide|deciding|tell me|confirm)\s+$",
     re.I,
 )
 # An "if" about the listener's wishes or doubts offers something; it sets no condition ("if you're
@@ -338,7 +346,10 @@ IDLE_IF_RE = re.compile(
 ADVICE_RE = re.compile(
     r",\s*(?:then\s+)?(?:it(?:'s|’s| is) (?:important|a good idea|helpful|best|wise|essential|crucial|worth)"
     r"|make sure|consider|remember|feel free|don't hesitate|don’t hesitate"
-    r"|you (?:might|may|could) (?:also )?(?:want|consider|find|try|reach)|you(?:'ll|’ll| will) want to|you should also)\b",
+    r"|you (?:might|may|could) (?:also )?(?:want|consider|find|try|reach)|you(?:'ll|’ll| will) (?:want|need) to|you should also"
+    # "Once you have the list, you can compare ...": the next step of instructions; "you can expect
+    # the refund" still states what the condition gives
+    r"|you can (?!expect|get|receive|claim|keep|have|return|cancel|exchange|use)(?:now |then |easily |also )?\w+)\b",
     re.I,
 )
 
