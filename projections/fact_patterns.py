@@ -330,15 +330,15 @@ PROVIDED_NOT_RE = re.compile(
 # An "if" that asks rather than sets a condition: "I'm wondering if this will work", "let me know if".
 ASKING_IF_RE = re.compile(
     r"\b(?:wonder(?:ing|ed)?|not sure|unsure|know|see|check(?:ing)?|ask(?:ing|ed)?|curious|doubt(?:ful)?|question"
-    r"|decide|deciding|tell me|confirm)\s+$",
+    r"|decide|deciding|tell me|confirm|determine|find out|figure out|evaluate|assess|test)\s+$",
     re.I,
 )
 # An "if" about the listener's wishes or doubts offers something; it sets no condition ("if you're
 # looking for a lighter read, here are some options").
 IDLE_IF_RE = re.compile(
-    r"^\s*(?:you (?:need|have|want|would like|'d like|wish)|there(?:'s| is) anything|possible|so|not|any|that's|this is"
+    r"^\s*(?:you (?:need|have|want|would like|'d like|wish|plan|intend)|there(?:'s| is) anything|possible|so|not|any|that's|this is"
     r"|you can|(?:i|we) (?:can|may|could)"
-    r"|you(?:'re|’re| are) (?:considering|looking|interested|thinking|unsure|not sure|curious|open))\b",
+    r"|you(?:'re|’re| are) (?:considering|looking|interested|thinking|planning|unsure|not sure|curious|open))\b",
     re.I,
 )
 # The main clause of advice: a conditional sentence that only advises ("Once you have a draft, it's

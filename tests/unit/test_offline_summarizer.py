@@ -154,6 +154,8 @@ def test_provided_as_a_verb_or_adjective_and_advice_set_no_condition():
         "Once you have gathered this information, you can compare your proposed salary against the market data.",
         "Avoid the temptation to work outside these hours unless absolutely necessary.",
         "I rejected the offer on September 3, and I'm wondering if that was the right call.",
+        "If you decide to try it, make sure to use the trial to determine if it's worth the subscription.",
+        "This can be especially useful if you plan to discuss the book with your book club.",
     ]:
         facts = facts_of(conversation(("assistant", text)))
         assert not [k for k, (_, category) in facts.items() if category == "CONDITION"], text
@@ -165,6 +167,7 @@ def test_provided_as_a_verb_or_adjective_and_advice_set_no_condition():
         ("Once the item reaches our warehouse, the refund is issued.", "order_condition"),
         ("Once the item is back in the warehouse, you can expect the refund within 3 days.", "order_condition"),
         ("No refund unless the item is returned unused.", "refund_condition"),
+        ("If you decide to cancel, we refund half of the fee.", "cancellation_condition"),
     ]:
         facts = facts_of(conversation(("assistant", text)))
         assert facts[key] == (text.rstrip("."), "CONDITION"), (text, facts)
@@ -380,7 +383,7 @@ def test_narrative_says_who_wants_what_what_was_agreed_and_the_state_then_the_da
     assert "Current state: order status cancelled" in opener
     assert lines[0] == "[2024-03-01]"  # the statements, under the date they were made
     assert "- (0) user: Hi, my name is Maria Lopez. \u2026 I'd like to cancel order #1234, it hasn't shipped yet." in lines
-    assert out.model == "offline-salience-8" and len(out.prompt_hash) == 64
+    assert out.model == "offline-salience-9" and len(out.prompt_hash) == 64
     assert out.tokens_in > 0 and out.tokens_out > TOKENS.count(out.text)
 
 
