@@ -326,6 +326,23 @@ class _Spans:
         self._taken.append((start, end))
 
 
+def _skip_tutorial_lines(text: str, spans: _Spans) -> None:
+    """Mark an assistant's markdown lines (bullets, numbered steps, headings, bold, code) as read: no date or amount from them.
+
+    A tutorial's bullets lay out examples and plans ("Week 1: finish Act 1 by
+    March 3", "- Budget: $50/month"); read as facts they filled BEAM's memories
+    with bare dates and amounts (404 of the 1,037 date and amount facts read
+    from its chats). What the user stated, and an agent's plain sentences
+    ("Your refund of $42 is approved"), are read as before.
+    """
+    start = 0
+    for line in text.split("\n"):
+        end = start + len(line)
+        if MARKDOWN_RE.search(line):
+            spans.take(start, end)
+        start = end + 1
+
+
 def _is_question(sentence: str) -> bool:
     return sentence.rstrip().rstrip("\"')]").endswith("?")
 
@@ -647,6 +664,8 @@ def read_message(message: MessageRecord, book: FactBook, previous: str | None = 
     _extract_contacts(text, message.role, book, source, spans)
     _extract_ids(text, book, source, spans)
     _extract_items(text, book, source)
+    if message.role == "assistant":
+        _skip_tutorial_lines(text, spans)
     _extract_dates(text, sentences, book, source, spans)
     _extract_amounts(text, sentences, book, source, spans)
     if message.role in ("user", "assistant", "summary"):
