@@ -326,14 +326,19 @@ class _Spans:
         self._taken.append((start, end))
 
 
+# An assistant message longer than this (characters) is an explanation, not a reply that records something.
+TUTORIAL_CHARS = 1000
+
+
 def _skip_tutorial_lines(text: str, spans: _Spans) -> None:
-    """Mark an assistant's markdown lines (bullets, numbered steps, headings, bold, code) as read: no date or amount from them.
+    """Mark a long assistant answer's markdown lines (bullets, steps, headings, bold, code) as read: no date or amount from them.
 
     A tutorial's bullets lay out examples and plans ("Week 1: finish Act 1 by
     March 3", "- Budget: $50/month"); read as facts they filled BEAM's memories
     with bare dates and amounts (404 of the 1,037 date and amount facts read
-    from its chats). What the user stated, and an agent's plain sentences
-    ("Your refund of $42 is approved"), are read as before.
+    from its chats). Only answers over TUTORIAL_CHARS: an agent's short
+    structured reply ("- Total: $672.35\n- Delivery: March 3") records facts.
+    What the user stated, and plain sentences, are read as before.
     """
     start = 0
     for line in text.split("\n"):
@@ -664,7 +669,7 @@ def read_message(message: MessageRecord, book: FactBook, previous: str | None = 
     _extract_contacts(text, message.role, book, source, spans)
     _extract_ids(text, book, source, spans)
     _extract_items(text, book, source)
-    if message.role == "assistant":
+    if message.role == "assistant" and len(text) > TUTORIAL_CHARS:
         _skip_tutorial_lines(text, spans)
     _extract_dates(text, sentences, book, source, spans)
     _extract_amounts(text, sentences, book, source, spans)

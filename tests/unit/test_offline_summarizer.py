@@ -189,11 +189,13 @@ def test_an_assistants_tutorial_lines_give_no_date_or_amount_over_what_the_user_
     facts = facts_of(conversation(
         ("user", "My deadline is March 15. My budget is $60."),
         ("assistant", "Here is a plan:\n- Week 1: outline by March 3\n- **Budget**: $50 for software\n"
-                      "Your refund of $42 is approved and arrives on March 20."),
+                      "Your refund of $42 is approved and arrives on March 20.\n" + "A long explanation follows. " * 40),
     ))
     assert facts["deadline"][0] == "March 15" and facts["budget"][0] == "$60"  # not the bullets' examples
     assert facts["refund_amount"][0] == "$42"  # a plain sentence of an agent still counts
     assert "March 3" not in {v for v, _ in facts.values()} and "$50" not in {v for v, _ in facts.values()}
+    short = facts_of(conversation(("assistant", "Your order:\n- **Total**: $672.35\n- Delivery date: March 3")))
+    assert short["order_total"][0] == "$672.35" and short["delivery_date"][0] == "March 3"  # a short reply records them
 
 
 def test_the_topic_names_a_support_matter_not_a_word():
@@ -394,7 +396,7 @@ def test_narrative_says_who_wants_what_what_was_agreed_and_the_state_then_the_da
     assert "Current state: order status cancelled" in opener
     assert lines[0] == "[2024-03-01]"  # the statements, under the date they were made
     assert "- (0) user: Hi, my name is Maria Lopez. \u2026 I'd like to cancel order #1234, it hasn't shipped yet." in lines
-    assert out.model == "offline-salience-10" and len(out.prompt_hash) == 64
+    assert out.model == "offline-salience-11" and len(out.prompt_hash) == 64
     assert out.tokens_in > 0 and out.tokens_out > TOKENS.count(out.text)
 
 
