@@ -6,9 +6,9 @@ Order: [system prompt][memory system messages][recalled older messages]
 1. The system prompt, the memory messages and the current user message come
    first. The system prompt and the current message are never trimmed; the
    memory is trimmed only when it alone would not fit (:func:`fit_memory`:
-   the oldest facts, the last lines of a narrative or summary go first, each
-   memory message keeps its first line as long as any of it fits; with a
-   query, facts naming none of its words go before those naming it). With a
+   the last lines of a narrative or summary go first, then the oldest facts,
+   each memory message keeping its first line as long as any of it fits; with
+   a query, facts naming none of its words go before those naming it). With a
    query, a digest (every memory message but facts: a window summary, a
    narrative, topic summaries) takes at most ``1 - recall_share`` of the
    room, so a small budget is not all summary of recent turns while the

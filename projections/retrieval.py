@@ -83,7 +83,7 @@ USER_BOOST = 1.5
 # message that states a value: a number, a date, an id, an amount, an email address. Among a
 # question's candidates, a message holding a digit or an address weighs VALUE_BOOST times more,
 # so "I've opened ticket TCK-14886" outranks chit-chat sharing the question's words ("who has my
-# ticket?"). Measured 2026-11-26 (README, "Planted facts"): the asked fact in a 600-token
+# ticket?"). Measured 2026-11-26 (docs/quality.md, "Planted facts"): the asked fact in a 600-token
 # sliding_window context 68% -> 79% for digits, 89% -> 96% with addresses; BEAM the same.
 VALUE_BOOST = 1.6
 _VALUE = re.compile(r"\d|\w@\w")
