@@ -203,6 +203,8 @@ class SummaryInput:
     existing_summary: str | None = None
     existing_facts: tuple[Fact, ...] = ()
     window_start: int | None = None
+    # Sliding window only: facts stated before ``window_start`` stay (setting ``sliding_window.keep_facts``).
+    keep_facts: bool = False
     token_cap: int | None = None
     char_cap: int | None = None
     prompt_format: str = "default"  # "chunked" = seed 001's EXISTING_SUMMARY / NEW_TURNS input

@@ -67,6 +67,10 @@ class SlidingWindowSettings(_PolicySettings):
     rolling_window_size: int = Field(14, ge=2)
     summarize_after_seq: int = Field(5, ge=0)
     memory_model: str = "gpt-4.1-mini"
+    # Not in the seed: the memory's key facts (names, ids, amounts, dates, conditions, decisions)
+    # outlive the window, latest value per key; the narrative still keeps only the window.
+    # false = the seed exactly: everything said before the window leaves the memory.
+    keep_facts: bool = True
 
 
 class RollingSettings(_PolicySettings):

@@ -39,11 +39,15 @@ from .prompts import PROMPT_VERSION, message_text, prompt_hash, render_facts, to
 from .salience import Statement, rank, select, statements_from_text, statements_of
 
 # Bump when a rule changes what the summarizer outputs: it is part of prompt_hash, hence of the cache key.
-RULES_VERSION = "offline-salience-11"
-MODEL = "offline-salience-11"
+RULES_VERSION = "offline-salience-12"
+MODEL = "offline-salience-12"
 MAX_LINE_CHARS = 200
 DEFAULT_TOKEN_CAP = 500
 FACTS_SHARE = 0.25  # at most this share of a text summary goes to the key facts
+# A sliding window that keeps its facts (``keep_facts``): they are the memory of everything before the
+# window, so they get the larger share (planted facts in every context at 600 tokens, seed 11: share
+# 0.25 68%, 0.4 80%, 0.5 82%; BEAM unchanged within 0.2 points; docs/quality.md).
+KEPT_FACTS_SHARE = 0.5
 LINE_TOKENS = 6  # what "- (123) user: " and a joint cost around a statement, for the selection's estimate
 LINE_CHARS = 16
 
@@ -255,7 +259,8 @@ class OfflineSummarizer:
             text, facts = self._facts(request)
             tokens_out = self._tokens.count(text) + self._tokens.count(render_facts(facts))
         else:
-            text, facts = self._text(request), ()
+            text, carried = self._text(request)
+            facts = carried if request.keep_facts else ()
             tokens_out = self._tokens.count(text)
         return SummaryOutput(
             text=text, facts=facts, model=model, prompt_hash=phash, tokens_in=tokens_in, tokens_out=tokens_out
@@ -279,7 +284,15 @@ class OfflineSummarizer:
 
     # ----------------------------------------------------------------- one summary text (seeds 001-004)
 
-    def _text(self, request: SummaryInput) -> str:
+    def _text(self, request: SummaryInput) -> tuple[str, tuple[Fact, ...]]:
+        """Return the summary text and every fact it stands on (the text shows what its facts share holds).
+
+        A sliding window drops what only messages before ``window_start`` said,
+        facts too, unless the request keeps facts: then the earlier facts stay
+        (latest value per key), the text shows as many as :data:`KEPT_FACTS_SHARE`
+        holds, and all of them are returned, so the next version gets them as
+        ``existing_facts`` even when this text had no room for them.
+        """
         tokens = self._tokens
         parsed = _parse_summary(request.existing_summary, tokens)
         window = request.window_start
@@ -293,7 +306,7 @@ class OfflineSummarizer:
             earlier = statements_from_text(parsed.earlier, -1, "summary", None, tokens)
         for key, value, idx in parsed.facts:
             book.put(key, value, idx)
-        if window is not None:
+        if window is not None and not request.keep_facts:
             book.drop_before(window)
         seen = {m.index for m in messages}
         kept = [s for s in parsed.statements if (window is None or s.index >= window) and s.index not in seen]
@@ -308,7 +321,8 @@ class OfflineSummarizer:
         if tc is None and cc is None:
             tc = DEFAULT_TOKEN_CAP
         all_entries = book.entries()[-MAX_FACTS:]
-        entries = self._fit_facts(all_entries, tc, cc)
+        share = KEPT_FACTS_SHARE if request.keep_facts else FACTS_SHARE
+        entries = self._fit_facts(all_entries, tc, cc, share)
         story = _first_sentence(narrative(book, messages))
         head = _render_text(entries, story, None, [])
         lines_tc = None if tc is None else tc - tokens.count(head) - 2
@@ -329,7 +343,7 @@ class OfflineSummarizer:
             if not _fits(candidate, tokens, tc, cc):
                 break
             entries, text = wider, candidate
-        return text
+        return text, book.facts()
 
     def _fill(
         self, pool: list[Statement], tc: int | None, cc: int | None, rendered: Callable[[Sequence[Statement]], str]
@@ -358,8 +372,8 @@ class OfflineSummarizer:
             cc = more_c if cc is not None else None
         return chosen
 
-    def _fit_facts(self, entries: list[FactEntry], tc: int | None, cc: int | None) -> list[FactEntry]:
-        """Return the ``entries`` whose block fits :data:`FACTS_SHARE` of the caps, in their order.
+    def _fit_facts(self, entries: list[FactEntry], tc: int | None, cc: int | None, share: float) -> list[FactEntry]:
+        """Return the ``entries`` whose block fits ``share`` of the caps, in their order.
 
         Sentence-long values (a condition, a decision, a request: the
         statements carry them too) go first, oldest first, then the oldest
@@ -370,7 +384,7 @@ class OfflineSummarizer:
             gone = {id(e) for e in order[:k]}
             kept = [x for x in entries if id(x) not in gone]
             block = _render_text(kept, "", None, [])
-            if (tc is None or self._tokens.count(block) <= tc * FACTS_SHARE) and (cc is None or len(block) <= cc * FACTS_SHARE):
+            if (tc is None or self._tokens.count(block) <= tc * share) and (cc is None or len(block) <= cc * share):
                 return kept
         return []
 

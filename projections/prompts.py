@@ -72,6 +72,20 @@ Keep names, ids, amounts, dates, decisions and open questions that are still in 
 ## New messages:
 {conversation}"""
 
+# The same with ``sliding_window.keep_facts`` (the default): the narrative slides, the key facts stay.
+SLIDING_WINDOW_FACTS_TEMPLATE = """You maintain a memory of a conversation over a sliding window of messages.
+Combine the previous summary with the new messages into one updated summary.
+The window now starts at message {window_start}: drop the narrative of messages numbered below {window_start},
+but keep every key fact of the previous summary (names, ids, amounts, dates, conditions, decisions)
+under "Key facts:", replacing a value only when the new messages change it.
+Add the key facts of the new messages and keep the open questions that are still in the window.{limit}
+
+## Previous summary:
+{previous_summary}
+
+## New messages:
+{conversation}"""
+
 # --------------------------------------------------------------------------- seed 003: rolling
 
 ROLLING_TEMPLATE = """You summarize a conversation so it can continue without its older messages.
@@ -88,6 +102,7 @@ TEMPLATES: dict[str, str] = {
     "facts": FACTS_TEMPLATE,
     "chunked": CHUNKED_INPUT_TEMPLATE + "\n" + CHUNKED_INSTRUCTIONS,
     "sliding_window": SLIDING_WINDOW_TEMPLATE,
+    "sliding_window_facts": SLIDING_WINDOW_FACTS_TEMPLATE,
     "rolling": ROLLING_TEMPLATE,
 }
 
@@ -267,9 +282,14 @@ def render_window_prompt(
     window_start: int,
     token_cap: int | None = None,
     char_cap: int | None = None,
+    keep_facts: bool = False,
 ) -> str:
-    """Return seed 002's incremental prompt: previous summary + new numbered messages + drop before window start."""
-    return SLIDING_WINDOW_TEMPLATE.format(
+    """Return seed 002's incremental prompt: previous summary + new numbered messages + drop before window start.
+
+    With ``keep_facts`` the key facts from before the window are kept (only the narrative slides).
+    """
+    template = SLIDING_WINDOW_FACTS_TEMPLATE if keep_facts else SLIDING_WINDOW_TEMPLATE
+    return template.format(
         window_start=window_start,
         limit=_limit(token_cap, char_cap),
         previous_summary=previous_summary or NO_SUMMARY,
@@ -302,13 +322,13 @@ class Prompt:
 
 
 def template_for(request: SummaryInput) -> str:
-    """Return the template name a request renders with: facts, chunked, sliding_window or rolling."""
+    """Return the template name a request renders with: facts, chunked, sliding_window(_facts) or rolling."""
     if request.kind == "facts":
         return "facts"
     if request.prompt_format == "chunked":
         return "chunked"
     if request.window_start is not None:
-        return "sliding_window"
+        return "sliding_window_facts" if request.keep_facts else "sliding_window"
     return "rolling"
 
 
@@ -321,10 +341,11 @@ def render(request: SummaryInput) -> Prompt:
     elif template == "chunked":
         user = render_chunked_input(request.existing_summary, request.messages)
         system = CHUNKED_INSTRUCTIONS.format(token_cap=request.token_cap or 500)
-    elif template == "sliding_window":
+    elif template in ("sliding_window", "sliding_window_facts"):
         assert request.window_start is not None
         user = render_window_prompt(
-            request.existing_summary, request.messages, request.window_start, request.token_cap, request.char_cap
+            request.existing_summary, request.messages, request.window_start, request.token_cap, request.char_cap,
+            keep_facts=request.keep_facts,
         )
         system = ""
     else:

@@ -74,8 +74,15 @@ def _plain(value: Any) -> Any:
 
 
 def summary_input_content(request: SummaryInput) -> Any:
-    """Return every field of ``request`` as canonical, JSON-able data (the content part of the key)."""
-    return _plain(request)
+    """Return every field of ``request`` as canonical, JSON-able data (the content part of the key).
+
+    ``keep_facts`` is left out when false, so the keys of requests from before
+    the field (and of every policy but the sliding window) stay what they were.
+    """
+    content = _plain(request)
+    if not request.keep_facts:
+        del content["keep_facts"]
+    return content
 
 
 def cache_key(summarizer: str, model: str, prompt_hash: str, request: SummaryInput) -> str:

@@ -61,9 +61,10 @@ def build_input(request: SummaryRequested, messages: MessageSource, summaries: S
         prompt_format = "chunked"
         prompt_id = settings.chunked.prompt_id
         prompt_version = settings.chunked.prompt_version
+    keep_facts = p.window_start is not None and p.policy == "sliding_window" and settings.sliding_window.keep_facts
     return SummaryInput(
         policy=p.policy, kind=p.kind, messages=tuple(msgs), existing_summary=base_text, existing_facts=base_facts,
-        window_start=p.window_start, token_cap=p.token_cap, char_cap=p.char_cap, prompt_format=prompt_format,
+        window_start=p.window_start, keep_facts=keep_facts, token_cap=p.token_cap, char_cap=p.char_cap, prompt_format=prompt_format,
         model=policy_model(settings, p.policy), prompt_id=prompt_id, prompt_version=prompt_version,
     )
 

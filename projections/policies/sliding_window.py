@@ -9,7 +9,10 @@ rolling_window_size + 1)`` rounded up to even, then moved past any tool group
 it would cut. Each memory names the latest *completed* memory at request time
 as its base (the version chain) and feeds the summarizer only the messages
 after the base (``inputs = [base.end + 1, end]``), with ``window_start`` so
-the summarizer drops what fell out of the window. Round ends that come while
+the summarizer drops what fell out of the window: the narrative, and with
+``keep_facts = false`` the facts too; by default (not in the seed) the key
+facts stay, latest value per key, carried from version to version as the
+summary's structured facts. Round ends that come while
 a memory is processing ask for nothing; when it completes (or fails) and two
 or more rounds ended meanwhile, one request catches up with them at once.
 

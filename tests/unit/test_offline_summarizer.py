@@ -396,7 +396,7 @@ def test_narrative_says_who_wants_what_what_was_agreed_and_the_state_then_the_da
     assert "Current state: order status cancelled" in opener
     assert lines[0] == "[2024-03-01]"  # the statements, under the date they were made
     assert "- (0) user: Hi, my name is Maria Lopez. \u2026 I'd like to cancel order #1234, it hasn't shipped yet." in lines
-    assert out.model == "offline-salience-11" and len(out.prompt_hash) == 64
+    assert out.model == "offline-salience-12" and len(out.prompt_hash) == 64
     assert out.tokens_in > 0 and out.tokens_out > TOKENS.count(out.text)
 
 
@@ -421,6 +421,32 @@ def test_sliding_window_drops_content_before_window_start():
     assert "- (0)" not in out and "- (1)" not in out and "- (2) user:" in out
     assert "customer_name" not in out  # only mentioned before the window
     assert "- email: maria.lopez@example.com (msg 2)" in out and "- (5) assistant:" in out
+
+
+def test_a_sliding_window_that_keeps_facts_drops_the_narrative_before_the_window_but_not_its_facts():
+    first = SUMMARIZER.summarize(SummaryInput(
+        policy="sliding_window", kind="text", messages=REFUND_CHAT[:4], window_start=0, keep_facts=True,
+    ))
+    assert as_dict(first.facts)["customer_name"][0] == "Maria Lopez"  # returned whole, for the next version
+    out = SUMMARIZER.summarize(SummaryInput(
+        policy="sliding_window", kind="text", messages=REFUND_CHAT[4:], existing_summary=first.text,
+        existing_facts=first.facts, window_start=2, keep_facts=True,
+    ))
+    assert "- customer_name: Maria Lopez (msg 0)" in out.text and "- order_id: #1234" in out.text
+    assert "- (0)" not in out.text and "- (1)" not in out.text and "- (5) assistant:" in out.text
+    assert {"customer_name", "order_id", "email"} <= set(as_dict(out.facts))
+
+
+def test_a_fact_the_text_had_no_room_for_comes_back_from_the_structured_facts():
+    first = SUMMARIZER.summarize(SummaryInput(
+        policy="sliding_window", kind="text", messages=REFUND_CHAT[:4], window_start=0, keep_facts=True,
+    ))
+    # A version whose text names no fact at all (a model's free-form summary, say) loses none.
+    out = SUMMARIZER.summarize(SummaryInput(
+        policy="sliding_window", kind="text", messages=REFUND_CHAT[4:], existing_summary="The order was discussed.",
+        existing_facts=first.facts, window_start=4, keep_facts=True,
+    ))
+    assert "- customer_name: Maria Lopez" in out.text and "- email: maria.lopez@example.com" in out.text
 
 
 def test_an_unstructured_previous_summary_is_kept_and_mined():

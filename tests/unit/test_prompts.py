@@ -134,6 +134,16 @@ def test_window_prompt_numbers_messages_and_says_to_drop_before_window_start():
     assert "2000 characters" in text
 
 
+def test_a_window_prompt_that_keeps_facts_says_so():
+    msgs = conversation(("user", "new question"), ("assistant", "new answer"), start=14)
+    text = render_window_prompt("old memory", msgs, window_start=2, keep_facts=True)
+    assert "drop the narrative of messages numbered below 2" in text
+    assert "keep every key fact of the previous summary" in text and "[14][user]: new question" in text
+    kept = render(SummaryInput(policy="sliding_window", kind="text", messages=msgs, window_start=2, keep_facts=True))
+    plain = render(SummaryInput(policy="sliding_window", kind="text", messages=msgs, window_start=2))
+    assert (kept.template, plain.template) == ("sliding_window_facts", "sliding_window") and kept.hash != plain.hash
+
+
 def test_render_picks_the_template_from_the_request():
     msgs = conversation(("user", "hello"))
     facts = render(SummaryInput(policy="hierarchical", kind="facts", messages=msgs))
