@@ -39,8 +39,8 @@ from .prompts import PROMPT_VERSION, message_text, prompt_hash, render_facts, to
 from .salience import Statement, rank, select, statements_from_text, statements_of
 
 # Bump when a rule changes what the summarizer outputs: it is part of prompt_hash, hence of the cache key.
-RULES_VERSION = "offline-salience-12"
-MODEL = "offline-salience-12"
+RULES_VERSION = "offline-salience-13"
+MODEL = "offline-salience-13"
 MAX_LINE_CHARS = 200
 DEFAULT_TOKEN_CAP = 500
 FACTS_SHARE = 0.25  # at most this share of a text summary goes to the key facts
@@ -48,6 +48,11 @@ FACTS_SHARE = 0.25  # at most this share of a text summary goes to the key facts
 # window, so they get the larger share (planted facts in every context at 600 tokens, seed 11: share
 # 0.25 68%, 0.4 80%, 0.5 82%; BEAM unchanged within 0.2 points; docs/quality.md).
 KEPT_FACTS_SHARE = 0.5
+# Text summaries of one chain, each version built on the one before, return their facts as structured
+# facts, so the next version gets them all back (``existing_facts``), not only those its text had room
+# for. Not topics (a summary per topic: the facts projection keeps one set per policy and conversation);
+# a sliding window only when it keeps its facts (``SummaryInput.keep_facts``).
+CARRYING_POLICIES = frozenset({"rolling", "chunked"})
 LINE_TOKENS = 6  # what "- (123) user: " and a joint cost around a statement, for the selection's estimate
 LINE_CHARS = 16
 
@@ -260,7 +265,7 @@ class OfflineSummarizer:
             tokens_out = self._tokens.count(text) + self._tokens.count(render_facts(facts))
         else:
             text, carried = self._text(request)
-            facts = carried if request.keep_facts else ()
+            facts = carried if request.keep_facts or request.policy in CARRYING_POLICIES else ()
             tokens_out = self._tokens.count(text)
         return SummaryOutput(
             text=text, facts=facts, model=model, prompt_hash=phash, tokens_in=tokens_in, tokens_out=tokens_out
@@ -289,8 +294,9 @@ class OfflineSummarizer:
 
         A sliding window drops what only messages before ``window_start`` said,
         facts too, unless the request keeps facts: then the earlier facts stay
-        (latest value per key), the text shows as many as :data:`KEPT_FACTS_SHARE`
-        holds, and all of them are returned, so the next version gets them as
+        (latest value per key) and the text shows as many as :data:`KEPT_FACTS_SHARE`
+        holds. :meth:`summarize` returns the facts of those and of
+        :data:`CARRYING_POLICIES`, so the next version gets them as
         ``existing_facts`` even when this text had no room for them.
         """
         tokens = self._tokens
