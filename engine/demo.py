@@ -100,16 +100,21 @@ def run_demo(data_dir: Path, *, budget: int = 600, config: str | None = None) ->
         history = engine.history(DEMO_CONVERSATION, tenant_id=DEMO_TENANT)
         baseline = take_last(history, budget, settings.system_prompt, engine.counter.count)
         console.print(f"plain takeLast at the same budget keeps the last {len(baseline)} of {len(history)} messages.")
+        default = type(settings).model_fields["policy"].default
+        window = engine.context(DEMO_CONVERSATION, budget=budget, tenant_id=DEMO_TENANT, policy=default)
         table = Table(title="early facts: in the context or lost?")
         table.add_column("fact")
         table.add_column("latest value")
         table.add_column("memfold (hierarchical)")
+        table.add_column(f"memfold ({default}, the default)")
         table.add_column("takeLast")
         for key, value in facts:
-            ours, theirs = _present(value, context), _present(value, baseline)
-            table.add_row(key, value, "[green]kept[/]" if ours else "[red]missing[/]",
-                          "[green]kept[/]" if theirs else "[red]lost[/]")
+            cells = [_present(value, msgs) for msgs in (context, window, baseline)]
+            table.add_row(key, value, *("[green]kept[/]" if kept else "[red]lost[/]" for kept in cells))
         console.print(table)
+        console.print(f"kept: hierarchical {sum(_present(v, context) for _, v in facts)}/{len(facts)}, "
+                      f"{default} {sum(_present(v, window) for _, v in facts)}/{len(facts)}, "
+                      f"takeLast {sum(_present(v, baseline) for _, v in facts)}/{len(facts)}")
 
         console.print(Rule("4. analytics: plain SQL over the projections"))
         cols, rows = engine.sql(
@@ -121,10 +126,11 @@ def run_demo(data_dir: Path, *, budget: int = 600, config: str | None = None) ->
         )
         print_table(cols, rows, title="summaries per policy")
         cols, rows = engine.sql(
-            "SELECT category, count(*) AS facts, count(DISTINCT conversation_id) AS conversations, "
-            "count(*) FILTER (WHERE retired_by IS NOT NULL) AS retired FROM facts GROUP BY category ORDER BY facts DESC"
+            "SELECT policy, count(*) AS facts, count(*) FILTER (WHERE retired_by IS NULL) AS current, "
+            "count(*) FILTER (WHERE superseded_by IS NOT NULL) AS superseded, "
+            "count(DISTINCT conversation_id) AS conversations FROM facts GROUP BY policy ORDER BY policy"
         )
-        print_table(cols, rows, title="structured facts by category (hierarchical)")
+        print_table(cols, rows, title="structured facts per policy, with their lineage (table facts)")
     console.print(Rule())
     console.print(f"done in {time.perf_counter() - started:.1f}s. Try:\n"
                   f"  memfold --data-dir {data_dir} context {DEMO_CONVERSATION} --tenant {DEMO_TENANT} --budget 800 --json\n"

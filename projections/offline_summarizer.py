@@ -39,8 +39,8 @@ from .prompts import PROMPT_VERSION, message_text, prompt_hash, render_facts, to
 from .salience import Statement, rank, select, statements_from_text, statements_of
 
 # Bump when a rule changes what the summarizer outputs: it is part of prompt_hash, hence of the cache key.
-RULES_VERSION = "offline-salience-13"
-MODEL = "offline-salience-13"
+RULES_VERSION = "offline-salience-14"
+MODEL = "offline-salience-14"
 MAX_LINE_CHARS = 200
 DEFAULT_TOKEN_CAP = 500
 FACTS_SHARE = 0.25  # at most this share of a text summary goes to the key facts
@@ -318,7 +318,10 @@ class OfflineSummarizer:
         kept = [s for s in parsed.statements if (window is None or s.index >= window) and s.index not in seen]
         names = tool_names(messages)
         previous: str | None = None
-        for m in messages:
+        # Facts come from every input message when they are kept (a catch-up's inputs start after its
+        # base, before the window: an import's first memory covers 0-5, the next the last window); the
+        # narrative only from the window.
+        for m in request.messages if request.keep_facts else messages:
             read_message(m, book, previous)
             if m.role in ("user", "assistant") and m.content.strip():
                 previous = m.content.strip()

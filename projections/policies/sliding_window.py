@@ -349,7 +349,14 @@ class SlidingWindowPolicy:
             return []
         start, end = window_range(end, settings.rolling_window_size, state.tool_spans)
         base = latest_completed(state)
-        inputs = (max(base.end_sequence + 1, start), end) if base else (start, end)
+        # Seed 002 feeds every message after the base; a memory that keeps no facts needs none before the
+        # window (a catch-up after an import would feed the whole conversation for nothing).
+        if base is None:
+            inputs = (start, end)
+        elif settings.keep_facts:
+            inputs = (base.end_sequence + 1, end)
+        else:
+            inputs = (max(base.end_sequence + 1, start), end)
         return [
             make_request(
                 ctx,

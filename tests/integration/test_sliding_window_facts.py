@@ -32,18 +32,19 @@ SMALL_TALK = [
 def _chat(turns: int) -> list[dict]:
     lines = OPENING + [SMALL_TALK[i % len(SMALL_TALK)] for i in range(turns)]
     lines = [(role, text if i < len(OPENING) else f"{text} ({i})") for i, (role, text) in enumerate(lines)]
+    lines[30] = ("user", "By the way, my new phone number is +1 503-555-0199.")  # mid-chat: in no window read last
     return [{"conversation_id": "c1", "role": role, "content": text} for role, text in lines]
 
 
-def _run(tmp_path, keep_facts: bool) -> tuple[str, MemoryEngine]:
+def _run(tmp_path, keep_facts: bool, step: int = 10) -> tuple[str, MemoryEngine]:
     settings = Settings.load(
         None, data_dir=tmp_path, policies=("sliding_window",), policy="sliding_window",
         sliding_window={"keep_facts": keep_facts},
     )
     engine = MemoryEngine(settings)
     chat = _chat(70)
-    for start in range(0, len(chat), 10):
-        engine.append_many(chat[start : start + 10])
+    for start in range(0, len(chat), step):
+        engine.append_many(chat[start : start + step])
         engine.wait_idle(timeout=120)
     engine.append_message("c1", "user", "Thanks, anything else I should do?")
     engine.wait_idle(timeout=120)
@@ -56,7 +57,7 @@ def test_early_facts_stay_in_the_memory_long_after_the_window_left_them(tmp_path
     with engine:
         done = [r for r in engine.summaries("c1", policy="sliding_window") if r["status"] == "completed"]
         assert len(done) >= 4 and min(r["window_start"] for r in done[-2:]) > 40  # the window left msg 0-3 far behind
-        for value in ("Dana Whitfield", "ORD-58213", "dana.whitfield@example.net", "$412.50"):
+        for value in ("Dana Whitfield", "ORD-58213", "dana.whitfield@example.net", "$412.50", "+1 503-555-0199"):
             assert value in memory, f"{value} is not in the memory:\n{memory}"
         assert "(0) user" not in memory  # the narrative still slides: only the facts stay
         # The facts projection holds them as current, learned by an early version and carried since.
@@ -67,6 +68,17 @@ def test_early_facts_stay_in_the_memory_long_after_the_window_left_them(tmp_path
         before = engine.store.dump()
         engine.rebuild()
         assert engine.store.dump() == before
+
+
+def test_an_import_reads_the_facts_of_the_turns_its_catch_up_skips_over(tmp_path):
+    # One batch: memory 1 covers messages 0-5, the catch-up the last window; the turns between are
+    # read for facts (seed 002 feeds every message after the base), not told in the narrative.
+    memory, engine = _run(tmp_path / "import", keep_facts=True, step=1000)
+    with engine:
+        done = [r for r in engine.summaries("c1", policy="sliding_window") if r["status"] == "completed"]
+        assert len(done) == 2 and done[-1]["input_from"] == done[0]["covers_to"] + 1
+        for value in ("Dana Whitfield", "ORD-58213", "dana.whitfield@example.net", "$412.50", "+1 503-555-0199"):
+            assert value in memory
 
 
 def test_the_seed_behaviour_forgets_them(tmp_path):

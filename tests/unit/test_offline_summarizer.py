@@ -396,7 +396,7 @@ def test_narrative_says_who_wants_what_what_was_agreed_and_the_state_then_the_da
     assert "Current state: order status cancelled" in opener
     assert lines[0] == "[2024-03-01]"  # the statements, under the date they were made
     assert "- (0) user: Hi, my name is Maria Lopez. \u2026 I'd like to cancel order #1234, it hasn't shipped yet." in lines
-    assert out.model == "offline-salience-13" and len(out.prompt_hash) == 64
+    assert out.model == "offline-salience-14" and len(out.prompt_hash) == 64
     assert out.tokens_in > 0 and out.tokens_out > TOKENS.count(out.text)
 
 
@@ -435,6 +435,19 @@ def test_a_sliding_window_that_keeps_facts_drops_the_narrative_before_the_window
     assert "- customer_name: Maria Lopez (msg 0)" in out.text and "- order_id: #1234" in out.text
     assert "- (0)" not in out.text and "- (1)" not in out.text and "- (5) assistant:" in out.text
     assert {"customer_name", "order_id", "email"} <= set(as_dict(out.facts))
+
+
+def test_a_catch_up_reads_the_facts_of_its_backlog_but_tells_only_the_window():
+    # After an import, a memory of 0-1 is followed by one over the last window, fed every message since.
+    first = SUMMARIZER.summarize(SummaryInput(
+        policy="sliding_window", kind="text", messages=REFUND_CHAT[:2], window_start=0, keep_facts=True,
+    ))
+    out = SUMMARIZER.summarize(SummaryInput(
+        policy="sliding_window", kind="text", messages=REFUND_CHAT[2:], existing_summary=first.text,
+        existing_facts=first.facts, window_start=4, keep_facts=True,
+    ))
+    assert "- email: maria.lopez@example.com (msg 2)" in out.text  # stated in the backlog, before the window
+    assert "- (2)" not in out.text and "- (3)" not in out.text and "- (5) assistant:" in out.text
 
 
 def test_a_fact_the_text_had_no_room_for_comes_back_from_the_structured_facts():

@@ -233,11 +233,22 @@ def test_a_completed_memory_with_a_backlog_beyond_the_window_asks_again_at_once(
     [r2] = d.produce(r1, "M1")  # no new message needed
     assert covers(r2) == (386, 399) and r2.payload.window_start == 386
     assert r2.payload.base_summary_id == fold.summary_id_for(r1.payload.request_id)
-    assert (r2.payload.input_from, r2.payload.input_to) == (386, 399)  # one window of input, not the backlog
+    # Seed 002's input: every message after the base, so the facts of the backlog are read (keep_facts);
+    # the narrative is the window's.
+    assert (r2.payload.input_from, r2.payload.input_to) == (6, 399)
     assert d.produce(r2, "M2") == []  # caught up
     p = d.plan()
     assert p.memory[0].content == "[Previous context: M2]" and p.verbatim_from == 400
     assert [r["base_ordinal"] for r in sw.memory_rows(d.state)] == [None, 1]
+
+
+def test_a_memory_that_keeps_no_facts_is_fed_only_the_window_after_a_backlog():
+    d = Driver(make_ctx(keep_facts=False))
+    for m in alternating(400):
+        d.feed(m)
+    [r1] = d.requests
+    [r2] = d.produce(r1, "M1")
+    assert covers(r2) == (386, 399) and (r2.payload.input_from, r2.payload.input_to) == (386, 399)
 
 
 def test_a_failed_memory_with_a_backlog_asks_for_the_latest_window_without_a_base():
