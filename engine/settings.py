@@ -134,6 +134,9 @@ class SummarizerSettings(BaseModel):
     # The summarizer pool: calls in flight at once, and requests that may wait before the fold is held back.
     concurrency: int = Field(4, ge=1, le=256)
     max_pending: int = Field(10_000, ge=1)
+    # A prompt over this many tokens (tiktoken) drops its oldest input messages until it fits (an import's
+    # first catch-up, or hierarchical's whole history, can be longer than the model's context window).
+    max_input_tokens: int = Field(100_000, ge=1)
 
 
 class EmbedderSettings(BaseModel):

@@ -10,6 +10,7 @@ prompt id → the Responses API with seed 001's exact input. Retries are ours
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -169,10 +170,35 @@ class OpenAISummarizer:
         """
         if self.uses_responses_api(request):
             return self._responses(request)
-        prompt = render(request)
+        prompt = self._fitting(request)
         if request.kind == "facts":
             return self._facts(request, prompt)
         return self._text(request, prompt)
+
+    def _fitting(self, request: SummaryInput) -> Prompt:
+        """Render ``request``, leaving out its oldest input messages while the prompt is over ``max_input_tokens``.
+
+        The newest input message always stays: a prompt over the limit with it
+        alone raises :class:`SummarizerError` (the summary fails; the
+        memory in force stays). The base summary and facts, which stand for
+        what came before, are always sent.
+        """
+        limit = self.settings.max_input_tokens
+        prompt = render(request)
+        if self._tokens.count(prompt.system + prompt.user) <= limit:
+            return prompt
+        lo, hi = 1, len(request.messages) - 1  # messages to leave out: find the fewest that fit
+        best: Prompt | None = None
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            shorter = render(dataclasses.replace(request, messages=request.messages[mid:]))
+            if self._tokens.count(shorter.system + shorter.user) <= limit:
+                best, hi = shorter, mid - 1
+            else:
+                lo = mid + 1
+        if best is None:
+            raise SummarizerError(f"the prompt is over max_input_tokens ({limit}) even with only its newest message")
+        return best
 
     def _facts(self, request: SummaryInput, prompt: Prompt) -> SummaryOutput:
         model = request.model or self.settings.model

@@ -91,6 +91,29 @@ def test_facts_path_sends_a_strict_json_schema_and_parses_facts(openai_server):
     assert "[user]: I'd like to cancel order #1234\n[assistant]: I can help with that." in user
 
 
+def test_a_prompt_over_max_input_tokens_leaves_out_its_oldest_messages(openai_server):
+    # An import's first sliding-window catch-up is fed every message since memory 1: far more than a model takes.
+    long_chat = conversation(*[("user" if i % 2 == 0 else "assistant", f"turn {i}: " + "lorem ipsum " * 40)
+                               for i in range(200)], start=6)
+    request = SummaryInput(policy="sliding_window", kind="text", messages=long_chat, existing_summary="Key facts:\n- x: 1",
+                           window_start=192, keep_facts=True)
+    out = make(openai_server, max_input_tokens=3_000).summarize(request)
+    assert out.text
+    user = openai_server.requests[-1].body["messages"][-1]["content"]
+    from memfold.engine.tokens import counter
+
+    assert counter().count(user) <= 3_000 and "## Previous summary:\nKey facts:\n- x: 1" in user
+    assert "[205][assistant]: turn 199" in user and "[6][user]: turn 0:" not in user  # newest kept, oldest left out
+    assert "keep every key fact of the previous summary" in user
+
+
+def test_a_single_message_over_max_input_tokens_fails_the_summary_plainly(openai_server):
+    huge = conversation(("user", "word " * 5_000))
+    with pytest.raises(SummarizerError, match="max_input_tokens"):
+        make(openai_server, max_input_tokens=1_000).summarize(SummaryInput(policy="rolling", kind="text", messages=huge))
+    assert openai_server.requests == []  # nothing sent
+
+
 def test_usage_from_the_server_is_recorded(openai_server):
     openai_server.script(model_says('{"facts": [], "narrative": "' + "n" * 400 + '"}'))
     out = make(openai_server).summarize(facts_request())
