@@ -442,11 +442,11 @@ def _owner_key(text: str, pos: int, role: str, own: str, other: str, value: str,
     return own if re.search(r"\byour\b", text[max(0, pos - 40) : pos], re.I) else other
 
 
-def _extract_contacts(text: str, role: str, book: FactBook, source: int | None, spans: _Spans) -> None:
-    for m in EMAIL_RE.finditer(text):
+def _extract_contacts(text: str, role: str, book: FactBook, source: int | None, spans: _Spans, digits: bool = True) -> None:
+    for m in EMAIL_RE.finditer(text) if "@" in text else ():
         spans.take(m.start(), m.end())
         book.put(_owner_key(text, m.start(), role, "email", "contact_email", m.group(0), book), m.group(0), source)
-    for m in PHONE_RE.finditer(text):
+    for m in PHONE_RE.finditer(text) if digits else ():
         digits = re.sub(r"\D", "", m.group(0))
         if not 7 <= len(digits) <= 15 or not spans.free(m.start(), m.end()):
             continue
@@ -652,6 +652,9 @@ def _retract(text: str, role: str, book: FactBook) -> None:
                 book.retract("order_id" if stem == "order" else stem)
 
 
+_DIGIT = re.compile(r"\d")
+
+
 def read_message(message: MessageRecord, book: FactBook, previous: str | None = None) -> None:
     """Fold one message's facts into ``book``: retractions first, then every extractor, latest wins.
 
@@ -666,13 +669,17 @@ def read_message(message: MessageRecord, book: FactBook, previous: str | None = 
     _retract(text, message.role, book)
     sentences = sentence_spans(text)
     spans = _Spans()
-    _extract_contacts(text, message.role, book, source, spans)
-    _extract_ids(text, book, source, spans)
-    _extract_items(text, book, source)
+    # Every id, item, date, amount and phone pattern needs a digit: most chat lines have none.
+    digits = _DIGIT.search(text) is not None
+    _extract_contacts(text, message.role, book, source, spans, digits)
+    if digits:
+        _extract_ids(text, book, source, spans)
+        _extract_items(text, book, source)
     if message.role == "assistant" and len(text) > TUTORIAL_CHARS:
         _skip_tutorial_lines(text, spans)
-    _extract_dates(text, sentences, book, source, spans)
-    _extract_amounts(text, sentences, book, source, spans)
+    if digits:
+        _extract_dates(text, sentences, book, source, spans)
+        _extract_amounts(text, sentences, book, source, spans)
     if message.role in ("user", "assistant", "summary"):
         _extract_sentence_facts(text, sentences, message.role, book, source, previous)
     if message.role == "user":
