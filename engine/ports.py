@@ -203,7 +203,8 @@ class SummaryInput:
     existing_summary: str | None = None
     existing_facts: tuple[Fact, ...] = ()
     window_start: int | None = None
-    # Sliding window only: facts stated before ``window_start`` stay (setting ``sliding_window.keep_facts``).
+    # Sliding window only (setting ``sliding_window.keep_facts``): facts stated before ``window_start`` stay,
+    # read from every input message, and the summary returns them as its structured facts.
     keep_facts: bool = False
     token_cap: int | None = None
     char_cap: int | None = None

@@ -442,11 +442,11 @@ def _owner_key(text: str, pos: int, role: str, own: str, other: str, value: str,
     return own if re.search(r"\byour\b", text[max(0, pos - 40) : pos], re.I) else other
 
 
-def _extract_contacts(text: str, role: str, book: FactBook, source: int | None, spans: _Spans, digits: bool = True) -> None:
+def _extract_contacts(text: str, role: str, book: FactBook, source: int | None, spans: _Spans, has_digit: bool = True) -> None:
     for m in EMAIL_RE.finditer(text) if "@" in text else ():
         spans.take(m.start(), m.end())
         book.put(_owner_key(text, m.start(), role, "email", "contact_email", m.group(0), book), m.group(0), source)
-    for m in PHONE_RE.finditer(text) if digits else ():
+    for m in PHONE_RE.finditer(text) if has_digit else ():
         digits = re.sub(r"\D", "", m.group(0))
         if not 7 <= len(digits) <= 15 or not spans.free(m.start(), m.end()):
             continue
@@ -670,14 +670,14 @@ def read_message(message: MessageRecord, book: FactBook, previous: str | None = 
     sentences = sentence_spans(text)
     spans = _Spans()
     # Every id, item, date, amount and phone pattern needs a digit: most chat lines have none.
-    digits = _DIGIT.search(text) is not None
-    _extract_contacts(text, message.role, book, source, spans, digits)
-    if digits:
+    has_digit = _DIGIT.search(text) is not None
+    _extract_contacts(text, message.role, book, source, spans, has_digit)
+    if has_digit:
         _extract_ids(text, book, source, spans)
         _extract_items(text, book, source)
     if message.role == "assistant" and len(text) > TUTORIAL_CHARS:
         _skip_tutorial_lines(text, spans)
-    if digits:
+    if has_digit:
         _extract_dates(text, sentences, book, source, spans)
         _extract_amounts(text, sentences, book, source, spans)
     if message.role in ("user", "assistant", "summary"):
