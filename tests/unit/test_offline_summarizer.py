@@ -396,7 +396,7 @@ def test_narrative_says_who_wants_what_what_was_agreed_and_the_state_then_the_da
     assert "Current state: order status cancelled" in opener
     assert lines[0] == "[2024-03-01]"  # the statements, under the date they were made
     assert "- (0) user: Hi, my name is Maria Lopez. \u2026 I'd like to cancel order #1234, it hasn't shipped yet." in lines
-    assert out.model == "offline-salience-14" and len(out.prompt_hash) == 64
+    assert out.model == "offline-salience-15" and len(out.prompt_hash) == 64
     assert out.tokens_in > 0 and out.tokens_out > TOKENS.count(out.text)
 
 
@@ -448,6 +448,24 @@ def test_a_catch_up_reads_the_facts_of_its_backlog_but_tells_only_the_window():
     ))
     assert "- email: maria.lopez@example.com (msg 2)" in out.text  # stated in the backlog, before the window
     assert "- (2)" not in out.text and "- (3)" not in out.text and "- (5) assistant:" in out.text
+
+
+def test_kept_facts_let_a_repeated_value_and_the_topic_go_before_an_agreed_decision():
+    from memfold.projections.fact_extraction import FactEntry
+    from memfold.projections.offline_summarizer import OfflineSummarizer
+
+    entries = [
+        FactEntry("customer_name", "Maria Lopez", "ENTITY", 0),
+        FactEntry("topic", "refund request", "GENERAL", 1),
+        FactEntry("firmware_version", "v4.2.10", "ENTITY", 2),
+        FactEntry("refund_decision", "we agreed to refund the original delivery charge as well, given the delay", "DECISION", 3),
+        FactEntry("version", "v4.2.10", "ENTITY", 4),
+        FactEntry("ticket_id", "TCK-54741", "ENTITY", 5),
+    ]
+    kept = [e.key for e in OfflineSummarizer._drop_order(entries, kept=True)]
+    assert kept == ["version", "topic", "refund_decision", "customer_name", "firmware_version", "ticket_id"]
+    plain = [e.key for e in OfflineSummarizer._drop_order(entries)]  # other text summaries: sentences first
+    assert plain == ["refund_decision", "customer_name", "topic", "firmware_version", "version", "ticket_id"]
 
 
 def test_a_fact_the_text_had_no_room_for_comes_back_from_the_structured_facts():
