@@ -388,7 +388,8 @@ class OfflineSummarizer:
 
         Sentence-long values (a condition, a decision, a request: the
         statements carry them too) go first, oldest first, then the oldest
-        short ones (ids, amounts, dates, contacts, names).
+        short ones (ids, amounts, dates, contacts, names); ``kept`` facts go
+        in :meth:`_drop_order`'s other order.
         """
         order = self._drop_order(entries, kept)
         for k in range(len(order) + 1):
