@@ -108,13 +108,12 @@ def run_demo(data_dir: Path, *, budget: int = 600, config: str | None = None) ->
         table.add_column("memfold (hierarchical)")
         table.add_column(f"memfold ({default}, the default)")
         table.add_column("takeLast")
-        for key, value in facts:
-            cells = [_present(value, msgs) for msgs in (context, window, baseline)]
-            table.add_row(key, value, *("[green]kept[/]" if kept else "[red]lost[/]" for kept in cells))
+        kept = [[_present(value, msgs) for msgs in (context, window, baseline)] for _, value in facts]
+        for (key, value), cells in zip(facts, kept):
+            table.add_row(key, value, *("[green]kept[/]" if k else "[red]lost[/]" for k in cells))
         console.print(table)
-        console.print(f"kept: hierarchical {sum(_present(v, context) for _, v in facts)}/{len(facts)}, "
-                      f"{default} {sum(_present(v, window) for _, v in facts)}/{len(facts)}, "
-                      f"takeLast {sum(_present(v, baseline) for _, v in facts)}/{len(facts)}")
+        hier, ours, last = (sum(column) for column in zip(*kept)) if kept else (0, 0, 0)
+        console.print(f"kept: hierarchical {hier}/{len(facts)}, {default} {ours}/{len(facts)}, takeLast {last}/{len(facts)}")
 
         console.print(Rule("4. analytics: plain SQL over the projections"))
         cols, rows = engine.sql(

@@ -60,43 +60,31 @@ Answer with the updated summary text only."""
 
 # --------------------------------------------------------------------------- seed 002: sliding window
 
-SLIDING_WINDOW_TEMPLATE = """You maintain a memory of a conversation over a sliding window of messages.
-Combine the previous summary with the new messages into one updated summary.
-The window now starts at message {window_start}: drop content before window start
-(anything that only came from messages numbered below {window_start}).
-Keep names, ids, amounts, dates, decisions and open questions that are still in the window.{limit}
+# The incremental templates (sliding window, rolling) share their second line and their inputs.
+_COMBINE = "Combine the previous summary with the new messages into one updated summary.\n"
+_PREVIOUS_AND_NEW = """
 
 ## Previous summary:
 {previous_summary}
 
 ## New messages:
 {conversation}"""
+_WINDOW = "You maintain a memory of a conversation over a sliding window of messages.\n" + _COMBINE
+
+SLIDING_WINDOW_TEMPLATE = _WINDOW + """The window now starts at message {window_start}: drop content before window start
+(anything that only came from messages numbered below {window_start}).
+Keep names, ids, amounts, dates, decisions and open questions that are still in the window.{limit}""" + _PREVIOUS_AND_NEW
 
 # The same with ``sliding_window.keep_facts`` (the default): the narrative slides, the key facts stay.
-SLIDING_WINDOW_FACTS_TEMPLATE = """You maintain a memory of a conversation over a sliding window of messages.
-Combine the previous summary with the new messages into one updated summary.
-The window now starts at message {window_start}: drop the narrative of messages numbered below {window_start},
+SLIDING_WINDOW_FACTS_TEMPLATE = _WINDOW + """The window now starts at message {window_start}: drop the narrative of messages numbered below {window_start},
 but keep every key fact of the previous summary (names, ids, amounts, dates, conditions, decisions)
 under "Key facts:", replacing a value only when the new messages change it.
-Add the key facts of the new messages and keep the open questions that are still in the window.{limit}
-
-## Previous summary:
-{previous_summary}
-
-## New messages:
-{conversation}"""
+Add the key facts of the new messages and keep the open questions that are still in the window.{limit}""" + _PREVIOUS_AND_NEW
 
 # --------------------------------------------------------------------------- seed 003: rolling
 
-ROLLING_TEMPLATE = """You summarize a conversation so it can continue without its older messages.
-Combine the previous summary with the new messages into one updated summary.
-Keep names, ids, amounts, dates, decisions, preferences and open questions.{limit}
-
-## Previous summary:
-{previous_summary}
-
-## New messages:
-{conversation}"""
+ROLLING_TEMPLATE = "You summarize a conversation so it can continue without its older messages.\n" + _COMBINE + """\
+Keep names, ids, amounts, dates, decisions, preferences and open questions.{limit}""" + _PREVIOUS_AND_NEW
 
 TEMPLATES: dict[str, str] = {
     "facts": FACTS_TEMPLATE,
