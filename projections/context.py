@@ -48,7 +48,7 @@ from typing import Protocol
 from memfold.engine.ports import ContextMessage, ContextPlan, MessageRecord
 from memfold.engine.tokens import MESSAGE_OVERHEAD
 
-from .excerpt import EXCERPT_OVER, SENTENCE, excerpt
+from .excerpt import EXCERPT_OVER, EXCERPT_TOKENS, SENTENCE, excerpt
 from .retrieval import analyze, query_terms
 
 # Ranked hits considered per read: enough to fill an 8k budget with short turns.
@@ -57,6 +57,11 @@ RANK_LIMIT = 64
 TOOL_SPAN = 16
 # Rounds of "newest older messages" fetched to fill what relevance left.
 FILL_ROUNDS = 8
+# The best-ranked exchanges are shown at length when recall has room: the first hit (and the other
+# half of its exchange) up to this share of the room, the second up to the next, the rest at
+# EXCERPT_TOKENS. Below LEAD_ROOM tokens, breadth wins: every hit at EXCERPT_TOKENS.
+LEAD_SHARES = (0.2, 0.1)
+LEAD_ROOM = 2500
 
 
 class OlderMessages(Protocol):
@@ -357,11 +362,11 @@ class _Recall:
     def _free(self, group: Sequence[MessageRecord]) -> bool:
         return all(m.index not in self.chosen and m.index not in self.exclude and m.index < self.upper for m in group)
 
-    def _take(self, group: Sequence[MessageRecord], terms: frozenset[str] | None = None) -> bool:
+    def _take(self, group: Sequence[MessageRecord], terms: frozenset[str] | None = None, size: int = EXCERPT_TOKENS) -> bool:
         """Add ``group`` if it is whole, new and fits; return whether it was added.
 
         With query ``terms``, a long single message is recalled as its matching passages
-        (:mod:`.excerpt`), none of them one an earlier excerpt showed.
+        (:mod:`.excerpt`, about ``size`` tokens), none of them one an earlier excerpt showed.
         """
         if len(group) == 1:  # the common case, kept cheap: reads must stay well under 5 ms
             m = group[0]
@@ -370,7 +375,7 @@ class _Recall:
             shown: list[str] = []
             excerpted = bool(terms) and m.tokens > EXCERPT_OVER
             if excerpted:
-                cut = excerpt(m, terms, self.count_tokens, self.shown, dated=False, seen=self.seen)
+                cut = excerpt(m, terms, self.count_tokens, self.shown, size=size, dated=False, seen=self.seen)
                 if cut is None:  # every passage worth showing is in the context already
                     return False
                 r, shown, said = cut
@@ -407,12 +412,16 @@ class _Recall:
             found.update((m.index, m) for m in self.older.at(sorted(wide - set(found))))
         unit_of = _units(found)
         terms = frozenset(query_terms(query))
+        sizes = [max(EXCERPT_TOKENS, int(share * self.room)) for share in LEAD_SHARES] if self.room >= LEAD_ROOM else []
+        taken = 0
         for i in ranked:
             if self.remaining <= MESSAGE_OVERHEAD:
                 return
             unit = unit_of.get(i)
-            if unit is None or not self._take(unit, terms):
+            size = sizes[taken] if taken < len(sizes) else EXCERPT_TOKENS
+            if unit is None or not self._take(unit, terms, size):
                 continue
+            taken += 1
             # The other half of the exchange: an answer's question, a question's answer.
             if unit[0].role == "assistant":
                 neighbour = unit_of.get(unit[0].index - 1)
@@ -421,7 +430,7 @@ class _Recall:
             else:
                 neighbour = None
             if neighbour is not None:
-                self._take(neighbour, terms)
+                self._take(neighbour, terms, size)
 
     def _newest(self, before: int) -> None:
         for _ in range(FILL_ROUNDS):

@@ -12,7 +12,8 @@ from memfold.engine.events import ToolCall
 from memfold.engine.ports import ContextPlan, MemoryMessage, MessageRecord
 from memfold.engine.tokens import MESSAGE_OVERHEAD, counter
 from memfold.projections import retrieval
-from memfold.projections.context import assemble, date_prefix
+from memfold.projections.context import LEAD_SHARES, assemble, date_prefix
+from memfold.projections.excerpt import EXCERPT_TOKENS
 from memfold.projections.retrieval import OlderFromProjection, SearchIndex, analyze
 
 COUNT = counter().count
@@ -207,6 +208,22 @@ def test_a_long_relevant_message_is_recalled_as_its_matching_passages():
     assert "booster shot on 12 May. He was calm about it." in excerpt.content and "…" in excerpt.content
     assert excerpt.tokens == COUNT(excerpt.content) + MESSAGE_OVERHEAD < messages[21].tokens // 4
     assert sum(m.tokens for m in out) <= 400
+
+
+def test_with_room_the_best_exchanges_are_shown_at_length_and_without_it_as_short_excerpts():
+    """Past LEAD_ROOM the first hit and its answer get up to LEAD_SHARES[0] of the room; below it, every excerpt is short."""
+    answer = " ".join(f"Step {k}: water the tomato seedlings with {k} cups and check the soil." for k in range(80))
+    planted = {40: "How should I water the tomato seedlings?", 41: answer,
+               70: "The tomato seedlings look fine now.", 71: answer.replace("Step", "Stage")}
+    messages = chat(200, planted)
+    query = "How should I water the tomato seedlings?"
+    wide = {m.index: m for m in context(messages, plan_after(195), budget=4000, query=query) if m.kind == "recalled"}
+    narrow = {m.index: m for m in context(messages, plan_after(195), budget=1500, query=query) if m.kind == "recalled"}
+    assert wide[41].content.startswith("[2024-04-11] (excerpt)\n") and narrow[41].content.startswith("[2024-04-11] (excerpt)\n")
+    assert wide[41].tokens > 3 * EXCERPT_TOKENS > narrow[41].tokens
+    assert wide[41].tokens <= 1.1 * LEAD_SHARES[0] * 4000  # "about": an excerpt ends after the passage that reaches its size
+    assert EXCERPT_TOKENS < wide[71].tokens <= 1.1 * LEAD_SHARES[1] * 4000 < wide[41].tokens  # the second hit: the next share
+    assert sum(m.tokens for m in context(messages, plan_after(195), budget=4000, query=query)) <= 4000
 
 
 def test_a_passage_already_shown_is_not_repeated_by_a_later_excerpt():
