@@ -13,8 +13,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any, TypeVar
@@ -24,10 +25,11 @@ from pydantic import SecretStr
 
 from memfold.engine.errors import ConfigError, SummarizerError, SummarizerOutputError, SummarizerTimeoutError
 from memfold.engine.events import Fact
-from memfold.engine.ports import SummaryInput, SummaryOutput
+from memfold.engine.ports import MessageRecord, SummaryInput, SummaryOutput
 from memfold.engine.settings import SummarizerSettings
 from memfold.engine.tokens import DEFAULT_ENCODING, counter
 
+from .fact_extraction import MAX_FACTS, MAX_VALUE_CHARS, category_for, clip
 from .offline_summarizer import fit
 from .prompts import CHUNKED_INPUT_TEMPLATE, PROMPT_VERSION, Prompt, prompt_hash, render, render_chunked_input
 
@@ -229,9 +231,12 @@ class OpenAISummarizer:
         text = content.strip()
         if not text:
             raise SummarizerOutputError("the model returned an empty summary")
+        facts = text_facts(text, request)
         text = fit(text, self._tokens, request.token_cap, request.char_cap)
         tokens_in, tokens_out = self._usage(usage, "prompt_tokens", "completion_tokens", prompt.system + prompt.user, content)
-        return SummaryOutput(text=text, model=used_model, prompt_hash=prompt.hash, tokens_in=tokens_in, tokens_out=tokens_out)
+        return SummaryOutput(
+            text=text, facts=facts, model=used_model, prompt_hash=prompt.hash, tokens_in=tokens_in, tokens_out=tokens_out,
+        )
 
     def _responses(self, request: SummaryInput) -> SummaryOutput:
         assert request.prompt_id is not None
@@ -254,9 +259,12 @@ class OpenAISummarizer:
             raise SummarizerOutputError(f"the Responses API answer has an unexpected shape: {exc}") from exc
         if not isinstance(text, str) or not text.strip():
             raise SummarizerOutputError("the Responses API returned no output_text")
+        facts = text_facts(text.strip(), request)
         out = fit(text.strip(), self._tokens, request.token_cap, request.char_cap)
         tokens_in, tokens_out = self._usage(usage, "input_tokens", "output_tokens", text_in, text)
-        return SummaryOutput(text=out, model=str(used_model), prompt_hash=phash, tokens_in=tokens_in, tokens_out=tokens_out)
+        return SummaryOutput(
+            text=out, facts=facts, model=str(used_model), prompt_hash=phash, tokens_in=tokens_in, tokens_out=tokens_out,
+        )
 
     # ----------------------------------------------------------------- plumbing
 
@@ -398,3 +406,87 @@ def parse_facts_answer(content: str) -> tuple[tuple[Fact, ...], str]:
     if not facts and not narrative.strip():
         raise SummarizerOutputError("the model returned no facts and an empty narrative")
     return tuple(facts.values()), narrative.strip()
+
+
+# --------------------------------------------------------------------------- facts of a text summary
+
+_FACTS_HEADER = re.compile(r"^[#*_\s]*key facts[*_\s]*:?[*_\s]*$", re.I)
+_FACT_ITEM = re.compile(
+    r"^\s*(?:[-*\u2022]|\d+[.)])\s+(?P<key>[^:\n]{1,60}?)\s*:\s*(?P<value>\S.*?)"
+    r"\s*(?:\((?:msg|message)s?\s*#?(?P<idx>\d+)[^)]*\))?\s*$",
+    re.I,
+)
+_KEY = re.compile(r"[^a-z0-9]+")
+
+
+def parse_key_facts(text: str, messages: Sequence[MessageRecord] = ()) -> list[Fact]:
+    """Return the facts a text summary lists under its ``Key facts:`` heading, in order (none when it has none).
+
+    Each item is ``- key: value``, optionally ending ``(msg N)``: the number
+    of the message that stated it (the sliding-window prompt numbers its
+    messages and asks for it), which dates the fact when N is among
+    ``messages``. Keys are normalised as the offline extractor builds them
+    (``Order number`` -> ``order_number``) and categorised the same way;
+    values are clipped to ``MAX_VALUE_CHARS``. The list ends at the first
+    line that is not an item; an item that is not ``key: value`` is skipped.
+    A key listed twice keeps its last value.
+    """
+    by_index = {m.index: m for m in messages}
+    found: dict[str, Fact] = {}
+    lines = text.splitlines()
+    start = next((i + 1 for i, line in enumerate(lines) if _FACTS_HEADER.match(line)), None)
+    if start is None:
+        return []
+    for line in lines[start:]:
+        if not line.strip():
+            if found:
+                break
+            continue
+        m = _FACT_ITEM.match(line)
+        if m is None:
+            if re.match(r"^\s*(?:[-*\u2022]|\d+[.)])\s", line):
+                continue  # an item with no "key: value"
+            break
+        key = _KEY.sub("_", m["key"].strip("*_ ").lower()).strip("_")[:48]
+        value = clip(m["value"].strip("*_ "), MAX_VALUE_CHARS)
+        if not key or not key[0].isalpha() or not value:
+            continue
+        said = by_index.get(int(m["idx"])) if m["idx"] else None
+        found.pop(key, None)
+        found[key] = Fact(
+            key=key, value=value, category=category_for(key),
+            stated_at=said.occurred_at if said else None, stated_in=said.index if said else None,
+        )
+    return list(found.values())
+
+
+def text_facts(text: str, request: SummaryInput) -> tuple[Fact, ...]:
+    """Return the structured facts of a model's text summary for ``request`` (see :func:`parse_key_facts`).
+
+    A sliding window that keeps its facts (``keep_facts``) carries them as
+    the offline summarizer does: the request's ``existing_facts`` stay
+    unless the answer lists a key again, a changed value supersedes the old
+    one (kept, marked ``superseded_by``), and a fact the model dropped from
+    its text is still returned, so the next version gets it back. At most
+    ``MAX_FACTS`` keys (the most recently listed win). A value stated
+    before keeps when and where it was first stated.
+    """
+    parsed = parse_key_facts(text, request.messages)
+    if not request.keep_facts:
+        return tuple(parsed)
+    history: dict[str, list[Fact]] = {}
+    current: dict[str, Fact] = {}
+    for f in request.existing_facts:
+        if f.current:
+            current[f.key] = f
+        else:
+            history.setdefault(f.key, []).append(f)
+    for f in parsed:
+        old = current.pop(f.key, None)
+        if old is not None and old.value == f.value:
+            f = old
+        elif old is not None:
+            history.setdefault(f.key, []).append(old.model_copy(update={"superseded_by": f.value}))
+        current[f.key] = f
+    keys = list(current)[-MAX_FACTS:]
+    return tuple(x for k in keys for x in (*history.get(k, ()), current[k]))

@@ -78,7 +78,8 @@ Keep names, ids, amounts, dates, decisions and open questions that are still in 
 # The same with ``sliding_window.keep_facts`` (the default): the narrative slides, the key facts stay.
 SLIDING_WINDOW_FACTS_TEMPLATE = _WINDOW + """The window now starts at message {window_start}: drop the narrative of messages numbered below {window_start},
 but keep every key fact of the previous summary (names, ids, amounts, dates, conditions, decisions)
-under "Key facts:", replacing a value only when the new messages change it.
+under "Key facts:", one line each: "- key: value (msg N)", N the number of the message that stated it,
+replacing a value only when the new messages change it.
 Add the key facts of the new messages and keep the open questions that are still in the window.{limit}""" + _PREVIOUS_AND_NEW
 
 # --------------------------------------------------------------------------- seed 003: rolling

@@ -72,3 +72,24 @@ def test_a_policy_model_set_in_settings_is_the_model_the_client_asks_for(tmp_pat
         _conversation(engine, 10)
     models = {r.body.get("model") for r in openai_server.requests if r.path == "/v1/chat/completions"}
     assert models == {"policy-model", "default-model"}  # hierarchical asks for its own; rolling for the default
+
+
+def test_the_default_policys_key_facts_reach_the_facts_table_from_a_models_text(tmp_path, openai_server):
+    """sliding_window with the OpenAI summarizer: the model lists key facts in its text; they become dated facts rows."""
+    settings = Settings.load(
+        None, data_dir=tmp_path / "d", policy="sliding_window", policies=("sliding_window",),
+        sliding_window={"rolling_window_size": 6, "summarize_after_seq": 3},
+        summarizer={"kind": "openai", "base_url": openai_server.url, "api_key": "test-key", "max_retries": 1,
+                    "backoff_base_s": 0.01, "timeout_s": 5},
+    )
+    with MemoryEngine(settings) as engine:
+        _conversation(engine, 20)  # message 0 (order and amount) leaves the window long before the end
+        rows = engine.sql(
+            "SELECT key, value, stated_in, retired_by IS NULL FROM facts WHERE policy = 'sliding_window' ORDER BY key"
+        )[1]
+        assert ("order_id", "#48213", 0, True) in rows and ("amount", "$184.50", 0, True) in rows
+        versions = engine.sql(
+            "SELECT count(*) FROM summaries WHERE policy = 'sliding_window' AND status = 'completed'")[1][0][0]
+        assert versions >= 3  # carried from version to version
+        memory = next(m for m in engine.context("c1") if m.kind == "memory:summary").content
+        assert "- order_id: #48213 (msg 0)" in memory

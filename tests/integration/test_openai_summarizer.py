@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import socket
@@ -139,6 +140,52 @@ def test_text_path_returns_the_model_text(openai_server):
     assert "## Previous summary:\nS1" in req.body["messages"][1]["content"]
     assert out.text.startswith("Summary ") and "4 messages" in out.text
     assert out.prompt_hash == prompt_hash("rolling")
+
+
+def test_a_sliding_window_text_summary_returns_its_key_facts_carried_and_dated(openai_server):
+    """The model lists the key facts as the prompt asks; they come back structured, merged with those it was given."""
+    T1 = datetime(2024, 3, 2, 9, 0, tzinfo=UTC)
+    chat = conversation(
+        ("user", "I'd like to cancel order #1234"),
+        ("assistant", "I can help with that. Your order totals $50."),
+        ("user", "Actually it was $60 with shipping."),
+        ("assistant", "Right: a refund of $60 is on its way."),
+        start=10,
+    )
+    chat = (*chat[:3], dataclasses.replace(chat[3], occurred_at=T1))
+    existing = (
+        Fact(key="phone", value="+1 720-555-0100", category="ENTITY", stated_in=2),
+        Fact(key="refund_amount", value="$50", category="NUMERIC", stated_in=4),
+    )
+    openai_server.script(model_says(
+        "**Key facts:**\n"
+        "- **Order number**: #1234 (msg 10)\n"
+        "- refund_amount: $60 (msg 13)\n"
+        "- no colon in this line\n"
+        "\n"
+        "Summary: the customer cancelled the order and is being refunded."))
+    request = SummaryInput(policy="sliding_window", kind="text", messages=chat, existing_summary="S1",
+                           existing_facts=existing, window_start=10, keep_facts=True, token_cap=400)
+    out = make(openai_server).summarize(request)
+    assert [(f.key, f.value, f.category, f.stated_in, f.superseded_by) for f in out.facts] == [
+        ("phone", "+1 720-555-0100", "ENTITY", 2, None),  # not listed again: carried
+        ("order_number", "#1234", "ENTITY", 10, None),
+        ("refund_amount", "$50", "NUMERIC", 4, "$60"),  # changed: the old value kept, superseded
+        ("refund_amount", "$60", "NUMERIC", 13, None),
+    ]
+    assert out.facts[-1].stated_at == T1 and out.facts[1].stated_at == T0
+    assert out.text.startswith("**Key facts:**")  # the memory text is the model's, as it wrote it
+    [req] = openai_server.requests
+    assert '"- key: value (msg N)"' in req.body["messages"][1]["content"]
+    assert "[13][assistant]: Right: a refund of $60 is on its way." in req.body["messages"][1]["content"]
+    assert out.prompt_hash == prompt_hash("sliding_window_facts")
+
+
+def test_a_text_summary_without_key_facts_returns_none(openai_server):
+    openai_server.script(model_says("Summary: the customer cancelled order #1234 and was refunded $50."))
+    out = make(openai_server).summarize(SummaryInput(policy="rolling", kind="text", messages=CHAT, existing_facts=(
+        Fact(key="order_id", value="#1234"),)))
+    assert out.facts == ()  # only a window that keeps facts carries the ones it was given
 
 
 def test_chunked_goes_to_the_responses_api_with_the_hosted_prompt_and_exact_input(openai_server):
