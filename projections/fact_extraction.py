@@ -489,6 +489,22 @@ def _clause_before(sentence: str, pos: int) -> str:
     return head[cut + 1 :]
 
 
+# A decision stated in a sentence longer than this (words) is its clause: "I'm trying to deploy my
+# site and I've decided to use Netlify over GitHub Pages due to its SSL, but I'm not sure how..." is
+# "I've decided to use Netlify over GitHub Pages due to its SSL".
+DECISION_CLAUSE_WORDS = 16
+# Where a clause ends: a semicolon, a coordinating conjunction after a comma, "but", "and I" / "and we"
+# (not a bare comma or "which": "the review, which was approved with comments" is one statement).
+_CLAUSE_BREAK = re.compile(r";|,\s+(?:but|so|and|because|though|although|yet)\b|\s+but\s+|\s+and\s+(?=(?:I|we)\b)", re.I)
+
+
+def _clause_around(sentence: str, start: int, end: int) -> str:
+    """Return the clause of ``sentence`` holding ``[start, end)``: between the clause breaks around it."""
+    before = [b.end() for b in _CLAUSE_BREAK.finditer(sentence, 0, start)]
+    after = _CLAUSE_BREAK.search(sentence, end)
+    return sentence[(before[-1] if before else 0) : (after.start() if after else len(sentence))]
+
+
 def _decision(sentence: str, book: FactBook, source: int | None, previous: str | None) -> None:
     m = DECISION_VERB_RE.search(sentence) or DECISION_PHRASE_RE.search(sentence)
     if m is None:
@@ -499,6 +515,8 @@ def _decision(sentence: str, book: FactBook, source: int | None, previous: str |
     verb = DECISION_VERBS.get(verb, verb)
     subject = _nearest_subject(sentence, m.start())
     value = _statement(sentence)
+    if len(sentence.split()) > DECISION_CLAUSE_WORDS:
+        value = _statement(_clause_around(sentence, m.start(), m.end()))
     if len(sentence.split()) < 5 and previous:
         # "Deal, agreed." names nothing: it agrees to what the other side just said.
         subject = subject or _nearest_subject(previous, len(previous))

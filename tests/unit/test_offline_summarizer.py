@@ -262,6 +262,23 @@ def test_marked_conditions_and_decisions_without_a_subject_are_all_kept():
     assert "decision_3" not in facts  # a restated decision is not a new one
 
 
+def test_a_decision_in_a_long_sentence_is_its_clause():
+    facts = facts_of(conversation(
+        ("user", "I'm trying to deploy my portfolio site and I've decided to use Netlify over GitHub Pages due to "
+                 "its built-in SSL and easier DNS management, but I'm not sure how to point my domain at it."),
+        ("user", "I finished the final code review for my project, which was approved with minor comments on "
+                 "naming on May 3; now I need to fix the class names before the launch."),
+        ("user", "Okay, we agreed to add one checked bag for free, and I'll pay the seat fee."),
+    ))
+    assert facts["decision"] == (
+        "I've decided to use Netlify over GitHub Pages due to its built-in SSL and easier DNS management", "DECISION")
+    # A relative clause stays with what it is about; a semicolon ends the statement.
+    assert facts["decision_2"] == (
+        "I finished the final code review for my project, which was approved with minor comments on naming on May 3",
+        "DECISION")
+    assert facts["decision_3"] == ("we agreed to add one checked bag for free, and I'll pay the seat fee", "DECISION")
+
+
 def test_questions_and_requests_are_not_decisions_or_states():
     facts = facts_of(conversation(
         ("user", "Can you confirm the refund was approved? I want my order cancelled."),
@@ -396,7 +413,7 @@ def test_narrative_says_who_wants_what_what_was_agreed_and_the_state_then_the_da
     assert "Current state: order status cancelled" in opener
     assert lines[0] == "[2024-03-01]"  # the statements, under the date they were made
     assert "- (0) user: Hi, my name is Maria Lopez. \u2026 I'd like to cancel order #1234, it hasn't shipped yet." in lines
-    assert out.model == "offline-salience-15" and len(out.prompt_hash) == 64
+    assert out.model == "offline-salience-16" and len(out.prompt_hash) == 64
     assert out.tokens_in > 0 and out.tokens_out > TOKENS.count(out.text)
 
 
