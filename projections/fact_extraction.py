@@ -18,10 +18,12 @@ from memfold.engine.ports import MessageRecord
 
 from .fact_patterns import (
     ABBREVIATIONS,
+    ADVICE_OPENING_RE,
     ADVICE_RE,
     AMOUNT_KEYS,
     AMOUNT_RE,
     ASKING_AUX_RE,
+    ASKING_BEFORE_RE,
     ASKING_IF_RE,
     AUX_RE,
     BEFORE_RE,
@@ -37,11 +39,14 @@ from .fact_patterns import (
     DECISION_VERB_RE,
     DECISION_VERBS,
     EMAIL_RE,
+    EXAMPLE_RE,
     FILLER_RE,
     FIRST_PERSON_RULES,
     HASH_ID_RE,
+    HELP_REQUEST_RE,
     HYPOTHETICAL_RE,
     IDLE_IF_RE,
+    IMPERATIVE_RE,
     MARKDOWN_RE,
     NAME_RE,
     NEGATION_RE,
@@ -529,7 +534,16 @@ def _decision(sentence: str, book: FactBook, source: int | None, previous: str |
 
 
 
+def _comma_after(sentence: str, pos: int) -> int:
+    """Return the position of the first comma at or after ``pos`` (the end of the sentence when none)."""
+    i = sentence.find(",", pos)
+    return len(sentence) if i < 0 else i
+
+
 def _conditions(sentence: str, book: FactBook, source: int | None) -> None:
+    if HELP_REQUEST_RE.search(sentence) or EXAMPLE_RE.match(sentence):
+        return
+    opening_advice = ADVICE_OPENING_RE.match(sentence) is not None
     marker = CONDITION_MARKER_RE.search(sentence)
     if marker is not None:
         value = _statement(marker.group("rest"))
@@ -548,6 +562,12 @@ def _conditions(sentence: str, book: FactBook, source: int | None) -> None:
                 continue
             if opening.startswith(("if", "once")) and ADVICE_RE.search(sentence, m.end()):
                 continue
+            if opening.startswith(("if", "once", "unless")) and IMPERATIVE_RE.match(sentence, _comma_after(sentence, m.end())):
+                continue  # "If you fall behind, adjust your plan": a step to take
+            if opening.startswith("if") and ASKING_BEFORE_RE.search(sentence, 0, m.end()):
+                continue  # "I'm not sure if I need X or if there are steps": asking still
+            if opening_advice and not re.search(r"[;:]", sentence[: m.start()]):
+                continue  # "Avoid jargon unless it is essential": advice, qualified
             found = m
             break
         if found is None:

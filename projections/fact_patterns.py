@@ -353,6 +353,35 @@ ADVICE_RE = re.compile(
     re.I,
 )
 
+# The main clause of instructions: "If you fall behind one day, adjust your plan", "Once you complete a
+# course, update your resume": a step to take, not a condition anyone agreed to.
+IMPERATIVE_RE = re.compile(
+    r",\s*(?:then\s+|just\s+|simply\s+)?(?:adjust|update|note|modify|address|avoid|check|double-check|try|review|revisit"
+    r"|ask|add|include|remove|replace|start|stop|focus|install|enable|disable|verify|test|restart|rerun|re-run"
+    r"|prioriti[sz]e|reconsider|follow up|reach out|offer|incorporate|inform|explore|discuss|communicate)\b",
+    re.I,
+)
+# A sentence that opens with advice ("Avoid jargon unless ...", "Consider opening an account once you
+# arrive"): the "unless"/"once" in the same clause qualifies the advice.
+ADVICE_OPENING_RE = re.compile(
+    r"^\W*(?:avoid|consider|recogni[sz]e|incorporate|inform|ensure|make sure|be sure|try|adjust|update"
+    r"|modify|address|check|review|revisit|add|include|remove|replace|focus|install|enable|disable|verify|prioriti[sz]e"
+    r"|reconsider|think about|don't|don’t|do not|never)\b",
+    re.I,
+)
+# A sentence that asks for help ("..., can you explain it to me with an example?") or gives an
+# example ("For example, if several readers mention ...") states no condition, whatever "if" it holds.
+HELP_REQUEST_RE = re.compile(
+    r"\b(?:can|could|would) you (?:please\s+)?(?:help|explain|tell|show|give|provide|suggest|recommend|walk|clarify)\b",
+    re.I,
+)
+EXAMPLE_RE = re.compile(r"^\W*(?:for example|for instance|e\.g\.)\W", re.I)
+# An "if" after an earlier asking one in the same sentence asks too: "I'm not sure if I need to add
+# a setting or if there are steps I need to take".
+ASKING_BEFORE_RE = re.compile(
+    r"\b(?:not sure|unsure|wonder(?:ing|ed)?|curious|don't know|do not know|don’t know)\b[^.?!]*?\b(?:if|whether)\b", re.I
+)
+
 NOBODY_RE = re.compile(r"\b(?:nothing|none|no one|nobody)\s+\S+\s*$", re.I)
 
 PRONOUNS = [

@@ -279,6 +279,28 @@ def test_a_decision_in_a_long_sentence_is_its_clause():
     assert facts["decision_3"] == ("we agreed to add one checked bag for free, and I'll pay the seat fee", "DECISION")
 
 
+def test_advice_examples_and_requests_for_help_set_no_condition():
+    facts = facts_of(conversation(
+        ("assistant", "If you fall behind one day, adjust your plan to catch up the next day."),
+        ("assistant", "Once you complete a course, update your resume to reflect it."),
+        ("assistant", "For example, if several readers mention tone, note this clearly."),
+        ("assistant", "Avoid unnecessary jargon unless it is essential to your argument."),
+        ("user", "I'm not sure if I need a setting in my config or if there are steps I need to take to enforce HTTPS."),
+        ("user", "I get why P(A and B) only equals P(A) times P(B) if they are independent, can you explain it with coins"),
+    ))
+    assert not [k for k in facts if k.endswith("condition")]
+    kept = facts_of(conversation(
+        ("assistant", "Note that the replacement ships once the RMA for the old unit is registered."),
+        ("assistant", "Keep your receipt; a refund is only possible within 30 days of delivery."),
+        ("assistant", "If the parcel is not delivered by Friday, we will reship it at no cost."),
+    ))
+    assert [v for k, (v, c) in kept.items() if c == "CONDITION"] == [
+        "the replacement ships once the RMA for the old unit is registered",  # "Note that" is a filler
+        "Keep your receipt; a refund is only possible within 30 days of delivery",
+        "If the parcel is not delivered by Friday, we will reship it at no cost",
+    ]
+
+
 def test_questions_and_requests_are_not_decisions_or_states():
     facts = facts_of(conversation(
         ("user", "Can you confirm the refund was approved? I want my order cancelled."),
@@ -413,7 +435,7 @@ def test_narrative_says_who_wants_what_what_was_agreed_and_the_state_then_the_da
     assert "Current state: order status cancelled" in opener
     assert lines[0] == "[2024-03-01]"  # the statements, under the date they were made
     assert "- (0) user: Hi, my name is Maria Lopez. \u2026 I'd like to cancel order #1234, it hasn't shipped yet." in lines
-    assert out.model == "offline-salience-16" and len(out.prompt_hash) == 64
+    assert out.model == "offline-salience-17" and len(out.prompt_hash) == 64
     assert out.tokens_in > 0 and out.tokens_out > TOKENS.count(out.text)
 
 
