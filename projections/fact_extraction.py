@@ -510,19 +510,27 @@ def _clause_around(sentence: str, start: int, end: int) -> str:
     return sentence[(before[-1] if before else 0) : (after.start() if after else len(sentence))]
 
 
+# "will be rejected", "being accepted": the verb as a possibility (a passive after "be"), no decision.
+_PASSIVE_BEFORE = re.compile(r"\b(?:be|being)\s+(?:\w+ly\s+)?$", re.I)
+# "Let's go with this approach", "I'll go with that": the decision is what the other side just said.
+_POINTING = re.compile(r"\s*(?:this|that|these|those|it)\b(?:\s+\w+)?\s*[.!]*\s*$", re.I)
+
+
 def _decision(sentence: str, book: FactBook, source: int | None, previous: str | None) -> None:
     m = DECISION_VERB_RE.search(sentence) or DECISION_PHRASE_RE.search(sentence)
     if m is None:
         return
     if HYPOTHETICAL_RE.search(_clause_before(sentence, m.start())):
         return  # "if approved, ..." is a condition; "If it comes to that, we agreed ..." is still a decision
+    if m.re is DECISION_VERB_RE and _PASSIVE_BEFORE.search(sentence, 0, m.start()):
+        return  # "the commit will be rejected", "its chances of being accepted": what may happen, not a decision
     verb = m.group("verb").lower() if m.re is DECISION_VERB_RE else "chosen"
     verb = DECISION_VERBS.get(verb, verb)
     subject = _nearest_subject(sentence, m.start())
     value = _statement(sentence)
     if len(sentence.split()) > DECISION_CLAUSE_WORDS:
         value = _statement(_clause_around(sentence, m.start(), m.end()))
-    if len(sentence.split()) < 5 and previous:
+    if (len(sentence.split()) < 5 or _POINTING.match(sentence, m.end())) and previous:
         # "Deal, agreed." names nothing: it agrees to what the other side just said.
         subject = subject or _nearest_subject(previous, len(previous))
         value = f"{value} (re: {clip(previous, 120)})"
