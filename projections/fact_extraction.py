@@ -635,11 +635,29 @@ def _extract_first_person(text: str, sentences: list[tuple[int, int]], book: Fac
                 value = (groups.get("name") or groups.get("value") or "").strip(" ,")
                 if not value:
                     continue
+                if groups.get("value") and len(value.split()) <= 2:
+                    value = _listed_on(sentence, m.end("value"), value)
                 name = key.format(**{k: _slug(v) for k, v in groups.items() if v and k in ("subject", "relation")})
                 if name.endswith("_"):
                     book.put_numbered(name.rstrip("_"), value, source, category)
                 else:
                     book.put(name, value, source, category)
+
+
+# A comma after a one- or two-word value that goes on listing ("I prefer simple, minimal
+# dependencies"), not a new clause ("..., so can you help", "..., but I'm not sure").
+_LIST_GOES_ON = re.compile(
+    r",\s+(?!(?:so|but|and|or|can|could|would|how|what|which|where|when|why|who|if|since|because|though|while|as"
+    r"|i|i'm|i've|i'd|i'll|we|you|it|it's|this|that|there|then|please|especially|considering|like)\b)"
+    r"(?P<more>[^.;!?,\n]{2,80})(?=[.;!?,\n]|$)",
+    re.I,
+)
+
+
+def _listed_on(sentence: str, end: int, value: str) -> str:
+    """Return ``value`` with the list it starts when a comma cut it short ("simple" -> "simple, minimal dependencies")."""
+    more = _LIST_GOES_ON.match(sentence, end)
+    return f"{value}, {more['more'].strip()}" if more else value
 
 
 def _slug(text: str) -> str:

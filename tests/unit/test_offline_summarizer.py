@@ -367,6 +367,15 @@ def test_first_person_statements_become_dated_facts():
     assert "preference_2" not in facts  # a question states nothing either
 
 
+def test_a_preference_cut_by_a_listing_comma_keeps_its_list_and_a_new_clause_stays_out():
+    facts = [f.value for f in extract_facts(dated(
+        ("user", "2024-03-01", "I want my app small, so I prefer simple, minimal dependencies, how can I keep it that way"),
+        ("user", "2024-03-02", "I prefer mornings, especially before 9."),
+        ("user", "2024-03-03", "I prefer tea, but coffee is fine."),
+    )) if f.key.startswith("preference")]
+    assert facts == ["simple, minimal dependencies", "mornings", "tea"]
+
+
 def test_a_later_fact_supersedes_an_earlier_one_and_keeps_the_lineage():
     chat = dated(
         ("user", "2024-03-01", "I live in Berlin and my deadline is March 29."),
@@ -446,7 +455,7 @@ def test_narrative_says_who_wants_what_what_was_agreed_and_the_state_then_the_da
     assert "Current state: order status cancelled" in opener
     assert lines[0] == "[2024-03-01]"  # the statements, under the date they were made
     assert "- (0) user: Hi, my name is Maria Lopez. \u2026 I'd like to cancel order #1234, it hasn't shipped yet." in lines
-    assert out.model == "offline-salience-18" and len(out.prompt_hash) == 64
+    assert out.model == "offline-salience-19" and len(out.prompt_hash) == 64
     assert out.tokens_in > 0 and out.tokens_out > TOKENS.count(out.text)
 
 
