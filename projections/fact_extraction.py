@@ -51,6 +51,7 @@ from .fact_patterns import (
     NAME_RE,
     NEGATION_RE,
     NOBODY_RE,
+    NOT_ID_PREFIXES,
     NOT_NAMES,
     NOT_SUBJECTS,
     ORDER_ITEM_RE,
@@ -360,7 +361,7 @@ def _is_question(sentence: str) -> bool:
 def _extract_ids(text: str, book: FactBook, source: int | None, spans: _Spans) -> None:
     found: list[tuple[int, str, str]] = []
     for m in PREFIXED_ID_RE.finditer(text):
-        if sum(c.isdigit() for c in m.group("rest")) < 3:
+        if sum(c.isdigit() for c in m.group("rest")) < 3 or m.group("prefix").lower() in NOT_ID_PREFIXES:
             continue
         key = PREFIX_KEYS.get(m.group("prefix").lower()) or _keyword_key(CODE_KEYS, text, m.start(), "reference_id")
         found.append((m.start(), key, m.group(0)))

@@ -139,6 +139,8 @@ NOT_NAMES = {"not", "no", "just", "still", "also", "here", "sorry", "good", "hap
 
 # Codes like ORD-88231, SN-49VH-1453, POL-1277149, E-1960: an upper-case prefix, a dash, 3+ digits in all.
 PREFIXED_ID_RE = re.compile(r"(?<![\w-])(?P<prefix>[A-Z]{1,6})[-_](?P<rest>[A-Z0-9]+(?:-[A-Z0-9]+)*)(?![\w-])")
+# Names of standards and algorithms, not ids anyone was given: "AES-256", "SHA-256", "UTF-8", "ISO-8601".
+NOT_ID_PREFIXES = frozenset({"aes", "sha", "rsa", "md", "utf", "iso", "tls", "ssl", "http", "ipv", "ecdsa", "hmac"})
 PREFIX_KEYS = {
     "sn": "serial_number",
     "pol": "policy_number",
@@ -402,7 +404,10 @@ CODE_BLOCK_RE = re.compile(r"```.*?(?:```|\Z)", re.S)
 MARKDOWN_RE = re.compile(r"^\s*(?:[-*+•]\s|\d{1,2}\.\s|#{1,6}\s)|\*\*|`")
 
 # Where a first-person value ends: the end of its clause.
-VALUE = r"(?:now\s+)?(?P<value>[^.;!?\n]{2,120}?)(?=\s*(?:[.;!?\n]|,\s|\s(?:but|because|since|so that|and then|which)\s|$))"
+VALUE = (
+    r"(?:now\s+)?(?P<value>[^.;!?\n]{2,120}?)(?=\s*(?:[.;!?\n]|,\s|\s(?:but|because|since|so that|and then|which)\s"
+    r"|\sand\s+(?:I|I'm|I’m|I've|I’ve|we|my)\s|$))"  # "my deadline is April 15 and I'm using Python 3"
+)
 PLACE = r"(?P<value>[A-Z][\w'’-]*(?:\s+(?:[A-Z][\w'’-]*|(?:de|del|la|le|of|am|upon|on)(?=\s+[A-Z])))*)"
 RELATIONS = (
     "sister|brother|wife|husband|partner|girlfriend|boyfriend|fianc[ée]e?|mother|father|mom|mum|dad|son|daughter"

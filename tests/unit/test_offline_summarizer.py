@@ -376,6 +376,15 @@ def test_a_preference_cut_by_a_listing_comma_keeps_its_list_and_a_new_clause_sta
     assert facts == ["simple, minimal dependencies", "mornings", "tea"]
 
 
+def test_a_value_ends_before_the_next_first_person_clause_and_standard_names_are_no_ids():
+    facts = {f.key: f.value for f in extract_facts(dated(
+        ("user", "2024-03-01", "My deadline is April 15 and I'm using Python 3.11 for this."),
+        ("user", "2024-03-02", "I'm encrypting with AES-256 and hashing with SHA-256, ticket TCK-14886."),
+    ))}
+    assert facts["deadline"] == "April 15"
+    assert facts["ticket_id"] == "TCK-14886" and "AES-256" not in facts.values() and "SHA-256" not in facts.values()
+
+
 def test_a_later_fact_supersedes_an_earlier_one_and_keeps_the_lineage():
     chat = dated(
         ("user", "2024-03-01", "I live in Berlin and my deadline is March 29."),
@@ -455,7 +464,7 @@ def test_narrative_says_who_wants_what_what_was_agreed_and_the_state_then_the_da
     assert "Current state: order status cancelled" in opener
     assert lines[0] == "[2024-03-01]"  # the statements, under the date they were made
     assert "- (0) user: Hi, my name is Maria Lopez. \u2026 I'd like to cancel order #1234, it hasn't shipped yet." in lines
-    assert out.model == "offline-salience-19" and len(out.prompt_hash) == 64
+    assert out.model == "offline-salience-20" and len(out.prompt_hash) == 64
     assert out.tokens_in > 0 and out.tokens_out > TOKENS.count(out.text)
 
 
