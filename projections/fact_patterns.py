@@ -340,7 +340,8 @@ ASKING_IF_RE = re.compile(
 IDLE_IF_RE = re.compile(
     r"^\s*(?:you (?:need|have|want|would like|'d like|wish|plan|intend)|there(?:'s| is) anything|possible|so|not|any|that's|this is"
     r"|you can|(?:i|we) (?:can|may|could)"
-    r"|you(?:'re|’re| are) (?:considering|looking|interested|thinking|planning|unsure|not sure|curious|open))\b",
+    r"|you(?:'re|’re| are) (?:considering|looking|interested|thinking|planning|unsure|not sure|curious|open)"
+    r"|you change your mind|you(?:'d|’d| would) (?:rather|prefer))\b",
     re.I,
 )
 # The main clause of advice: a conditional sentence that only advises ("Once you have a draft, it's
@@ -360,7 +361,9 @@ ADVICE_RE = re.compile(
 IMPERATIVE_RE = re.compile(
     r",\s*(?:then\s+|just\s+|simply\s+)?(?:adjust|update|note|modify|address|avoid|check|double-check|try|review|revisit"
     r"|ask|add|include|remove|replace|start|stop|focus|install|enable|disable|verify|test|restart|rerun|re-run"
-    r"|prioriti[sz]e|reconsider|follow up|reach out|offer|incorporate|inform|explore|discuss|communicate)\b",
+    r"|prioriti[sz]e|reconsider|follow up|reach out|offer|incorporate|inform|explore|discuss|communicate"
+    # "If you change your mind, just let us know": an offer to the listener
+    r"|let (?:us|me) know)\b",
     re.I,
 )
 # A sentence that opens with advice ("Avoid jargon unless ...", "Consider opening an account once you
