@@ -39,8 +39,8 @@ from .prompts import PROMPT_VERSION, message_text, prompt_hash, render_facts, to
 from .salience import Statement, rank, select, statements_from_text, statements_of
 
 # Bump when a rule changes what the summarizer outputs: it is part of prompt_hash, hence of the cache key.
-RULES_VERSION = "offline-salience-22"
-MODEL = "offline-salience-22"
+RULES_VERSION = "offline-salience-23"
+MODEL = "offline-salience-23"
 MAX_LINE_CHARS = 200
 DEFAULT_TOKEN_CAP = 500
 FACTS_SHARE = 0.25  # at most this share of a text summary goes to the key facts
@@ -241,6 +241,11 @@ def _message_statements(message: MessageRecord, names: dict[str, str], tokens: T
 # --------------------------------------------------------------------------- the summarizer
 
 
+# A bare agreement's value quotes the turn it answers ("Deal (re: I've set up a refund of 310.40 EUR.
+# One condition: ...)"): that turn's own facts hold its substance, so among kept facts it goes early.
+_RE_OFFER = "(re: "
+
+
 def _stated(e: FactEntry) -> int:
     """Return the index of the message that first stated ``e`` (-1 when unknown: from an earlier summary)."""
     return e.stated_in if e.stated_in is not None else -1
@@ -411,7 +416,8 @@ class OfflineSummarizer:
 
         Kept facts (a sliding window's, the memory of everything before it) first let go of a value
         another key already holds (``version`` after ``firmware_version``) and of GENERAL facts (the
-        topic, the user's first request: the summary's opening sentence says it), so an agreed
+        topic, the user's first request: the summary's opening sentence says it; a bare agreement quoting
+        the offer it answers), so an agreed
         condition or decision keeps its room (planted facts at 600 / 1k / 2k tokens, sliding_window:
         seed 11 82/84/87% -> 83/85/88%, seed 23 79/81/83% -> 81/83/85%; BEAM the same within 0.05
         points); then sentences, the last stated first (seed 11 -> 90/92/94%, seed 23 -> 87/89/90%,
@@ -434,7 +440,7 @@ class OfflineSummarizer:
         stated = sorted(range(len(entries)), key=lambda k: (_stated(entries[k]), k))
         newest = {id(entries[k]): -rank for rank, k in enumerate(stated)}
         return sorted(entries, key=lambda e: (
-            0 if id(e) in repeated else 1 if e.category == "GENERAL" else 2 + sentence_last(e),
+            0 if id(e) in repeated else 1 if e.category == "GENERAL" or _RE_OFFER in e.value else 2 + sentence_last(e),
             newest[id(e)] if sentence_last(e) == 0 else 0,
         ))
 

@@ -464,7 +464,7 @@ def test_narrative_says_who_wants_what_what_was_agreed_and_the_state_then_the_da
     assert "Current state: order status cancelled" in opener
     assert lines[0] == "[2024-03-01]"  # the statements, under the date they were made
     assert "- (0) user: Hi, my name is Maria Lopez. \u2026 I'd like to cancel order #1234, it hasn't shipped yet." in lines
-    assert out.model == "offline-salience-22" and len(out.prompt_hash) == 64
+    assert out.model == "offline-salience-23" and len(out.prompt_hash) == 64
     assert out.tokens_in > 0 and out.tokens_out > TOKENS.count(out.text)
 
 
@@ -546,9 +546,12 @@ def test_kept_sentences_go_last_stated_first_so_an_early_agreement_stays():
         FactEntry("case_condition", "Should the box get damaged, take a photo and reply to the case email", "CONDITION", 210,
                   stated_in=210),
         FactEntry("refund_agreed", "we agreed to refund the original delivery charge too", "DECISION", 9, stated_in=9),
+        FactEntry("order_chosen", "Deal (re: I've set up a refund of 310.40 EUR. One condition: it's a refund…)", "DECISION", 8,
+                  stated_in=8),
     ]
     kept = [e.key for e in OfflineSummarizer._drop_order(entries, kept=True)]
-    assert kept == ["case_condition", "refund_agreed", "refund_condition", "order_id"]
+    # A bare agreement quoting the offer goes with the GENERAL facts, before every other sentence.
+    assert kept == ["order_chosen", "case_condition", "refund_agreed", "refund_condition", "order_id"]
 
 
 def test_a_fact_the_text_had_no_room_for_comes_back_from_the_structured_facts():
