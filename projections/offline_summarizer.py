@@ -395,16 +395,16 @@ class OfflineSummarizer:
         return chosen
 
     def _fit_facts(
-        self, entries: list[FactEntry], tc: int | None, cc: int | None, share: float, kept: bool = False
+        self, entries: list[FactEntry], tc: int | None, cc: int | None, share: float, carried: bool = False
     ) -> list[FactEntry]:
         """Return the ``entries`` whose block fits ``share`` of the caps, in their order.
 
         Sentence-long values (a condition, a decision, a request: the
         statements carry them too) go first, oldest first, then the oldest
-        short ones (ids, amounts, dates, contacts, names); ``kept`` facts go
+        short ones (ids, amounts, dates, contacts, names); ``carried`` facts go
         in :meth:`_drop_order`'s other order.
         """
-        order = self._drop_order(entries, kept)
+        order = self._drop_order(entries, carried)
         for k in range(len(order) + 1):
             gone = {id(e) for e in order[:k]}
             kept = [x for x in entries if id(x) not in gone]
@@ -414,26 +414,24 @@ class OfflineSummarizer:
         return []
 
     @staticmethod
-    def _drop_order(entries: list[FactEntry], kept: bool = False) -> list[FactEntry]:
-        """Return ``entries`` in the order the fact share lets them go: sentences, oldest first, then values.
+    def _drop_order(entries: list[FactEntry], carried: bool = False) -> list[FactEntry]:
+        """Return ``entries`` in the order the fact share lets them go (the first to go first).
 
-        Carried facts (a sliding window's kept facts, the memory of everything before it; rolling's and
-        chunked's, carried from version to version) first let go of a value
-        another key already holds (``version`` after ``firmware_version``) and of GENERAL facts (the
-        topic, the user's first request: the summary's opening sentence says it; a bare agreement quoting
-        the offer it answers), so an agreed
-        condition or decision keeps its room (planted facts at 600 / 1k / 2k tokens, sliding_window:
-        seed 11 82/84/87% -> 83/85/88%, seed 23 79/81/83% -> 81/83/85%; BEAM the same within 0.05
-        points); then sentences, the last stated first (seed 11 -> 90/92/94%, seed 23 -> 87/89/90%,
-        asked 100%; BEAM 81.9/88.3/92.2 -> 82.2/88.4/92.2), then short values. rolling, seed 23
-        73/76/81% -> 78/80/83%, seed 11 78/81/86% -> 81/83/88%; chunked seed 23 56/63/69% ->
-        60/66/71%; BEAM rolling 81.8/86.6/91.1 -> 82.0/86.6/91.1, chunked 82.7/86.8/91.5 ->
-        82.5/86.7/91.5.
+        Plain facts: sentences (over SHORT_VALUE_CHARS: conditions, decisions, requests), oldest first,
+        then short values. Carried facts (a sliding window's kept facts, the memory of everything
+        before it; rolling's and chunked's, carried from version to version): first a value another
+        key already holds (``version`` after ``firmware_version``), then the GENERAL facts (the topic,
+        the user's first request: the summary's opening sentence says it) and bare agreements quoting
+        the offer they answer (its own facts hold it), then sentences, the last stated first (the
+        latest turns are told by the text's statements; an agreement made early is only in the
+        facts), then short values. Measured (docs/quality.md), planted facts at 600 / 1k / 2k tokens,
+        sliding_window: seed 23 79/81/83% -> 87/89/90%, seed 11 82/84/87% -> 90/92/94%; rolling seed
+        23 73/76/81% -> 78/80/83%; BEAM within 0.3 points either way.
         """
         def sentence_last(e: FactEntry) -> int:
             return 0 if len(e.value) > SHORT_VALUE_CHARS else 1
 
-        if not kept:
+        if not carried:
             return sorted(entries, key=sentence_last)  # stable: oldest first in each
         seen: set[str] = set()
         repeated: set[int] = set()
@@ -442,8 +440,8 @@ class OfflineSummarizer:
             if value in seen:
                 repeated.add(id(e))
             seen.add(value)
-        # Sentences stated last go first: the window's own statements tell them, while the early ones
-        # (the agreed refund condition at message 7) are what only the kept facts still hold.
+        # Sentences stated last go first: the text's statements tell them, while the early ones (the
+        # agreed refund condition at message 7) only the carried facts still hold.
         stated = sorted(range(len(entries)), key=lambda k: (_stated(entries[k]), k))
         newest = {id(entries[k]): -rank for rank, k in enumerate(stated)}
         return sorted(entries, key=lambda e: (

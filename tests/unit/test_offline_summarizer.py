@@ -530,7 +530,7 @@ def test_kept_facts_let_a_repeated_value_and_the_topic_go_before_an_agreed_decis
         FactEntry("version", "v4.2.10", "ENTITY", 4),
         FactEntry("ticket_id", "TCK-54741", "ENTITY", 5),
     ]
-    kept = [e.key for e in OfflineSummarizer._drop_order(entries, kept=True)]
+    kept = [e.key for e in OfflineSummarizer._drop_order(entries, carried=True)]
     assert kept == ["version", "topic", "refund_decision", "customer_name", "firmware_version", "ticket_id"]
     plain = [e.key for e in OfflineSummarizer._drop_order(entries)]  # other text summaries: sentences first
     assert plain == ["refund_decision", "customer_name", "topic", "firmware_version", "version", "ticket_id"]
@@ -549,7 +549,7 @@ def test_kept_sentences_go_last_stated_first_so_an_early_agreement_stays():
         FactEntry("order_chosen", "Deal (re: I've set up a refund of 310.40 EUR. One condition: it's a refund…)", "DECISION", 8,
                   stated_in=8),
     ]
-    kept = [e.key for e in OfflineSummarizer._drop_order(entries, kept=True)]
+    kept = [e.key for e in OfflineSummarizer._drop_order(entries, carried=True)]
     # A bare agreement quoting the offer goes with the GENERAL facts, before every other sentence.
     assert kept == ["order_chosen", "case_condition", "refund_agreed", "refund_condition", "order_id"]
 
