@@ -517,6 +517,14 @@ _PASSIVE_BEFORE = re.compile(r"\b(?:be|being)\s+(?:\w+ly\s+)?$", re.I)
 _POINTING = re.compile(r"\s*(?:this|that|these|those|it)\b(?:\s+\w+)?\s*[.!]*\s*$", re.I)
 
 
+# What an answer opens with before it says anything: "Certainly! ", "Great question. ", "Sure thing, ".
+_OPENER = re.compile(
+    r"^(?:\s*(?:certainly|absolutely|sure(?: thing)?|of course|great(?: question| idea| choice)?|good (?:question|idea)"
+    r"|happy to help|no problem|got it|okay|ok|yes|perfect|excellent|thanks(?: for [^.!?]{0,40})?)[!.,]+\s*)+",
+    re.I,
+)
+
+
 def _decision(sentence: str, book: FactBook, source: int | None, previous: str | None) -> None:
     m = DECISION_VERB_RE.search(sentence) or DECISION_PHRASE_RE.search(sentence)
     if m is None:
@@ -534,7 +542,7 @@ def _decision(sentence: str, book: FactBook, source: int | None, previous: str |
     if (len(sentence.split()) < 5 or _POINTING.match(sentence, m.end())) and previous:
         # "Deal, agreed." names nothing: it agrees to what the other side just said.
         subject = subject or _nearest_subject(previous, len(previous))
-        value = f"{value} (re: {clip(previous, 120)})"
+        value = f"{value} (re: {clip(_OPENER.sub('', previous), 120)})"
     if subject:
         book.put(f"{subject}_{verb}", value, source, "DECISION")
     else:

@@ -281,13 +281,13 @@ def test_a_decision_in_a_long_sentence_is_its_clause():
 
 def test_a_decision_pointing_at_the_last_turn_names_it_and_a_possible_one_is_none():
     facts = facts_of(conversation(
-        ("assistant", "We could book the 9am slot with Dr. Lee on Friday."),
+        ("assistant", "Certainly! We could book the 9am slot with Dr. Lee on Friday."),
         ("user", "Yeah, I think I'll go with that."),
         ("assistant", "If the commit message does not follow the rules, the commit will be rejected."),
         ("assistant", "A clear abstract improves its chances of being accepted for publication."),
     ))
     assert [(k, v) for k, (v, c) in facts.items() if c == "DECISION"] == [
-        ("decision", "Yeah, I think I'll go with that (re: We could book the 9am slot with Dr. Lee on Friday.)")]
+        ("decision", "Yeah, I think I'll go with that (re: We could book the 9am slot with Dr. Lee on Friday.)")]  # no "Certainly!"
 
 
 def test_advice_examples_and_requests_for_help_set_no_condition():
@@ -464,7 +464,7 @@ def test_narrative_says_who_wants_what_what_was_agreed_and_the_state_then_the_da
     assert "Current state: order status cancelled" in opener
     assert lines[0] == "[2024-03-01]"  # the statements, under the date they were made
     assert "- (0) user: Hi, my name is Maria Lopez. \u2026 I'd like to cancel order #1234, it hasn't shipped yet." in lines
-    assert out.model == "offline-salience-24" and len(out.prompt_hash) == 64
+    assert out.model == "offline-salience-25" and len(out.prompt_hash) == 64
     assert out.tokens_in > 0 and out.tokens_out > TOKENS.count(out.text)
 
 
