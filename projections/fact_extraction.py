@@ -448,6 +448,13 @@ def _owner_key(text: str, pos: int, role: str, own: str, other: str, value: str,
     return own if re.search(r"\byour\b", text[max(0, pos - 40) : pos], re.I) else other
 
 
+# An assistant message holding a draft for the user to send: its "My name is ..." is the user's.
+_DRAFT_RE = re.compile(
+    r"^\s*(?:\*\*)?(?:dear|hi|hello)\b[^\n.!?]{0,40},\s*$|^\s*(?:\*\*)?subject:|\b(?:sincerely|best regards|kind regards|warm regards),",
+    re.I | re.M,
+)
+
+
 def _extract_contacts(text: str, role: str, book: FactBook, source: int | None, spans: _Spans, has_digit: bool = True) -> None:
     for m in EMAIL_RE.finditer(text) if "@" in text else ():
         spans.take(m.start(), m.end())
@@ -463,6 +470,8 @@ def _extract_contacts(text: str, role: str, book: FactBook, source: int | None, 
         name = m.group("name") or m.group("full") or m.group("here")
         if name.split()[0].lower() in NOT_NAMES:
             continue
+        if role == "assistant" and (name == book.get("customer_name") or _DRAFT_RE.search(text)):
+            continue  # a letter or message the assistant drafted for the user names the user, not the agent
         key = "agent_name" if role == "assistant" else "customer_name"
         book.put(key, name, source)
 

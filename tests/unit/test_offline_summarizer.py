@@ -385,6 +385,16 @@ def test_a_value_ends_before_the_next_first_person_clause_and_standard_names_are
     assert facts["ticket_id"] == "TCK-14886" and "AES-256" not in facts.values() and "SHA-256" not in facts.values()
 
 
+def test_a_letter_the_assistant_drafts_for_the_user_names_no_agent():
+    facts = {f.key: f.value for f in extract_facts(dated(
+        ("user", "2024-03-01", "I need a cover letter for the analyst role."),
+        ("assistant", "2024-03-01", "Here's a draft:\n\nDear Hiring Manager,\n\nMy name is Jordan Blake and I am "
+                                    "applying for the analyst role.\n\nSincerely,\nJordan Blake"),
+        ("assistant", "2024-03-02", "My name is Sam and I'll take care of your case."),
+    ))}
+    assert facts["agent_name"] == "Sam" and "Jordan Blake" not in facts.values()
+
+
 def test_a_later_fact_supersedes_an_earlier_one_and_keeps_the_lineage():
     chat = dated(
         ("user", "2024-03-01", "I live in Berlin and my deadline is March 29."),
@@ -464,7 +474,7 @@ def test_narrative_says_who_wants_what_what_was_agreed_and_the_state_then_the_da
     assert "Current state: order status cancelled" in opener
     assert lines[0] == "[2024-03-01]"  # the statements, under the date they were made
     assert "- (0) user: Hi, my name is Maria Lopez. \u2026 I'd like to cancel order #1234, it hasn't shipped yet." in lines
-    assert out.model == "offline-salience-25" and len(out.prompt_hash) == 64
+    assert out.model == "offline-salience-26" and len(out.prompt_hash) == 64
     assert out.tokens_in > 0 and out.tokens_out > TOKENS.count(out.text)
 
 
