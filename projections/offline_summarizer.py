@@ -246,6 +246,11 @@ def _message_statements(message: MessageRecord, names: dict[str, str], tokens: T
 _RE_OFFER = "(re: "
 
 
+def _carries(request: SummaryInput) -> bool:
+    """True when ``request``'s summary returns its facts for the next version: a window that keeps them, rolling, chunked."""
+    return request.keep_facts or request.policy in CARRYING_POLICIES
+
+
 def _stated(e: FactEntry) -> int:
     """Return the index of the message that first stated ``e`` (-1 when unknown: from an earlier summary)."""
     return e.stated_in if e.stated_in is not None else -1
@@ -275,7 +280,7 @@ class OfflineSummarizer:
             tokens_out = self._tokens.count(text) + self._tokens.count(render_facts(facts))
         else:
             text, carried = self._text(request)
-            facts = carried if request.keep_facts or request.policy in CARRYING_POLICIES else ()
+            facts = carried if _carries(request) else ()
             tokens_out = self._tokens.count(text)
         return SummaryOutput(
             text=text, facts=facts, model=model, prompt_hash=phash, tokens_in=tokens_in, tokens_out=tokens_out
@@ -341,9 +346,7 @@ class OfflineSummarizer:
             tc = DEFAULT_TOKEN_CAP
         all_entries = book.entries()[-MAX_FACTS:]
         share = KEPT_FACTS_SHARE if request.keep_facts else FACTS_SHARE
-        # Facts carried version to version (a window's kept facts, rolling's and chunked's) give way in
-        # the carried order; the rest sentences first.
-        carried = request.keep_facts or request.policy in CARRYING_POLICIES
+        carried = _carries(request)  # carried facts give way in their own order (_drop_order)
         entries = self._fit_facts(all_entries, tc, cc, share, carried)
         story = _first_sentence(narrative(book, messages))
         head = _render_text(entries, story, None, [])
@@ -435,19 +438,20 @@ class OfflineSummarizer:
             return sorted(entries, key=sentence_last)  # stable: oldest first in each
         seen: set[str] = set()
         repeated: set[int] = set()
-        for e in entries:
+        for k, e in enumerate(entries):
             value = " ".join(e.value.lower().split())
             if value in seen:
-                repeated.add(id(e))
+                repeated.add(k)
             seen.add(value)
-        # Sentences stated last go first: the text's statements tell them, while the early ones (the
-        # agreed refund condition at message 7) only the carried facts still hold.
-        stated = sorted(range(len(entries)), key=lambda k: (_stated(entries[k]), k))
-        newest = {id(entries[k]): -rank for rank, k in enumerate(stated)}
-        return sorted(entries, key=lambda e: (
-            0 if id(e) in repeated else 1 if e.category == "GENERAL" or _RE_OFFER in e.value else 2 + sentence_last(e),
-            newest[id(e)] if sentence_last(e) == 0 else 0,
-        ))
+
+        def order(k: int) -> tuple[int, int, int]:
+            e = entries[k]
+            group = 0 if k in repeated else 1 if e.category == "GENERAL" or _RE_OFFER in e.value else 2 + sentence_last(e)
+            # Sentences stated last go first: the text's statements tell them, while the early ones (the
+            # agreed refund condition at message 7) only the carried facts still hold.
+            return (group, -_stated(e), -k) if sentence_last(e) == 0 else (group, 0, 0)
+
+        return [entries[k] for k in sorted(range(len(entries)), key=order)]
 
     def _shed(
         self, entries: list[FactEntry], story: str, chosen: list[Statement], tc: int | None, cc: int | None
