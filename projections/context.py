@@ -62,6 +62,10 @@ FILL_ROUNDS = 8
 # EXCERPT_TOKENS. Below LEAD_ROOM tokens, breadth wins: every hit at EXCERPT_TOKENS.
 LEAD_SHARES = (0.2, 0.1)
 LEAD_ROOM = 2500
+# Memory messages of ``- key: value`` lines: trimmed a fact at a time, after the digests. A facts memory
+# ("memory:facts", hierarchical's) is never capped for recall; the key facts a topics memory gathers
+# from its topic summaries ("memory:topic_facts") are, with the digests, the fact asked about last.
+FACT_KINDS = frozenset({"memory:facts", "memory:topic_facts"})
 
 
 class OlderMessages(Protocol):
@@ -154,10 +158,11 @@ def assemble(
     if budget is not None:
         room = budget - (head[0].tokens if system_prompt else 0) - (current.tokens if current else 0)
         memory = head[1:] if system_prompt else head
+        terms = frozenset(query_terms(query)) if recalling else frozenset()
         if recalling and recall_share > 0:
-            memory = cap_digests(memory, int(max(0, room) * (1 - recall_share)), count_tokens)
+            memory = cap_digests(memory, int(max(0, room) * (1 - recall_share)), count_tokens, terms)
         trimming = recalling and sum(m.tokens for m in memory) > room  # the query's terms only matter then
-        memory = fit_memory(memory, room, count_tokens, frozenset(query_terms(query)) if trimming else frozenset())
+        memory = fit_memory(memory, room, count_tokens, terms if trimming else frozenset())
         head = head[:1] + memory if system_prompt else memory
     fixed = sum(m.tokens for m in head) + (current.tokens if current else 0)
     remaining = None if budget is None else max(0, budget - fixed)
@@ -228,7 +233,7 @@ def fit_memory(
             parts.pop()
             out.pop()
             continue
-        digests = [j for j in cut if out[j].kind != "memory:facts"]
+        digests = [j for j in cut if out[j].kind not in FACT_KINDS]
         i = max(digests or cut, key=lambda j: (out[j].tokens, j))
         _drop_unit(parts[i], out[i].kind, named if terms else None)
         sep = "\n" if "\n" in out[i].content else " "
@@ -237,7 +242,9 @@ def fit_memory(
     return out
 
 
-def cap_digests(memory: list[ContextMessage], cap: int, count_tokens: Callable[[str], int]) -> list[ContextMessage]:
+def cap_digests(
+    memory: list[ContextMessage], cap: int, count_tokens: Callable[[str], int], terms: frozenset[str] = frozenset()
+) -> list[ContextMessage]:
     """Return ``memory`` with its digests (every message but ``memory:facts``) trimmed to ``cap`` tokens together.
 
     Trimmed as :func:`fit_memory` trims (last lines first, a digest dropped
@@ -251,7 +258,7 @@ def cap_digests(memory: list[ContextMessage], cap: int, count_tokens: Callable[[
     digests = [i for i, m in enumerate(memory) if m.kind != "memory:facts"]
     if sum(memory[i].tokens for i in digests) <= cap:
         return memory
-    fitted = fit_memory([memory[i] for i in digests], cap, count_tokens)
+    fitted = fit_memory([memory[i] for i in digests], cap, count_tokens, terms)
     out: list[ContextMessage | None] = list(memory)
     for k, i in enumerate(digests):  # fit_memory drops whole messages from the end only
         out[i] = fitted[k] if k < len(fitted) else None
@@ -266,7 +273,7 @@ def _memory_units(m: ContextMessage) -> list[str]:
 
 
 def _can_drop(units: list[str], kind: str) -> bool:
-    if kind == "memory:facts":
+    if kind in FACT_KINDS:
         return sum(x.startswith("- ") for x in units) > 1 or (len(units) > 1 and not any(x.startswith("- ") for x in units))
     return len(units) > 1
 
@@ -276,7 +283,7 @@ def _drop_unit(units: list[str], kind: str, named: Callable[[str], int] | None =
 
     With ``named`` (a fact line -> how many query terms it names), a fact naming fewer goes first.
     """
-    facts = [j for j, x in enumerate(units) if x.startswith("- ")] if kind == "memory:facts" else []
+    facts = [j for j, x in enumerate(units) if x.startswith("- ")] if kind in FACT_KINDS else []
     if len(facts) > 1:
         drop = min(facts, key=lambda j: named(units[j])) if named else facts[0]
         del units[drop]

@@ -13,9 +13,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any, TypeVar
@@ -25,13 +24,21 @@ from pydantic import SecretStr
 
 from memfold.engine.errors import ConfigError, SummarizerError, SummarizerOutputError, SummarizerTimeoutError
 from memfold.engine.events import Fact
-from memfold.engine.ports import MessageRecord, SummaryInput, SummaryOutput
+from memfold.engine.ports import SummaryInput, SummaryOutput
 from memfold.engine.settings import SummarizerSettings
 from memfold.engine.tokens import DEFAULT_ENCODING, counter
 
-from .fact_extraction import MAX_FACTS, MAX_VALUE_CHARS, category_for, clip
+from .fact_extraction import MAX_FACTS
 from .offline_summarizer import fit
-from .prompts import CHUNKED_INPUT_TEMPLATE, PROMPT_VERSION, Prompt, prompt_hash, render, render_chunked_input
+from .prompts import (
+    CHUNKED_INPUT_TEMPLATE,
+    PROMPT_VERSION,
+    Prompt,
+    parse_key_facts,
+    prompt_hash,
+    render,
+    render_chunked_input,
+)
 
 CATEGORIES = ("ENTITY", "DECISION", "CONDITION", "STATE", "NUMERIC", "GENERAL")
 # A server asking us to wait longer than this is not waited for: the error carries its retry_after.
@@ -410,56 +417,6 @@ def parse_facts_answer(content: str) -> tuple[tuple[Fact, ...], str]:
 
 # --------------------------------------------------------------------------- facts of a text summary
 
-_FACTS_HEADER = re.compile(r"^[#*_\s]*key facts[*_\s]*:?[*_\s]*$", re.I)
-_FACT_ITEM = re.compile(
-    r"^\s*(?:[-*\u2022]|\d+[.)])\s+(?P<key>[^:\n]{1,60}?)\s*:\s*(?P<value>\S.*?)"
-    r"\s*(?:\((?:msg|message)s?\s*#?(?P<idx>\d+)[^)]*\))?\s*$",
-    re.I,
-)
-_KEY = re.compile(r"[^a-z0-9]+")
-
-
-def parse_key_facts(text: str, messages: Sequence[MessageRecord] = ()) -> list[Fact]:
-    """Return the facts a text summary lists under its ``Key facts:`` heading, in order (none when it has none).
-
-    Each item is ``- key: value``, optionally ending ``(msg N)``: the number
-    of the message that stated it (the sliding-window prompt numbers its
-    messages and asks for it), which dates the fact when N is among
-    ``messages``. Keys are normalised as the offline extractor builds them
-    (``Order number`` -> ``order_number``) and categorised the same way;
-    values are clipped to ``MAX_VALUE_CHARS``. The list ends at the first
-    line that is not an item; an item that is not ``key: value`` is skipped.
-    A key listed twice keeps its last value.
-    """
-    by_index = {m.index: m for m in messages}
-    found: dict[str, Fact] = {}
-    lines = text.splitlines()
-    start = next((i + 1 for i, line in enumerate(lines) if _FACTS_HEADER.match(line)), None)
-    if start is None:
-        return []
-    for line in lines[start:]:
-        if not line.strip():
-            if found:
-                break
-            continue
-        m = _FACT_ITEM.match(line)
-        if m is None:
-            if re.match(r"^\s*(?:[-*\u2022]|\d+[.)])\s", line):
-                continue  # an item with no "key: value"
-            break
-        key = _KEY.sub("_", m["key"].strip("*_ ").lower()).strip("_")[:48]
-        value = clip(m["value"].strip("*_ "), MAX_VALUE_CHARS)
-        if not key or not key[0].isalpha() or not value:
-            continue
-        said = by_index.get(int(m["idx"])) if m["idx"] else None
-        found.pop(key, None)
-        found[key] = Fact(
-            key=key, value=value, category=category_for(key),
-            stated_at=said.occurred_at if said else None, stated_in=said.index if said else None,
-        )
-    return list(found.values())
-
-
 def text_facts(text: str, request: SummaryInput) -> tuple[Fact, ...]:
     """Return the structured facts of a model's text summary for ``request`` (see :func:`parse_key_facts`).
 
@@ -471,7 +428,7 @@ def text_facts(text: str, request: SummaryInput) -> tuple[Fact, ...]:
     ``MAX_FACTS`` keys (the most recently listed win). A value stated
     before keeps when and where it was first stated.
     """
-    parsed = parse_key_facts(text, request.messages)
+    parsed = parse_key_facts(text, {m.index: m.occurred_at for m in request.messages})
     if not request.keep_facts:
         return tuple(parsed)
     history: dict[str, list[Fact]] = {}

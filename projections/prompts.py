@@ -9,13 +9,15 @@ summary cache instead of serving answers to an older prompt.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 from memfold.engine.events import Fact
 from memfold.engine.ports import MessageRecord, SummaryInput
 
-from .fact_extraction import SHORT_VALUE_CHARS
+from .fact_extraction import MAX_VALUE_CHARS, SHORT_VALUE_CHARS, category_for, clip
 
 PROMPT_VERSION = "1"
 
@@ -215,6 +217,71 @@ def render_facts_dated(facts: Sequence[Fact]) -> str:
         was = f" (was: {'; '.join(old)})" if old else ""
         out.append(f"- {f.key}: {f.value}{was}")
     return "\n".join(out)
+
+
+# --------------------------------------------------------------------------- facts of a text summary
+
+_FACTS_HEADER = re.compile(r"^[#*_\s]*key facts[*_\s]*:?[*_\s]*$", re.I)
+_FACT_ITEM = re.compile(
+    r"^\s*(?:[-*\u2022]|\d+[.)])\s+(?P<key>[^:\n]{1,60}?)\s*:\s*(?P<value>\S.*?)"
+    r"\s*(?:\((?:msg|message)s?\s*#?(?P<idx>\d+)[^)]*\))?\s*$",
+    re.I,
+)
+_KEY = re.compile(r"[^a-z0-9]+")
+
+
+def parse_key_facts(text: str, stated: Mapping[int, datetime] | None = None) -> list[Fact]:
+    """Return the facts a text summary lists under its ``Key facts:`` heading, in order (none when it has none).
+
+    Each item is ``- key: value``, optionally ending ``(msg N)``: the number
+    of the message that stated it (the sliding-window prompt numbers its
+    messages and asks for it, the offline summarizer writes it), which dates
+    the fact when ``stated`` (message index -> when it was said) has N. Keys are normalised as the offline extractor builds them
+    (``Order number`` -> ``order_number``) and categorised the same way;
+    values are clipped to ``MAX_VALUE_CHARS``. The list ends at the first
+    line that is not an item; an item that is not ``key: value`` is skipped.
+    A key listed twice keeps its last value.
+    """
+    stated = stated or {}
+    found: dict[str, Fact] = {}
+    lines = text.splitlines()
+    start = next((i + 1 for i, line in enumerate(lines) if _FACTS_HEADER.match(line)), None)
+    if start is None:
+        return []
+    for line in lines[start:]:
+        if not line.strip():
+            if found:
+                break
+            continue
+        m = _FACT_ITEM.match(line)
+        if m is None:
+            if re.match(r"^\s*(?:[-*\u2022]|\d+[.)])\s", line):
+                continue  # an item with no "key: value"
+            break
+        key = _KEY.sub("_", m["key"].strip("*_ ").lower()).strip("_")[:48]
+        value = clip(m["value"].strip("*_ "), MAX_VALUE_CHARS)
+        if not key or not key[0].isalpha() or not value:
+            continue
+        idx = int(m["idx"]) if m["idx"] else None
+        found.pop(key, None)
+        found[key] = Fact(
+            key=key, value=value, category=category_for(key),
+            stated_at=stated.get(idx) if idx is not None else None,
+            stated_in=idx if idx is not None and idx in stated else None,
+        )
+    return list(found.values())
+
+
+def without_key_facts(text: str) -> str:
+    """Return ``text`` without its ``Key facts:`` list (the heading and its items, as :func:`parse_key_facts` reads them)."""
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if _FACTS_HEADER.match(line)), None)
+    if start is None:
+        return text
+    end = start + 1
+    while end < len(lines) and (not lines[end].strip() or re.match(r"^\s*(?:[-*\u2022]|\d+[.)])\s", lines[end])):
+        end += 1
+    return "\n".join(lines[:start] + lines[end:])
 
 
 # --------------------------------------------------------------------------- rendered prompts

@@ -5,11 +5,12 @@ from __future__ import annotations
 import base64
 import gzip
 import math
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 import msgspec
 
+from memfold.engine.events import Fact
 from memfold.engine.settings import TopicsSettings
 
 from .state_codec import FrozenState
@@ -117,7 +118,8 @@ class Topic(FrozenState, kw_only=True):
     compressed_count: int = 0
     summary_id: str | None = None
     summary_text: str | None = None
-    summary_tokens: int = 0  # counted once, when the summary arrives
+    summary_tokens: int = 0  # the summary's tokens without its key facts (:func:`topic_facts` shows those), counted once
+    facts: tuple[Fact, ...] = ()  # the key facts its summary lists
     processing_request_id: str | None = None
     processing_indices: tuple[int, ...] = ()
     failed_request_id: str | None = None
@@ -159,6 +161,48 @@ class State(FrozenState, kw_only=True):
 
 
 # --------------------------------------------------------------------------- reads and rows
+
+
+def stated_times(topic: Topic) -> dict[int, datetime]:
+    """Return message index -> when it was said, for every message of ``topic`` (active and compressed)."""
+    refs = (*topic.messages, *decompress_refs(topic.compressed))
+    return {r.index: datetime.fromtimestamp(r.timestamp, UTC) for r in refs}
+
+
+def topic_facts(state: State) -> tuple[Fact, ...]:
+    """Return the key facts of every live topic, one current value per key: the one stated last.
+
+    Later stated wins (``stated_in``; a fact with no message index counts as
+    stated before every indexed one, and on a tie the topic begun later wins);
+    the value it replaced (the one stated last before it) comes along marked
+    ``superseded_by`` it, so a context reads "- phone: new (was: old)": one
+    old value, not every one, since topics that share a generic key ("date",
+    "amount") made lines of eight "was:" dates on BEAM. An evicted topic's
+    facts go with it, as the rest of its memory does (seed 004's decay).
+    """
+    current: dict[str, tuple[tuple[int, int], Fact]] = {}
+    values: dict[str, list[Fact]] = {}
+    for position, topic in enumerate(state.topics):
+        if topic.evicted:
+            continue
+        for f in topic.facts:
+            if not f.current:
+                continue
+            values.setdefault(f.key, []).append(f)
+            rank = (_rank(f), position)
+            if f.key not in current or rank >= current[f.key][0]:
+                current[f.key] = (rank, f)
+    out: list[Fact] = []
+    for key, (_, winner) in current.items():
+        older = [f for f in values[key] if f.value != winner.value]
+        if older:
+            out.append(max(older, key=_rank).model_copy(update={"superseded_by": winner.value}))
+        out.append(winner)
+    return tuple(out)
+
+
+def _rank(f: Fact) -> int:
+    return f.stated_in if f.stated_in is not None else -1
 
 
 def find_topic(state: State, topic_id: str | None) -> tuple[int, Topic] | tuple[None, None]:

@@ -45,8 +45,14 @@ Reading. The active topic's summary (``"Topic summary: …"``) and its active
 messages verbatim, as in the seed; before them, one memory message with the
 summaries of earlier topics, each under its dates, chosen by priority (the
 decay below) up to ``memory_token_cap`` tokens and listed in the order the
-topics began. So a context carries the facts and sentences of every topic it
-has room for, not just the one in progress.
+topics began. First of all, one facts message: the key facts every live
+topic's summary lists (``Key facts:`` lines, or the summary's structured
+facts), the latest stated value per key with the values it replaced
+(:func:`topic_facts`); the topic texts then leave their key facts out. So a
+context carries the facts of every live topic, and the sentences of every
+topic it has room for, not just the one in progress. Not in the seed: an
+earlier topic's key facts had been lost with its text once the memory cap
+had no room for it.
 
 Audit. ``decide`` also returns ``TopicAssigned`` (each user message),
 ``TopicCompacted`` and ``TopicEvicted`` events with deterministic ids; folding
@@ -76,6 +82,7 @@ from memfold.engine.ids import content_hash
 from memfold.engine.ports import ContextPlan, FoldContext, MemoryMessage, MessageRecord
 from memfold.engine.settings import TopicsSettings
 from memfold.projections.fold import make_request
+from memfold.projections.prompts import parse_key_facts, render_facts_dated, without_key_facts
 
 from ._skeleton import deleted_marker, memory_message
 from ._topic_memory import (
@@ -93,6 +100,8 @@ from ._topic_memory import (
     half_life_seconds,
     memory_type,
     priority,
+    stated_times,
+    topic_facts,
     topic_history,
     topic_rows,
 )
@@ -101,7 +110,7 @@ from .state_codec import replace
 __all__ = [
     "DAY", "MessageRef", "PendingAudit", "State", "Topic", "TopicsPolicy", "compaction_cut", "compress_refs",
     "cosine", "decompress_refs", "find_topic", "get_topic_stats", "half_life_seconds", "memory_type", "priority",
-    "topic_history", "topic_rows",
+    "topic_facts", "topic_history", "topic_rows",
 ]
 
 NAME = "topics"
@@ -270,6 +279,7 @@ def _evict(state: State, cause: Any, ctx: FoldContext) -> State:
             messages=(),
             compressed=None,
             summary_text=None,
+            facts=(),
             processing_request_id=None,
             processing_indices=(),
             evicted_at=now,
@@ -343,6 +353,7 @@ def _produced(item: SummaryProduced, state: State, ctx: FoldContext) -> State:
     old = [r for r in topic.messages if r.index in moving]
     kept = tuple(r for r in topic.messages if r.index not in moving)
     stored = sorted((*decompress_refs(topic.compressed), *old), key=lambda r: r.index)
+    facts = p.facts or tuple(parse_key_facts(p.text, stated_times(topic)))
     topic = replace(
         topic,
         **closed,
@@ -351,7 +362,8 @@ def _produced(item: SummaryProduced, state: State, ctx: FoldContext) -> State:
         compressed_count=len(stored),
         summary_id=p.summary_id,
         summary_text=p.text,
-        summary_tokens=ctx.count_tokens(p.text),
+        summary_tokens=ctx.count_tokens(without_key_facts(p.text)),
+        facts=facts,
         failed_request_id=None,
     )
     state = _replace(state, i, topic)
@@ -422,7 +434,7 @@ def _earlier_topics(state: State, s: TopicsSettings, ctx: FoldContext) -> list[t
         head = _dates(t)
         cost = ctx.count_tokens(head) + 2 + t.summary_tokens  # "\n\n" between blocks, " " after the dates
         if cost <= room:
-            chosen.append((i, t, f"{head} {t.summary_text}"))
+            chosen.append((i, t, f"{head} {without_key_facts(t.summary_text)}"))
             room -= cost
     return [(t, block) for _, t, block in sorted(chosen, key=lambda c: c[0])]
 
@@ -524,12 +536,15 @@ class TopicsPolicy:
             return ContextPlan(verbatim_from=0, fallback="no_topic")
         s: TopicsSettings = ctx.settings  # type: ignore[assignment]
         memory: list[MemoryMessage] = []
+        facts = topic_facts(state)
+        if facts:
+            memory.append(memory_message(ctx, render_facts_dated(facts), "topic_facts"))
         earlier = _earlier_topics(state, s, ctx)
         if earlier:
             content = "\n\n".join((EARLIER_TOPICS_HEADER, *(block for _, block in earlier)))
             memory.append(memory_message(ctx, content, "topics"))
         if topic.summary_text:
-            content = SUMMARY_PREFIX + topic.summary_text
+            content = SUMMARY_PREFIX + without_key_facts(topic.summary_text)
             memory.append(memory_message(ctx, content, "topic_summary"))
         return ContextPlan(
             memory=tuple(memory),
@@ -540,6 +555,7 @@ class TopicsPolicy:
                 "compressed_messages": topic.compressed_count,
                 "summary_id": topic.summary_id,
                 "earlier_topics": [t.topic_id for t, _ in earlier],
+                "facts": sum(f.current for f in facts),
             },
         )
 

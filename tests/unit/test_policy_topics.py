@@ -369,6 +369,38 @@ def test_a_topic_left_behind_is_compacted_whole_and_its_summary_carried_in_the_c
     assert p.verbatim_indices == (6,) and p.notes["earlier_topics"] == [a, rb.payload.topic_id]
 
 
+def test_every_live_topics_key_facts_are_one_facts_message_latest_stated_value_per_key():
+    d, c = Driver(make_ctx()), Conversation()
+    fill(d, c, 0, 2)  # 0-3: topic A
+    a = d.state.active_topic_id
+    [ra] = d.requests(d.feed(c("user", topic=1)))  # 4: topic B; A is compacted
+    d.produce(ra, "Key facts:\n- order_number: #4417 (msg 0)\n- phone: +1 720-555-0100 (msg 2)\nSummary: Order talk.")
+    d.feed(c("assistant"))  # 5
+    [rb] = d.requests(d.feed(c("user", topic=2, at=DAY)))  # 6: topic C, the next day; B is compacted
+    d.produce(rb, "Key facts:\n- phone: +1 415-555-0153 (msg 4)\nSummary: New phone.")
+    assert d.topic(a).facts[0].stated_in == 0 and d.topic(a).facts[0].stated_at == T0
+    p = d.plan()
+    assert [m.kind for m in p.memory] == ["topic_facts", "topics"]
+    assert p.memory[0].content == (
+        "[2025-01-01]\n- order_number: #4417\n- phone: +1 415-555-0153 (was: +1 720-555-0100)"
+    )
+    assert "Key facts" not in p.memory[1].content and "- phone" not in p.memory[1].content  # said once
+    assert p.notes["facts"] == 2
+    assert tp.topic_facts(d.state) == tp.topic_facts(state_codec.decode(tp.State, state_codec.encode(d.state)))
+
+
+def test_an_evicted_topics_facts_go_with_it():
+    d, c = Driver(make_ctx(max_topics=2)), Conversation()
+    fill(d, c, 0, 1)
+    [r0] = d.requests(d.feed(c("user", topic=1)))
+    d.produce(r0, "Key facts:\n- order_number: #4417 (msg 0)\nSummary: old topic")
+    assert [f.value for f in tp.topic_facts(d.state)] == ["#4417"]
+    d.feed(c("user", topic=2, at=10 * DAY))
+    d.feed(c("user", topic=3, at=10 * DAY))
+    assert d.state.topics[0].evicted and tp.topic_facts(d.state) == ()
+    assert all(m.kind != "topic_facts" for m in d.plan().memory)
+
+
 def test_returning_to_an_earlier_topic_restores_it_and_leaves_it_out_of_the_earlier_topics():
     d, c = Driver(make_ctx()), Conversation()
     fill(d, c, 0, 1)

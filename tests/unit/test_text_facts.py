@@ -7,7 +7,8 @@ from datetime import UTC, datetime
 
 from memfold.engine.events import Fact
 from memfold.engine.ports import MessageRecord, SummaryInput
-from memfold.projections.openai_summarizer import parse_key_facts, text_facts
+from memfold.projections.openai_summarizer import text_facts
+from memfold.projections.prompts import parse_key_facts
 
 T0 = datetime(2024, 3, 1, 12, 0, tzinfo=UTC)
 
@@ -20,7 +21,7 @@ def said(index: int) -> MessageRecord:
 def test_a_markdown_heading_numbered_items_and_the_end_of_the_list():
     text = ("Summary first.\n## Key facts\n1. Booking ref: NPEGGH (message 4)\n2) 2nd thing: skipped\n"
             "3. refund condition: only within 14 days, unused\n- booking ref: QRS123\nThe narrative goes on.\n- late: not a fact")
-    facts = parse_key_facts(text, [said(4)])
+    facts = parse_key_facts(text, {4: T0})
     assert [(f.key, f.value, f.category, f.stated_in) for f in facts] == [
         ("refund_condition", "only within 14 days, unused", "CONDITION", None),
         ("booking_ref", "QRS123", "ENTITY", None),  # listed twice: the last value
