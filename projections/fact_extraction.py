@@ -158,6 +158,18 @@ class FactEntry:
     history: list[FactEntry] = field(default_factory=list)  # earlier values of the key, oldest first
 
 
+def entry_facts(e: FactEntry) -> list[Fact]:
+    """Return ``e`` as facts: its earlier values first, each ``superseded_by`` the next, then the current one."""
+    chain = [*e.history, e]
+    out = [
+        Fact(key=e.key, value=older.value, category=e.category, stated_at=older.stated_at,
+             stated_in=older.stated_in, superseded_by=newer.value)
+        for older, newer in zip(chain, chain[1:])
+    ]
+    out.append(Fact(key=e.key, value=e.value, category=e.category, stated_at=e.stated_at, stated_in=e.stated_in))
+    return out
+
+
 class FactBook:
     """Keyed facts in first-seen order: the latest mention of a key wins; retractions remove by stem.
 
@@ -257,16 +269,7 @@ class FactBook:
         Each key's earlier values come right before its current one, marked
         ``superseded_by`` the value that replaced them.
         """
-        out: list[Fact] = []
-        for e in self.entries()[-MAX_FACTS:]:
-            chain = [*e.history, e]
-            for older, newer in zip(chain, chain[1:]):
-                out.append(Fact(
-                    key=e.key, value=older.value, category=e.category, stated_at=older.stated_at,
-                    stated_in=older.stated_in, superseded_by=newer.value,
-                ))
-            out.append(Fact(key=e.key, value=e.value, category=e.category, stated_at=e.stated_at, stated_in=e.stated_in))
-        return tuple(out)
+        return tuple(f for e in self.entries()[-MAX_FACTS:] for f in entry_facts(e))
 
     def by_category(self, category: str) -> list[FactEntry]:
         return [e for e in self._entries.values() if e.category == category]

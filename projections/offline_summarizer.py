@@ -31,6 +31,7 @@ from .fact_extraction import (
     FactBook,
     FactEntry,
     clip,
+    entry_facts,
     read_all,
     read_message,
     sentence_spans,
@@ -39,8 +40,8 @@ from .prompts import PROMPT_VERSION, message_text, prompt_hash, render_facts, to
 from .salience import Statement, rank, select, statements_from_text, statements_of
 
 # Bump when a rule changes what the summarizer outputs: it is part of prompt_hash, hence of the cache key.
-RULES_VERSION = "offline-salience-26"
-MODEL = "offline-salience-26"
+RULES_VERSION = "offline-salience-27"
+MODEL = "offline-salience-27"
 MAX_LINE_CHARS = 200
 DEFAULT_TOKEN_CAP = 500
 FACTS_SHARE = 0.25  # at most this share of a text summary goes to the key facts
@@ -50,8 +51,8 @@ FACTS_SHARE = 0.25  # at most this share of a text summary goes to the key facts
 KEPT_FACTS_SHARE = 0.5
 # Text summaries of one chain, each version built on the one before, return their facts as structured
 # facts, so the next version gets them all back (``existing_facts``), not only those its text had room
-# for. Not topics (a summary per topic: the facts projection keeps one set per policy and conversation);
-# a sliding window only when it keeps its facts (``SummaryInput.keep_facts``).
+# for. Not topics (a summary per topic, each with its own facts), a sliding window only when it keeps
+# its facts (``SummaryInput.keep_facts``): those return the facts their text lists.
 CARRYING_POLICIES = frozenset({"rolling", "chunked"})
 LINE_TOKENS = 6  # what "- (123) user: " and a joint cost around a statement, for the selection's estimate
 LINE_CHARS = 16
@@ -279,8 +280,8 @@ class OfflineSummarizer:
             text, facts = self._facts(request)
             tokens_out = self._tokens.count(text) + self._tokens.count(render_facts(facts))
         else:
-            text, carried = self._text(request)
-            facts = carried if _carries(request) else ()
+            text, carried, listed = self._text(request)
+            facts = carried if _carries(request) else listed
             tokens_out = self._tokens.count(text)
         return SummaryOutput(
             text=text, facts=facts, model=model, prompt_hash=phash, tokens_in=tokens_in, tokens_out=tokens_out
@@ -304,15 +305,18 @@ class OfflineSummarizer:
 
     # ----------------------------------------------------------------- one summary text (seeds 001-004)
 
-    def _text(self, request: SummaryInput) -> tuple[str, tuple[Fact, ...]]:
-        """Return the summary text and every fact it stands on (the text shows what its facts share holds).
+    def _text(self, request: SummaryInput) -> tuple[str, tuple[Fact, ...], tuple[Fact, ...]]:
+        """Return the summary text, every fact it stands on, and the facts its text lists (its facts share).
 
         A sliding window drops what only messages before ``window_start`` said,
         facts too, unless the request keeps facts: then the earlier facts stay
         (latest value per key) and the text shows as many as :data:`KEPT_FACTS_SHARE`
         holds. :meth:`summarize` returns the facts of those and of
         :data:`CARRYING_POLICIES`, so the next version gets them as
-        ``existing_facts`` even when this text had no room for them.
+        ``existing_facts`` even when this text had no room for them; any
+        other text summary returns the facts its text lists (with the values
+        they replaced), as a model's text summary does (a topic's, a window
+        that keeps no facts).
         """
         tokens = self._tokens
         parsed = _parse_summary(request.existing_summary, tokens)
@@ -368,7 +372,7 @@ class OfflineSummarizer:
             if not _fits(candidate, tokens, tc, cc):
                 break
             entries, text = wider, candidate
-        return text, book.facts()
+        return text, book.facts(), tuple(f for e in entries for f in entry_facts(e))
 
     def _fill(
         self, pool: list[Statement], tc: int | None, cc: int | None, rendered: Callable[[Sequence[Statement]], str]

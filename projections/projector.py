@@ -390,6 +390,8 @@ class Projector:
            is retired by it (``retired_by``); when its key now has another
            value it is also marked ``superseded_by`` that value's ``fact_id``
            (the immediate successor when the summary lists the lineage).
+        A topic's summary (``topic_id`` set) holds that topic's facts only: it
+        retires the live rows of the keys it lists, not the other topics'.
         Rows are never deleted. ``fact_id`` hashes policy, conversation, key,
         value and the introducing summary, so a rebuild gives the same ids.
         """
@@ -407,7 +409,10 @@ class Projector:
         current = {f.key: ids[(f.key, f.value)] for f in p.facts if f.current}
         successor = {(f.key, f.value): ids.get((f.key, f.superseded_by)) or current.get(f.key) for f in p.facts if not f.current}
         pending = {(r["key"], r["value"]): r for r in ch.fact_inserts if (r["policy"], r["tenant_id"], r["conversation_id"]) == conv}
-        for kv in sorted(live - {(f.key, f.value) for f in p.facts if f.current}):
+        gone = live - {(f.key, f.value) for f in p.facts if f.current}
+        if p.topic_id is not None:
+            gone = {kv for kv in gone if kv[0] in current}
+        for kv in sorted(gone):
             row = rows[kv]
             newer = successor.get(kv) or current.get(kv[0])
             superseded = row[1] is None and newer is not None and newer != row[0]

@@ -174,10 +174,12 @@ def topic_facts(state: State) -> tuple[Fact, ...]:
 
     Later stated wins (``stated_in``; a fact with no message index counts as
     stated before every indexed one, and on a tie the topic begun later wins);
-    the value it replaced (the one stated last before it) comes along marked
+    the value another topic stated last before it comes along marked
     ``superseded_by`` it, so a context reads "- phone: new (was: old)": one
     old value, not every one, since topics that share a generic key ("date",
-    "amount") made lines of eight "was:" dates on BEAM. An evicted topic's
+    "amount") made lines of eight "was:" dates on BEAM. Values a topic's own
+    summary replaced are left out (the ``facts`` table keeps that lineage):
+    with them BEAM lost 0.45 points at 2,000 tokens. An evicted topic's
     facts go with it, as the rest of its memory does (seed 004's decay).
     """
     current: dict[str, tuple[tuple[int, int], Fact]] = {}
@@ -187,7 +189,7 @@ def topic_facts(state: State) -> tuple[Fact, ...]:
             continue
         for f in topic.facts:
             if not f.current:
-                continue
+                continue  # a value the topic's own summary replaced: the facts table keeps that lineage
             values.setdefault(f.key, []).append(f)
             rank = (_rank(f), position)
             if f.key not in current or rank >= current[f.key][0]:

@@ -35,8 +35,31 @@ def test_every_topic_is_in_the_context_within_budget(tmp_path):
             context = engine.context("c1", budget=budget)
             assert sum(m.tokens for m in context) <= budget
             memory = [m for m in context if m.kind.startswith("memory:")]
-            print([(m.kind, m.content) for m in memory])
             assert [m.kind for m in memory] == ["memory:topic_facts", "memory:topics"] and context[-1].kind == "current"
             text = "\n".join(m.content for m in memory)  # the memory alone, whatever recall adds after it
             missing = [w for words in SAID for w in words if w not in text]
             assert not missing, f"the context lost {missing}"
+
+
+
+def test_each_topics_facts_are_rows_of_the_facts_table_and_a_later_topic_retires_only_what_it_replaces(tmp_path):
+    settings = Settings.load(None, data_dir=tmp_path / "data", policies=("topics",), policy="topics")
+    talk = TALK[:2] + [("Update: my sister Priya is getting married in Lisbon on June 21st instead.",
+                        "Noted: Lisbon on June 21st.")] + TALK[2:]
+    messages = []
+    for user, assistant in talk:
+        messages += [{"conversation_id": "c1", "role": "user", "content": user},
+                     {"conversation_id": "c1", "role": "assistant", "content": assistant}]
+    messages.append({"conversation_id": "c1", "role": "user", "content": "What should I pack for a weekend in Oslo?"})
+    with MemoryEngine(settings) as engine:
+        engine.append_many(messages)
+        engine.wait_idle(timeout=60)
+        _, rows = engine.sql("SELECT key, value, retired_by IS NULL AS live, superseded_by IS NOT NULL AS replaced, "
+                             "stated_in FROM facts WHERE policy = 'topics' ORDER BY stated_in, key")
+        live = {key: value for key, value, is_live, _, _ in rows if is_live}
+        assert live["sister_name"] == "Priya" and live["deadline"] == "April 2nd"  # two topics' facts, both live
+        assert ("priya_date", "June 14th", False, True, 0) in rows  # replaced by the later topic's date
+        assert live["priya_date"] == "June 21st"
+        memory = next(m.content for m in engine.context("c1", budget=2000) if m.kind == "memory:topic_facts")
+        assert "- priya_date: June 21st" in memory and "June 14th" not in memory  # one topic: its lineage is the table's
+        assert all(f"- {key}: {value}" in memory for key, value in live.items())  # the table and the context agree

@@ -474,7 +474,7 @@ def test_narrative_says_who_wants_what_what_was_agreed_and_the_state_then_the_da
     assert "Current state: order status cancelled" in opener
     assert lines[0] == "[2024-03-01]"  # the statements, under the date they were made
     assert "- (0) user: Hi, my name is Maria Lopez. \u2026 I'd like to cancel order #1234, it hasn't shipped yet." in lines
-    assert out.model == "offline-salience-26" and len(out.prompt_hash) == 64
+    assert out.model == "offline-salience-27" and len(out.prompt_hash) == 64
     assert out.tokens_in > 0 and out.tokens_out > TOKENS.count(out.text)
 
 
@@ -576,7 +576,7 @@ def test_a_fact_the_text_had_no_room_for_comes_back_from_the_structured_facts():
     assert "- customer_name: Maria Lopez" in out.text and "- email: maria.lopez@example.com" in out.text
 
 
-def test_a_rolling_summary_carries_its_facts_and_a_topic_summary_does_not():
+def test_a_rolling_summary_carries_its_facts_and_a_topic_summary_returns_the_ones_its_text_lists():
     rolling = SUMMARIZER.summarize(SummaryInput(policy="rolling", kind="text", messages=REFUND_CHAT[:4]))
     assert as_dict(rolling.facts)["order_id"][0] == "#1234"
     later = SUMMARIZER.summarize(SummaryInput(
@@ -584,8 +584,13 @@ def test_a_rolling_summary_carries_its_facts_and_a_topic_summary_does_not():
         existing_facts=rolling.facts,
     ))
     assert "- order_id: #1234" in later.text and "order_id" in as_dict(later.facts)
-    topic = SUMMARIZER.summarize(SummaryInput(policy="topics", kind="text", messages=REFUND_CHAT[:4]))
-    assert topic.facts == () and "- order_id: #1234" in topic.text  # one summary per topic: no carried set
+    for cap in (None, 120):
+        topic = SUMMARIZER.summarize(SummaryInput(policy="topics", kind="text", messages=REFUND_CHAT[:4], token_cap=cap))
+        listed = [line[2:].split(":")[0] for line in topic.text.split("\n") if line.startswith("- ") and ": " in line
+                  and not line.startswith("- (")]
+        assert listed and [f.key for f in topic.facts] == listed  # what its text shows, no carried set
+        assert all(f.current and f.stated_in is not None for f in topic.facts)
+    assert len(topic.facts) == 1 < len(as_dict(rolling.facts))  # a small cap lists one; rolling carries them all
 
 
 def test_an_unstructured_previous_summary_is_kept_and_mined():
