@@ -20,16 +20,22 @@ SAID = [("Priya", "Lisbon", "June 14th", "$300"), ("Biscuit", "beagle"), ("Postg
         ("Berlin", "45 km")]
 
 
-def test_every_topic_is_in_the_context_within_budget(tmp_path):
+def ingested(tmp_path, talk) -> MemoryEngine:
+    """An engine (topics) holding ``talk`` as user/assistant turns, then a fifth question, summarized."""
     settings = Settings.load(None, data_dir=tmp_path / "data", policies=("topics",), policy="topics")
     messages = []
-    for user, assistant in TALK:
+    for user, assistant in talk:
         messages += [{"conversation_id": "c1", "role": "user", "content": user},
                      {"conversation_id": "c1", "role": "assistant", "content": assistant}]
     messages.append({"conversation_id": "c1", "role": "user", "content": "What should I pack for a weekend in Oslo?"})
-    with MemoryEngine(settings) as engine:
-        engine.append_many(messages)
-        engine.wait_idle(timeout=60)
+    engine = MemoryEngine(settings)
+    engine.append_many(messages)
+    engine.wait_idle(timeout=60)
+    return engine
+
+
+def test_every_topic_is_in_the_context_within_budget(tmp_path):
+    with ingested(tmp_path, TALK) as engine:
         assert len(engine.plan("c1").notes["earlier_topics"]) == 4
         for budget in (800, 2000):
             context = engine.context("c1", budget=budget)
@@ -41,19 +47,10 @@ def test_every_topic_is_in_the_context_within_budget(tmp_path):
             assert not missing, f"the context lost {missing}"
 
 
-
 def test_each_topics_facts_are_rows_of_the_facts_table_and_a_later_topic_retires_only_what_it_replaces(tmp_path):
-    settings = Settings.load(None, data_dir=tmp_path / "data", policies=("topics",), policy="topics")
     talk = TALK[:2] + [("Update: my sister Priya is getting married in Lisbon on June 21st instead.",
                         "Noted: Lisbon on June 21st.")] + TALK[2:]
-    messages = []
-    for user, assistant in talk:
-        messages += [{"conversation_id": "c1", "role": "user", "content": user},
-                     {"conversation_id": "c1", "role": "assistant", "content": assistant}]
-    messages.append({"conversation_id": "c1", "role": "user", "content": "What should I pack for a weekend in Oslo?"})
-    with MemoryEngine(settings) as engine:
-        engine.append_many(messages)
-        engine.wait_idle(timeout=60)
+    with ingested(tmp_path, talk) as engine:
         _, rows = engine.sql("SELECT key, value, retired_by IS NULL AS live, superseded_by IS NOT NULL AS replaced, "
                              "stated_in FROM facts WHERE policy = 'topics' ORDER BY stated_in, key")
         live = {key: value for key, value, is_live, _, _ in rows if is_live}
