@@ -63,9 +63,9 @@ FILL_ROUNDS = 8
 LEAD_SHARES = (0.2, 0.1)
 LEAD_ROOM = 2500
 # Memory messages of ``- key: value`` lines: trimmed a fact at a time, after the digests. A facts memory
-# ("memory:facts", hierarchical's) is never capped for recall; the key facts a topics memory gathers
-# from its topic summaries ("memory:topic_facts") are, with the digests, the fact asked about last.
-FACT_KINDS = frozenset({"memory:facts", "memory:topic_facts"})
+# ("memory:facts", hierarchical's) is never capped for recall; the key facts a text memory carries
+# beside its text ("memory:key_facts": rolling's, topics') are, with the digests, the fact asked about last.
+FACT_KINDS = frozenset({"memory:facts", "memory:key_facts"})
 
 
 class OlderMessages(Protocol):

@@ -34,7 +34,7 @@ from memfold.engine.ports import FoldContext, MessageRecord, Policy
 # folded by other rules is then rebuilt when an engine opens it (a read refuses and names
 # `memfold rebuild`), so `verify` keeps proving the live projection is what the log folds to.
 # 2: sliding_window's catch-up after a burst of rounds (state field prior_round_end).
-# 3: topics keep the key facts of their summaries (state field Topic.facts).
+# 3: topics and rolling keep the key facts of their summaries (Topic.facts, RollingSummary.facts).
 FOLD_VERSION = 3
 
 

@@ -12,12 +12,14 @@ and what a usable summary changes.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import singledispatch
 from typing import Any, ClassVar, TypeVar
 
 from memfold.engine.errors import ConfigError
 from memfold.engine.events import (
     ConversationDeleted,
+    Fact,
     SummaryFailed,
     SummaryProduced,
     SummaryProducedPayload,
@@ -25,6 +27,7 @@ from memfold.engine.events import (
 )
 from memfold.engine.ports import FoldContext, MemoryMessage, MessageRecord
 from memfold.engine.tokens import MESSAGE_OVERHEAD
+from memfold.projections.prompts import render_facts_dated
 
 from ._requests import RequestLedger
 from .state_codec import replace
@@ -48,6 +51,18 @@ def settings_of(ctx: FoldContext, cls: type[P], policy: str) -> P:
 def memory_message(ctx: FoldContext, content: str, kind: str) -> MemoryMessage:
     """Return a memory system message costing its real prompt tokens (content + per-message overhead)."""
     return MemoryMessage(content=content, kind=kind, tokens=ctx.count_tokens(content) + MESSAGE_OVERHEAD)
+
+
+def key_facts_message(ctx: FoldContext, facts: Sequence[Fact]) -> MemoryMessage:
+    """Return the key facts a text memory carries as one ``key_facts`` message (``- key: value`` under dates).
+
+    Not in the seeds, whose text memories list what facts their share of the
+    text holds: the context trims this message a fact at a time, after the
+    memory's text and by the query (``projections.context.FACT_KINDS``), so
+    a summary's structured facts reach the context when the budget has room
+    for more than the text's share. A superseded fact shows as ``(was: ...)``.
+    """
+    return memory_message(ctx, render_facts_dated(facts), "key_facts")
 
 
 class SummaryPolicy:

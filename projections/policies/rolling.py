@@ -6,21 +6,27 @@ set). The first summary is asked for once the conversation reaches
 but the ``recent_messages_to_keep`` newest. It is regenerated, hierarchically
 (previous summary + the messages since), once
 ``total - (covered + recent) >= regeneration_threshold``. The plan is the
-summary as a system message followed by every message after its coverage.
+summary as a system message followed by every message after its coverage;
+before it (not in the seed), the summary's structured facts as one
+``key_facts`` message, the summary text without its ``Key facts:`` list.
+The text holds the facts its share of ``max_summary_length`` has room for;
+the summary carries all of them (latest value per key), and a context with
+room shows them all.
 """
 
 from __future__ import annotations
 
 from typing import ClassVar
 
-from memfold.engine.events import Event, SummaryProducedPayload, SummaryRequested
+from memfold.engine.events import Event, Fact, SummaryProducedPayload, SummaryRequested
 from memfold.engine.ports import ContextPlan, FoldContext, MessageRecord
 from memfold.engine.settings import RollingSettings
 from memfold.projections.fold import make_request
+from memfold.projections.prompts import without_key_facts
 
 from . import _tool_groups as groups
 from ._requests import RequestLedger
-from ._skeleton import SummaryPolicy, memory_message, settings_of
+from ._skeleton import SummaryPolicy, key_facts_message, memory_message, settings_of
 from .state_codec import FrozenState, replace
 
 
@@ -31,6 +37,7 @@ class RollingSummary(FrozenState, kw_only=True):
     request_id: str
     covers_to: int
     text: str
+    facts: tuple[Fact, ...] = ()  # the current facts it carries
 
     @property
     def covers_count(self) -> int:
@@ -70,7 +77,8 @@ class RollingPolicy(SummaryPolicy):
     def produced(self, state: RollingState, payload: SummaryProducedPayload, ctx: FoldContext) -> RollingState:
         """Put the summary in force; tool groups it covers can no longer be cut."""
         summary = RollingSummary(
-            summary_id=payload.summary_id, request_id=payload.request_id, covers_to=payload.covers_to, text=payload.text
+            summary_id=payload.summary_id, request_id=payload.request_id, covers_to=payload.covers_to, text=payload.text,
+            facts=tuple(f for f in payload.facts if f.current),
         )
         return replace(state, summary=summary, tool_groups=groups.prune(state.tool_groups, payload.covers_to + 1))
 
@@ -141,8 +149,11 @@ class RollingPolicy(SummaryPolicy):
             if s.max_messages is not None and state.count > s.max_messages:
                 start = groups.align(state.tool_groups, state.count - s.max_messages, state.count)
             return ContextPlan(verbatim_from=start, fallback=fallback or "takeLast", notes=notes)
-        memory = memory_message(ctx, summary.text, "summary")
-        return ContextPlan(memory=(memory,), verbatim_from=summary.covers_to + 1, fallback=fallback, notes=notes)
+        if summary.facts:
+            memory = (key_facts_message(ctx, summary.facts), memory_message(ctx, without_key_facts(summary.text), "summary"))
+        else:
+            memory = (memory_message(ctx, summary.text, "summary"),)
+        return ContextPlan(memory=memory, verbatim_from=summary.covers_to + 1, fallback=fallback, notes=notes)
 
 
 def _settings(ctx: FoldContext) -> RollingSettings:

@@ -46,9 +46,10 @@ messages verbatim, as in the seed; before them, one memory message with the
 summaries of earlier topics, each under its dates, chosen by priority (the
 decay below) up to ``memory_token_cap`` tokens and listed in the order the
 topics began. First of all, one facts message: the key facts every live
-topic's summary lists (``Key facts:`` lines, or the summary's structured
-facts), the latest stated value per key with the values it replaced
-(:func:`topic_facts`); the topic texts then leave their key facts out. So a
+topic's summary lists (its structured facts, else its ``Key facts:``
+lines), the latest stated value per key with the value another topic
+stated before it (:func:`topic_facts`, a ``key_facts`` message); the topic
+texts then leave their key facts out. So a
 context carries the facts of every live topic, and the sentences of every
 topic it has room for, not just the one in progress. Not in the seed: an
 earlier topic's key facts had been lost with its text once the memory cap
@@ -82,9 +83,9 @@ from memfold.engine.ids import content_hash
 from memfold.engine.ports import ContextPlan, FoldContext, MemoryMessage, MessageRecord
 from memfold.engine.settings import TopicsSettings
 from memfold.projections.fold import make_request
-from memfold.projections.prompts import parse_key_facts, render_facts_dated, without_key_facts
+from memfold.projections.prompts import parse_key_facts, without_key_facts
 
-from ._skeleton import deleted_marker, memory_message
+from ._skeleton import deleted_marker, key_facts_message, memory_message
 from ._topic_memory import (
     DAY,
     MessageRef,
@@ -538,7 +539,7 @@ class TopicsPolicy:
         memory: list[MemoryMessage] = []
         facts = topic_facts(state)
         if facts:
-            memory.append(memory_message(ctx, render_facts_dated(facts), "topic_facts"))
+            memory.append(key_facts_message(ctx, facts))
         earlier = _earlier_topics(state, s, ctx)
         if earlier:
             content = "\n\n".join((EARLIER_TOPICS_HEADER, *(block for _, block in earlier)))

@@ -41,7 +41,7 @@ def test_every_topic_is_in_the_context_within_budget(tmp_path):
             context = engine.context("c1", budget=budget)
             assert sum(m.tokens for m in context) <= budget
             memory = [m for m in context if m.kind.startswith("memory:")]
-            assert [m.kind for m in memory] == ["memory:topic_facts", "memory:topics"] and context[-1].kind == "current"
+            assert [m.kind for m in memory] == ["memory:key_facts", "memory:topics"] and context[-1].kind == "current"
             text = "\n".join(m.content for m in memory)  # the memory alone, whatever recall adds after it
             missing = [w for words in SAID for w in words if w not in text]
             assert not missing, f"the context lost {missing}"
@@ -57,6 +57,6 @@ def test_each_topics_facts_are_rows_of_the_facts_table_and_a_later_topic_retires
         assert live["sister_name"] == "Priya" and live["deadline"] == "April 2nd"  # two topics' facts, both live
         assert ("priya_date", "June 14th", False, True, 0) in rows  # replaced by the later topic's date
         assert live["priya_date"] == "June 21st"
-        memory = next(m.content for m in engine.context("c1", budget=2000) if m.kind == "memory:topic_facts")
+        memory = next(m.content for m in engine.context("c1", budget=2000) if m.kind == "memory:key_facts")
         assert "- priya_date: June 21st" in memory and "June 14th" not in memory  # one topic: its lineage is the table's
         assert all(f"- {key}: {value}" in memory for key, value in live.items())  # the table and the context agree

@@ -20,7 +20,7 @@ from support.policy_kit import (
     scripted_reply,
 )
 
-from memfold.engine.events import ConversationDeleted, SummaryRequested, ToolCall
+from memfold.engine.events import ConversationDeleted, Fact, SummaryRequested, ToolCall
 from memfold.engine.ports import MessageRecord
 from memfold.engine.settings import RollingSettings
 from memfold.projections import fold
@@ -85,6 +85,21 @@ def test_state_1_twenty_messages_first_summarization():
     assert [m.content for m in plan.memory] == ["S covering 10 messages"]
     assert plan.memory[0].kind == "summary" and plan.verbatim_from == 10  # [S1] + M11..M20
     assert plan.fallback is None
+
+
+def test_a_summary_with_facts_shows_them_all_as_key_facts_and_its_text_without_its_list():
+    ctx = ctx_for()
+    text = "Key facts:\n- order_id: #1234 (msg 0)\nSummary: Order talk."
+    facts = (Fact(key="phone", value="+1 720-555-0100", stated_at=T0, stated_in=2, superseded_by="+1 415-555-0153"),
+             Fact(key="phone", value="+1 415-555-0153", stated_at=T0, stated_in=5),
+             Fact(key="order_id", value="#1234", category="ENTITY", stated_at=T0, stated_in=0))
+    with_facts = partial(ScriptedSummarizer, lambda r, how: scripted_reply(r, how, text=text, facts=facts))
+    state, _ = fold_runner(POLICY, ctx_for, with_facts)(chat(20), ctx=ctx)
+    plan = POLICY.plan(state, ctx)
+    assert [m.kind for m in plan.memory] == ["key_facts", "summary"]
+    assert plan.memory[0].content == "[2026-01-01]\n- phone: +1 415-555-0153\n- order_id: #1234"  # current ones
+    assert plan.memory[1].content == "Summary: Order talk." and plan.verbatim_from == 10
+    assert state_codec.decode(RollingState, state_codec.encode(state)) == state
 
 
 def test_state_2_thirty_messages_regeneration():

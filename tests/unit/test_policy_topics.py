@@ -380,7 +380,7 @@ def test_every_live_topics_key_facts_are_one_facts_message_latest_stated_value_p
     d.produce(rb, "Key facts:\n- phone: +1 415-555-0153 (msg 4)\nSummary: New phone.")
     assert d.topic(a).facts[0].stated_in == 0 and d.topic(a).facts[0].stated_at == T0
     p = d.plan()
-    assert [m.kind for m in p.memory] == ["topic_facts", "topics"]
+    assert [m.kind for m in p.memory] == ["key_facts", "topics"]
     assert p.memory[0].content == (
         "[2025-01-01]\n- order_number: #4417\n- phone: +1 415-555-0153 (was: +1 720-555-0100)"
     )
@@ -398,7 +398,7 @@ def test_an_evicted_topics_facts_go_with_it():
     d.feed(c("user", topic=2, at=10 * DAY))
     d.feed(c("user", topic=3, at=10 * DAY))
     assert d.state.topics[0].evicted and tp.topic_facts(d.state) == ()
-    assert all(m.kind != "topic_facts" for m in d.plan().memory)
+    assert all(m.kind != "key_facts" for m in d.plan().memory)
 
 
 def test_returning_to_an_earlier_topic_restores_it_and_leaves_it_out_of_the_earlier_topics():

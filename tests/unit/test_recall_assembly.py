@@ -427,7 +427,7 @@ def test_a_topics_key_facts_share_the_digests_cap_and_go_last_the_asked_one_kept
     messages = chat(120, planted={8: "my flight leaves on March 3"})
     lines = ["- deductible_amount: $751.25"] + [f"- note_{i}: {FILLER[i % len(FILLER)]}" for i in range(12)]
     facts_text = "[2025-09-30]\n" + "\n".join(lines)
-    facts = MemoryMessage(facts_text, "topic_facts", COUNT(facts_text) + MESSAGE_OVERHEAD)
+    facts = MemoryMessage(facts_text, "key_facts", COUNT(facts_text) + MESSAGE_OVERHEAD)
     digest = MemoryMessage(summary_of(30), "topics", COUNT(summary_of(30)) + MESSAGE_OVERHEAD)
     plan = ContextPlan(memory=(facts, digest), verbatim_from=120)
     budget = facts.tokens + 40
@@ -435,7 +435,7 @@ def test_a_topics_key_facts_share_the_digests_cap_and_go_last_the_asked_one_kept
     out = assemble(plan, [], query="How much was my deductible?", **kw)
     memory = [m for m in out if m.kind.startswith("memory:")]
     assert sum(m.tokens for m in memory) <= budget // 2  # unlike a facts memory, capped with the digests
-    assert memory[0].kind == "memory:topic_facts" and "- deductible_amount: $751.25" in memory[0].content
+    assert memory[0].kind == "memory:key_facts" and "- deductible_amount: $751.25" in memory[0].content
     assert all(m.kind != "memory:topics" or m.tokens < digest.tokens for m in memory)  # the digest went first
     assert "- note_0: the weather was grey again today" not in memory[0].content  # then facts the query does not name
     assert any(m.kind == "recalled" for m in out) and sum(m.tokens for m in out) <= budget
