@@ -248,7 +248,9 @@ def cap_digests(
     """Return ``memory`` with its digests (every message but ``memory:facts``) trimmed to ``cap`` tokens together.
 
     Trimmed as :func:`fit_memory` trims (last lines first, a digest dropped
-    whole last); facts messages and the order are kept. Measured 2026-11-26
+    whole last); a text memory's ``memory:key_facts`` count as digests here
+    but lose their lines after the others, those naming none of the query's
+    ``terms`` first. A facts memory (``memory:facts``) and the order are kept. Measured 2026-11-26
     at a 600-token budget on 60 synthetic conversations ending with a
     question about one fact: the asked fact reached the context
     sliding_window 79 -> 89%, rolling 66 -> 85%, chunked 51 -> 77%, topics
