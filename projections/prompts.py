@@ -86,8 +86,13 @@ Add the key facts of the new messages and keep the open questions that are still
 
 # --------------------------------------------------------------------------- seed 003: rolling
 
+# Used by topics too (one summary per topic). The key facts come first, as the sliding window's: the
+# policies show them as structured facts (parse_key_facts) beside the text.
 ROLLING_TEMPLATE = "You summarize a conversation so it can continue without its older messages.\n" + _COMBINE + """\
-Keep names, ids, amounts, dates, decisions, preferences and open questions.{limit}""" + _PREVIOUS_AND_NEW
+List the key facts (names, ids, amounts, dates, conditions, decisions) first, under "Key facts:",
+one line each: "- key: value (msg N)", N the number of the message that stated it; keep those of
+the previous summary unless the new messages change them.
+Then keep preferences and open questions.{limit}""" + _PREVIOUS_AND_NEW
 
 TEMPLATES: dict[str, str] = {
     "facts": FACTS_TEMPLATE,
@@ -359,11 +364,11 @@ def render_rolling_prompt(
     token_cap: int | None = None,
     char_cap: int | None = None,
 ) -> str:
-    """Return seed 003's prompt: previous summary + new messages → one updated summary."""
+    """Return seed 003's prompt: previous summary + new numbered messages → one updated summary, key facts first."""
     return ROLLING_TEMPLATE.format(
         limit=_limit(token_cap, char_cap),
         previous_summary=previous_summary or NO_SUMMARY,
-        conversation=render_message_lines(messages),
+        conversation=render_message_lines(messages, numbered=True),
     )
 
 

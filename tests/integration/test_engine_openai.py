@@ -93,3 +93,18 @@ def test_the_default_policys_key_facts_reach_the_facts_table_from_a_models_text(
         assert versions >= 3  # carried from version to version
         memory = next(m for m in engine.context("c1") if m.kind == "memory:summary").content
         assert "- order_id: #48213 (msg 0)" in memory
+
+
+def test_rolling_and_topics_show_the_key_facts_a_model_lists_and_keep_them_as_facts_rows(tmp_path, openai_server):
+    """Their prompt asks for "Key facts:" lines; the context shows them as one key_facts message, the table as rows."""
+    settings = _settings(tmp_path, openai_server.url).model_copy(update={"policies": ("rolling", "topics")})
+    with MemoryEngine(settings) as engine:
+        _conversation(engine, 16)  # rolling summarizes; topics compacts the one topic past 12 messages
+        for policy in ("rolling", "topics"):
+            memory = {m.kind: m.content for m in engine.context("c1", policy=policy) if m.kind.startswith("memory:")}
+            assert "- order_id: #48213" in memory["memory:key_facts"], policy
+            assert "- amount: $184.50" in memory["memory:key_facts"], policy
+            assert all("Key facts:" not in text for kind, text in memory.items() if kind != "memory:key_facts")
+            rows = engine.sql("SELECT key, value, stated_in, retired_by IS NULL FROM facts WHERE policy = ? ORDER BY key",
+                              [policy])[1]
+            assert ("order_id", "#48213", 0, True) in rows, (policy, rows)

@@ -138,7 +138,9 @@ def test_text_path_returns_the_model_text(openai_server):
     assert "response_format" not in req.body
     assert req.body["messages"][0] == {"role": "system", "content": "You are a conversation summarizer."}
     assert "## Previous summary:\nS1" in req.body["messages"][1]["content"]
-    assert out.text.startswith("Summary ") and "4 messages" in out.text
+    assert "\nSummary " in out.text and "4 messages" in out.text
+    assert out.text.startswith("Key facts:\n- order_id: #1234 (msg 0)")  # the prompt asks for them first
+    assert [(f.key, f.value, f.stated_in) for f in out.facts] == [("order_id", "#1234", 0), ("amount", "$50", 3)]
     assert out.prompt_hash == prompt_hash("rolling")
 
 
