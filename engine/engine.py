@@ -182,6 +182,7 @@ class MemoryEngine:
         self.worker = SummarizerWorker(
             self.log, inputs, inputs, self.summarizer, settings, on_appended=self._wake,
             concurrency=settings.summarizer.concurrency, max_pending=settings.summarizer.max_pending,
+            flush_after_s=settings.summarizer.flush_after_s,
         )
         if settings.retrieval.embedder != "none":
             from memfold.projections.dense import DenseIndex, build_dense_embedder, embedder_name

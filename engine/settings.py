@@ -134,6 +134,10 @@ class SummarizerSettings(BaseModel):
     # The summarizer pool: calls in flight at once, and requests that may wait before the fold is held back.
     concurrency: int = Field(4, ge=1, le=256)
     max_pending: int = Field(10_000, ge=1)
+    # How long an answer may wait for the ones after it to share a log append. Longer: a chunk of answers
+    # lands in one append whatever the calls' timing (where the next decisions land among the answers
+    # then never depends on it); shorter: a slow model's first summary is readable sooner.
+    flush_after_s: float = Field(0.05, ge=0)
     # A prompt over this many tokens (tiktoken) drops its oldest input messages until it fits (an import's
     # first catch-up, or hierarchical's whole history, can be longer than the model's context window).
     max_input_tokens: int = Field(100_000, ge=1)

@@ -246,6 +246,7 @@ class SummarizerWorker:
         *,
         concurrency: int = 1,
         max_pending: int = 10_000,
+        flush_after_s: float = 0.05,
     ):
         self.log = log_
         self.messages = messages
@@ -255,6 +256,7 @@ class SummarizerWorker:
         self.on_appended = on_appended
         self.concurrency = max(1, concurrency)
         self.max_pending = max(1, max_pending)
+        self.flush_after_s = max(0.0, flush_after_s)
         self._queue: OrderedDict[str, SummaryRequested] = OrderedDict()
         self._cond = threading.Condition()
         self._busy = False
@@ -390,7 +392,7 @@ class SummarizerWorker:
         """Answer ``requests`` and append their outcomes in request order, each as soon as those before it are in.
 
         Answers are held back only while they come fast: an answer waits at
-        most ``FLUSH_AFTER_S`` for the ones after it, so a fast summarizer
+        most ``flush_after_s`` (``[summarizer] flush_after_s``, 50 ms) for the ones after it, so a fast summarizer
         (offline, cache hits) appends a chunk in one log transaction while a
         slow model's first summary reaches readers after its own call, not
         after the chunk's slowest. Cache hits are read in one query; with the
@@ -407,7 +409,7 @@ class SummarizerWorker:
         def one(job: tuple[SummaryRequested, SummaryInput, Summarizer]) -> Event | None:
             return None if self._stop else answer(*job)
 
-        ready = _InOrder(self._record)
+        ready = _InOrder(self._record, self.flush_after_s)
         batched = getattr(self.summarizer, "batched", None)
         with batched() if batched is not None else contextlib.nullcontext():
             if self._pool is not None and sum(not isinstance(j[2], Known) for j in jobs) > 1:
@@ -430,14 +432,12 @@ class SummarizerWorker:
             self.on_appended()
 
 
-FLUSH_AFTER_S = 0.05  # how long a summary answer may wait for the ones after it to share a log append
-
-
 class _InOrder:
-    """Answers collected in request order, appended together unless the oldest has waited ``FLUSH_AFTER_S``."""
+    """Answers collected in request order, appended together unless the oldest has waited ``wait`` seconds."""
 
-    def __init__(self, record: Callable[[list[Event]], None]):
+    def __init__(self, record: Callable[[list[Event]], None], wait: float):
         self._record = record
+        self._wait = wait
         self._events: list[Event] = []
         self._since = 0.0
 
@@ -451,7 +451,7 @@ class _InOrder:
         """Seconds the held answers may still wait (None: none held, wait as long as it takes)."""
         if not self._events:
             return None
-        return max(0.0, FLUSH_AFTER_S - (time.monotonic() - self._since))
+        return max(0.0, self._wait - (time.monotonic() - self._since))
 
     def flush(self) -> None:
         events, self._events = self._events, []

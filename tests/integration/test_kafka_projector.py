@@ -81,7 +81,10 @@ def test_cli_ingest_through_kafka_projects_what_embedded_ingest_projects_for_eve
     # summarizer batch within the 16 calls the pool answers before appending: where the runner's next decisions
     # land among a bigger batch's outcomes depends on timing, in embedded mode as in distributed mode.
     config = tmp_path / "memfold.toml"
-    config.write_text("[chunked]\nchunk_summarize_threshold = 600\n[topics]\nsimilarity_threshold = 0.1\n")
+    # And a chunk's answers land in one log append however long each call takes (a loaded machine had split
+    # them at the default 50 ms: the runner then decided between the two appends, unlike the embedded run).
+    config.write_text("[chunked]\nchunk_summarize_threshold = 600\n[topics]\nsimilarity_threshold = 0.1\n"
+                      "[summarizer]\nflush_after_s = 60\n")
     every["MEMFOLD_CONFIG"] = str(config)
     proc = _cli("ingest", str(jsonl), "--quiet", "--log", url, "--data-dir", str(tmp_path / "client"),
                 check=False, MEMFOLD_TOPIC=topic, **every)

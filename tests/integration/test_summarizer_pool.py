@@ -147,3 +147,14 @@ def test_a_slow_models_answers_reach_the_log_before_the_rest_of_the_chunk_is_don
     assert summarizer.seen_at_start[:2] == [0, 0]
     assert summarizer.seen_at_start[-1] >= 2, summarizer.seen_at_start
     assert sorted(answered) == sorted(r.event_id for r in reqs)
+
+
+def test_with_a_long_flush_a_chunks_answers_land_in_one_append(parts):
+    """``[summarizer] flush_after_s`` longer than the calls: no outcome is appended before the chunk is answered."""
+    settings, log, store = parts
+    summarizer = SteadySummarizer(log, 0.1)
+    reqs = requests(settings, 6)
+    worker = SummarizerWorker(log, store, store, summarizer, settings, concurrency=2, flush_after_s=30)
+    answered = answer_all(worker, reqs)
+    assert summarizer.seen_at_start == [0] * 6  # every call began before any outcome reached the log
+    assert sorted(answered) == sorted(r.event_id for r in reqs)
