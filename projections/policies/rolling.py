@@ -36,7 +36,7 @@ class RollingSummary(FrozenState, kw_only=True):
     summary_id: str
     request_id: str
     covers_to: int
-    text: str
+    text: str  # without its Key facts list when ``facts`` has them (stripped once, not on every read)
     facts: tuple[Fact, ...] = ()  # the current facts it carries
 
     @property
@@ -76,9 +76,10 @@ class RollingPolicy(SummaryPolicy):
 
     def produced(self, state: RollingState, payload: SummaryProducedPayload, ctx: FoldContext) -> RollingState:
         """Put the summary in force; tool groups it covers can no longer be cut."""
+        facts = tuple(f for f in payload.facts if f.current)
         summary = RollingSummary(
-            summary_id=payload.summary_id, request_id=payload.request_id, covers_to=payload.covers_to, text=payload.text,
-            facts=tuple(f for f in payload.facts if f.current),
+            summary_id=payload.summary_id, request_id=payload.request_id, covers_to=payload.covers_to,
+            text=without_key_facts(payload.text) if facts else payload.text, facts=facts,
         )
         return replace(state, summary=summary, tool_groups=groups.prune(state.tool_groups, payload.covers_to + 1))
 
@@ -149,10 +150,9 @@ class RollingPolicy(SummaryPolicy):
             if s.max_messages is not None and state.count > s.max_messages:
                 start = groups.align(state.tool_groups, state.count - s.max_messages, state.count)
             return ContextPlan(verbatim_from=start, fallback=fallback or "takeLast", notes=notes)
+        memory = (memory_message(ctx, summary.text, "summary"),)
         if summary.facts:
-            memory = (key_facts_message(ctx, summary.facts), memory_message(ctx, without_key_facts(summary.text), "summary"))
-        else:
-            memory = (memory_message(ctx, summary.text, "summary"),)
+            memory = (key_facts_message(ctx, summary.facts), *memory)
         return ContextPlan(memory=memory, verbatim_from=summary.covers_to + 1, fallback=fallback, notes=notes)
 
 

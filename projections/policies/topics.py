@@ -355,6 +355,7 @@ def _produced(item: SummaryProduced, state: State, ctx: FoldContext) -> State:
     kept = tuple(r for r in topic.messages if r.index not in moving)
     stored = sorted((*decompress_refs(topic.compressed), *old), key=lambda r: r.index)
     facts = p.facts or tuple(parse_key_facts(p.text, stated_times(topic)))
+    text = without_key_facts(p.text)  # the key facts are in ``facts``; the full text in ``summaries``
     topic = replace(
         topic,
         **closed,
@@ -362,8 +363,8 @@ def _produced(item: SummaryProduced, state: State, ctx: FoldContext) -> State:
         compressed=compress_refs(stored) if stored else None,
         compressed_count=len(stored),
         summary_id=p.summary_id,
-        summary_text=p.text,
-        summary_tokens=ctx.count_tokens(without_key_facts(p.text)),
+        summary_text=text,
+        summary_tokens=ctx.count_tokens(text),
         facts=facts,
         failed_request_id=None,
     )
@@ -425,7 +426,7 @@ def _earlier_topics(state: State, s: TopicsSettings, ctx: FoldContext) -> list[t
         return []
     candidates = [
         (i, t) for i, t in enumerate(state.topics)
-        if not t.evicted and t.summary_text and t.topic_id != state.active_topic_id
+        if not t.evicted and t.summary_text is not None and t.topic_id != state.active_topic_id
     ]
     if not candidates:
         return []
@@ -435,7 +436,7 @@ def _earlier_topics(state: State, s: TopicsSettings, ctx: FoldContext) -> list[t
         head = _dates(t)
         cost = ctx.count_tokens(head) + 2 + t.summary_tokens  # "\n\n" between blocks, " " after the dates
         if cost <= room:
-            chosen.append((i, t, f"{head} {without_key_facts(t.summary_text)}"))
+            chosen.append((i, t, f"{head} {t.summary_text}"))
             room -= cost
     return [(t, block) for _, t, block in sorted(chosen, key=lambda c: c[0])]
 
@@ -544,8 +545,8 @@ class TopicsPolicy:
         if earlier:
             content = "\n\n".join((EARLIER_TOPICS_HEADER, *(block for _, block in earlier)))
             memory.append(memory_message(ctx, content, "topics"))
-        if topic.summary_text:
-            content = SUMMARY_PREFIX + without_key_facts(topic.summary_text)
+        if topic.summary_text is not None:
+            content = SUMMARY_PREFIX + topic.summary_text
             memory.append(memory_message(ctx, content, "topic_summary"))
         return ContextPlan(
             memory=tuple(memory),
