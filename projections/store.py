@@ -10,6 +10,7 @@ DuckDB allows one writing process per file; a second process gets
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -153,6 +154,28 @@ def _connect(path: Path, read_only: bool, wait_s: float) -> duckdb.DuckDBPyConne
             raise ProjectionError(f"cannot open projection {path}: {exc}") from exc
 
 
+def _read_again_after_a_swap(method):
+    """Run a read once more if the file was swapped under it (compaction, rebuild, promote).
+
+    A reader may take its cursor just before :meth:`DuckDBProjectionStore._swap_in`
+    closes the connection and run its query just after: DuckDB then raises
+    ``ConnectionException``. The swap is a moment, so the read is repeated on
+    the reopened file; an error with no swap in between is raised as it is.
+    """
+
+    @functools.wraps(method)
+    def read(self, *args, **kwargs):
+        generation = self._generation
+        try:
+            return method(self, *args, **kwargs)
+        except duckdb.Error:
+            if self._generation == generation and self._open.is_set():
+                raise
+            return method(self, *args, **kwargs)
+
+    return read
+
+
 class DuckDBProjectionStore:
     """Projection tables in one DuckDB file. Thread-safe: each thread uses its own cursor."""
 
@@ -216,6 +239,7 @@ class DuckDBProjectionStore:
         except duckdb.Error:
             pass
 
+    @_read_again_after_a_swap
     def meta(self, key: str) -> str | None:
         """Return a ``store_meta`` value, or None."""
         rows = self.connection.execute("SELECT value FROM store_meta WHERE key = ?", [key]).fetchall()
@@ -422,7 +446,7 @@ class DuckDBProjectionStore:
         (1) copy every table into a fresh file beside this one; (2) close the
         connection; (3) atomically rename the fresh file over this one;
         (4) reopen. Callers hold every writer still (the runner paused); a
-        reader racing step 2..4 gets a :class:`ProjectionError` and may retry.
+        read racing steps 2..4 runs again on the reopened file.
         """
         if self.read_only:
             raise ProjectionError("this projection is open read-only")
@@ -446,7 +470,7 @@ class DuckDBProjectionStore:
         Steps: (1) checkpoint and close ``other``; (2) close this connection;
         (3) atomically rename the other file over this one; (4) reopen. Readers
         never see an empty projection: before the rename they read the old
-        rows, after it the new ones (a read racing steps 2..4 may fail and retry).
+        rows, after it the new ones (a read racing steps 2..4 runs again on the reopened file).
         """
         if self.read_only:
             raise ProjectionError("this projection is open read-only")
@@ -485,6 +509,7 @@ class DuckDBProjectionStore:
 
     # ----------------------------------------------------------------- reads
 
+    @_read_again_after_a_swap
     def conversation(self, tenant_id: str, conversation_id: str) -> dict[str, Any] | None:
         """Return the ``conversations`` row as a dict, or None."""
         cur = self.connection
@@ -495,6 +520,7 @@ class DuckDBProjectionStore:
             return None
         return dict(zip([d[0] for d in cur.description], row[0]))
 
+    @_read_again_after_a_swap
     def conversations_and_states(
         self, keys: Sequence[tuple[str, str]]
     ) -> tuple[dict[tuple[str, str], dict[str, Any]], dict[tuple[str, str, str], str]]:
@@ -527,6 +553,7 @@ class DuckDBProjectionStore:
             cur.unregister("_keys")
         return convs, states
 
+    @_read_again_after_a_swap
     def policy_state_json(self, policy: str, tenant_id: str, conversation_id: str) -> str | None:
         """Return the persisted JSON state of ``policy`` for a conversation, or None."""
         row = self.connection.execute(
@@ -535,6 +562,7 @@ class DuckDBProjectionStore:
         ).fetchall()
         return row[0][0] if row else None
 
+    @_read_again_after_a_swap
     def messages(self, tenant_id: str, conversation_id: str, start: int = 0, end: int | None = None) -> list[MessageRecord]:
         """Return messages with ``start <= index <= end`` (``end`` None = to the last), in index order.
 
@@ -547,6 +575,7 @@ class DuckDBProjectionStore:
             params.append(end)
         return _records(self.connection.execute(sql + " ORDER BY idx", params).fetchall())
 
+    @_read_again_after_a_swap
     def messages_at(self, tenant_id: str, conversation_id: str, indices: Sequence[int]) -> list[MessageRecord]:
         """Return the messages at exactly ``indices``, in index order."""
         if not indices:
@@ -557,6 +586,7 @@ class DuckDBProjectionStore:
         )
         return _records(self.connection.execute(sql, [tenant_id, conversation_id, list(indices)]).fetchall())
 
+    @_read_again_after_a_swap
     def recent_messages(
         self, tenant_id: str, conversation_id: str, start: int, token_budget: int | None
     ) -> list[MessageRecord]:
@@ -579,6 +609,7 @@ class DuckDBProjectionStore:
         ).fetchall()
         return _records(rows)
 
+    @_read_again_after_a_swap
     def search_rows(self, tenant_id: str, conversation_id: str) -> list[tuple[Any, ...]]:
         """Return a conversation's ``search_docs`` rows (columns as ``retrieval.SEARCH_COLUMNS``), in insertion order."""
         return self.connection.execute(
@@ -586,6 +617,7 @@ class DuckDBProjectionStore:
             [tenant_id, conversation_id],
         ).fetchall()
 
+    @_read_again_after_a_swap
     def messages_before(
         self, tenant_id: str, conversation_id: str, start: int, end: int, token_budget: int | None
     ) -> list[MessageRecord]:
@@ -603,6 +635,7 @@ class DuckDBProjectionStore:
         rows = self.connection.execute(sql, [*key, end - 1, *key, start, end, token_budget, end - 1]).fetchall()
         return _records(rows)
 
+    @_read_again_after_a_swap
     def summary_rows(self, tenant_id: str, conversation_id: str, policy: str | None = None) -> list[dict[str, Any]]:
         """Return the conversation's summary chain (every request and its outcome), oldest first."""
         sql = "SELECT * FROM summaries WHERE tenant_id = ? AND conversation_id = ?"
@@ -615,17 +648,20 @@ class DuckDBProjectionStore:
         cols = [d[0] for d in cur.description]
         return [dict(zip(cols, r)) for r in rows]
 
+    @_read_again_after_a_swap
     def summary(self, summary_id: str) -> dict[str, Any] | None:
         """Return one produced summary row by its summary id, or None."""
         cur = self.connection
         row = cur.execute("SELECT * FROM summaries WHERE summary_id = ?", [summary_id]).fetchall()
         return dict(zip([d[0] for d in cur.description], row[0])) if row else None
 
+    @_read_again_after_a_swap
     def outcome(self, request_id: str) -> str | None:
         """Return the status of a summary request ('processing', 'completed', 'failed') or None if unseen."""
         row = self.connection.execute("SELECT status FROM summaries WHERE request_id = ?", [request_id]).fetchall()
         return row[0][0] if row else None
 
+    @_read_again_after_a_swap
     def outcomes(self, request_ids: Sequence[str]) -> dict[str, str]:
         """Return the status of each known request id (one query for many; unseen ids are absent)."""
         if not request_ids:
@@ -639,6 +675,7 @@ class DuckDBProjectionStore:
         finally:
             cur.unregister("_rids")
 
+    @_read_again_after_a_swap
     def open_requests(self) -> list[dict[str, Any]]:
         """Return summary requests still 'processing' (no outcome folded yet), oldest first."""
         cur = self.connection
@@ -646,6 +683,7 @@ class DuckDBProjectionStore:
         cols = [d[0] for d in cur.description]
         return [dict(zip(cols, r)) for r in rows]
 
+    @_read_again_after_a_swap
     def open_request_events(self, partitions: Sequence[int] | None = None) -> list[SummaryRequested]:
         """Return the ``SummaryRequested`` events still 'processing' (of ``partitions``; None = all), in log order."""
         from memfold.engine.events import decode_dict
@@ -669,6 +707,7 @@ class DuckDBProjectionStore:
             out.append(decode_dict(raw))
         return out  # type: ignore[return-value]
 
+    @_read_again_after_a_swap
     def fact_rows(self, policy: str, tenant_id: str, conversation_id: str) -> list[tuple[str, str, str, str | None, str | None]]:
         """Return (key, value, fact_id, superseded_by, retired_by) of a conversation's facts, oldest first.
 
@@ -680,6 +719,7 @@ class DuckDBProjectionStore:
             [policy, tenant_id, conversation_id],
         ).fetchall()
 
+    @_read_again_after_a_swap
     def query(self, sql: str, params: Sequence[Any] | None = None) -> tuple[list[str], list[tuple[Any, ...]]]:
         """Run ``sql`` and return (column names, rows). Driver errors become :class:`ProjectionError`."""
         cur = self.connection
@@ -691,6 +731,7 @@ class DuckDBProjectionStore:
         except duckdb.Error as exc:
             raise ProjectionError(f"query failed: {exc}") from exc
 
+    @_read_again_after_a_swap
     def dump(self, tables: Iterable[str] = ("events", "conversations", "messages", "summaries", "facts", "policy_state", "policy_rows", "search_docs", "positions")) -> dict[str, list[tuple[Any, ...]]]:
         """Return every row of ``tables`` in a canonical order (for determinism and parity checks)."""
         out: dict[str, list[tuple[Any, ...]]] = {}

@@ -54,3 +54,32 @@ def test_the_projector_keeps_a_bounded_number_of_conversations_and_folds_the_sam
         dumps.append({t: rows for t, rows in store.dump().items() if t != "events"})
         store.close()
     assert dumps[0] == dumps[1]
+
+
+def test_a_read_whose_cursor_was_taken_just_before_a_swap_reads_the_swapped_in_file(tmp_path: Path) -> None:
+    """The race of a rebuild's swap: the reader took its cursor, the connection closed, then the query ran."""
+    from contract.projection_store_contract import records
+    from memfold.engine.engine import fold_contexts
+    from memfold.engine.settings import Settings
+    from memfold.engine.tokens import counter
+    from memfold.projections.projector import Projector
+
+    class SwapsAfterTheCursor(DuckDBProjectionStore):
+        armed = False
+
+        @property
+        def connection(self):
+            cursor = super().connection
+            if self.armed:
+                self.armed = False
+                self.compact()  # the file is swapped under this reader, before its query
+            return cursor
+
+    store = SwapsAfterTheCursor(tmp_path / "store.duckdb")
+    changes, positions, _ = Projector(store, fold_contexts(Settings.load(None)), counter()).project(records(0, 0, 6))
+    store.apply(changes, positions)
+    before = store.messages("default", "c1")
+    store.armed = True
+    assert store.messages("default", "c1") == before and len(before) == 6
+    assert not store.armed  # the swap did happen inside the read
+    store.close()
