@@ -9,12 +9,14 @@ read-your-writes; ``wait_idle()`` waits for the summaries due as well.
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import functools
 import importlib
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -37,6 +39,34 @@ from .tokens import counter as token_counter
 from .validation import validate_message
 
 log = logging.getLogger("memfold.engine")
+
+# Engines not closed yet: closed at interpreter exit. Their threads are daemons; left running while
+# the interpreter finalizes, one inside DuckDB is unwound by force and the process aborts
+# ("FATAL: exception not rethrown", exit status 134) even after a script that simply ended.
+_OPEN: weakref.WeakSet[MemoryEngine] = weakref.WeakSet()
+_at_exit_registered = False
+
+
+def _close_open_engines() -> None:
+    for engine in list(_OPEN):
+        try:
+            engine.close()
+        except Exception as exc:  # noqa: BLE001 - the process is exiting: report and close the rest
+            log.warning("could not close a memfold engine at exit: %s", exc)
+
+
+def _track(engine: MemoryEngine) -> None:
+    """Close ``engine`` at exit unless it is closed before.
+
+    Registered with the first engine, after DuckDB is imported: exit handlers
+    run last-registered first, so the engines close while DuckDB still runs
+    queries (its own handler refuses them afterwards).
+    """
+    global _at_exit_registered
+    if not _at_exit_registered:
+        atexit.register(_close_open_engines)
+        _at_exit_registered = True
+    _OPEN.add(engine)
 
 _POLICY_MODULES = {
     "hierarchical": "memfold.projections.policies.hierarchical",
@@ -153,6 +183,7 @@ class MemoryEngine:
         if role == "client":
             self.store = None
             self._closed = False
+            _track(self)
             return
         if role in ("worker", "projector") and settings.log_url().startswith("kafka://"):
             from .settings_follow import SettingsFollower, at_start
@@ -207,6 +238,7 @@ class MemoryEngine:
 
             self._following = FollowThread(self)
             self._following.start()
+        _track(self)
 
     @classmethod
     def open(cls, data_dir: str | Path | None = None, settings: Settings | None = None, **overrides: Any) -> MemoryEngine:
@@ -965,6 +997,7 @@ class MemoryEngine:
         if self._closed:
             return
         self._closed = True
+        _OPEN.discard(self)
         if self._following is not None:
             self._following.stop()
         if self.store is not None:

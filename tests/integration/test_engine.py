@@ -135,3 +135,29 @@ def test_token_counts_are_recorded_at_append_and_read_back_by_every_fold(tmp_pat
         assert [m.tokens for m in engine.history("c1")] == expected
         engine.rebuild(timeout=60)
         assert [m.tokens for m in engine.history("c1")] == expected
+
+
+@pytest.mark.parametrize("ending", ["returns", "raises"])
+def test_a_script_that_never_closes_its_engine_exits_cleanly_and_keeps_what_it_appended(tmp_path, ending):
+    """Open engines close at exit: before, a daemon thread inside DuckDB aborted the process (status 134)."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent(f"""
+        from memfold.engine.engine import MemoryEngine
+        from memfold.engine.settings import Settings
+        engine = MemoryEngine(Settings.load(None, data_dir={str(tmp_path / "data")!r}))
+        engine.append_many([{{"conversation_id": "c1", "role": "user", "content": f"order #{{i}} ships Friday"}}
+                            for i in range(40)])
+        engine.context("c1", budget=500)
+        if {ending == "raises"}:
+            raise RuntimeError("the script failed")
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == (1 if ending == "raises" else 0), done.stderr
+    assert "FATAL" not in done.stderr and "terminate called" not in done.stderr
+    assert ("RuntimeError: the script failed" in done.stderr) == (ending == "raises")
+    with MemoryEngine(Settings.load(None, data_dir=tmp_path / "data")) as engine:
+        engine.wait_idle(timeout=60)
+        assert [m.content for m in engine.history("c1")] == [f"order #{i} ships Friday" for i in range(40)]
