@@ -79,11 +79,13 @@ def _print_audit(report: dict[str, Any]) -> None:
         [(s["policy"], s["version"], s["status"], f"{s['covers'][0]}-{s['covers'][1]}", s["base_version"],
           s["settings_hash"], s["model"], s["tokens_in"], s["tokens_out"], s["latency_ms"], s["cached"],
           s["resolved_position"]) for s in report["summaries"]],
+        empty="summary versions: none yet",
     )
     print_table(
         ["policy", "key", "value", "stated at", "learned", "retired", "superseded by"],
         [(f["policy"], f["key"], f["value"], f["stated_at"], f["learned_version"], f["retired_version"],
           f["superseded_by"]) for f in report["facts"]],
+        empty="facts: none yet",
     )
     changes = report["settings"]["changes"]
     print("settings in force: " + ", ".join(f"{p}={h}" for p, h in report["settings"]["in_force"].items())

@@ -35,8 +35,11 @@ def print_context(messages: Sequence[ContextMessage], *, title: str, budget: int
 
 
 def print_table(columns: Sequence[str], rows: Sequence[Sequence[Any]], *, title: str | None = None,
-                caption: str | None = None) -> None:
-    """Print query results as a table."""
+                caption: str | None = None, empty: str | None = None) -> None:
+    """Print query results as a table; with no rows, the ``empty`` line instead when one is given."""
+    if not rows and empty is not None:
+        console.print(empty)
+        return
     table = Table(title=title, caption=caption)
     for c in columns:
         table.add_column(str(c), overflow="fold")
@@ -49,4 +52,6 @@ def print_summaries(rows: Sequence[dict[str, Any]]) -> None:
     """Print a summary chain: one row per request with its outcome and lineage."""
     columns = ["policy", "request_id", "status", "covers_from", "covers_to", "base_summary_id", "summary_id",
                "tokens_in", "tokens_out", "latency_ms", "reason"]
-    print_table(columns, [[r.get(c) for c in columns] for r in rows], title="summary chain")
+    print_table(columns, [[r.get(c) for c in columns] for r in rows], title="summary chain",
+                empty="summary chain: no summary requested yet (a policy asks for one once the conversation passes "
+                      "its trigger)")

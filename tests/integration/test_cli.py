@@ -110,3 +110,12 @@ def test_busy_projection_gives_a_clear_message(tmp_path):
     assert proc.returncode == 3, proc.stderr
     assert "in use by another memfold process" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_a_conversation_with_no_summary_yet_says_so_instead_of_an_empty_table(tmp_path):
+    data = tmp_path / "d"
+    run(data, "append", "c1", "user", "Hi, my order #48213 arrived broken")
+    summaries = run(data, "summaries", "c1").stdout
+    assert "no summary requested yet" in summaries and "┏" not in summaries
+    audit = run(data, "audit", "c1").stdout
+    assert "summary versions: none yet" in audit and "facts: none yet" in audit and "┏" not in audit
