@@ -480,8 +480,16 @@ def _extract_contacts(text: str, role: str, book: FactBook, source: int | None, 
 
 
 def _extract_sentence_facts(
-    text: str, sentences: list[tuple[int, int]], role: str, book: FactBook, source: int | None, previous: str | None
+    text: str, sentences: list[tuple[int, int]], role: str, book: FactBook, source: int | None, previous: str | None,
+    tutorial: bool = False,
 ) -> None:
+    """Read decisions, conditions and states sentence by sentence.
+
+    In a ``tutorial`` (an assistant answer over TUTORIAL_CHARS) an "if",
+    "unless" or "once" qualifies advice ("However, if budget constraints are
+    a concern, sticking with the regular version ..."): only a condition
+    named as one ("One condition: ...") is read there.
+    """
     for s, e in sentences:
         sentence = text[s:e].strip()
         if not sentence or _is_question(sentence):
@@ -489,7 +497,8 @@ def _extract_sentence_facts(
         if role == "assistant" and MARKDOWN_RE.search(sentence):
             continue  # a tutorial's bullet or `code` explains in general; it agrees or reports nothing
         _decision(sentence, book, source, previous)
-        _conditions(sentence, book, source)
+        if not tutorial or CONDITION_MARKER_RE.search(sentence):
+            _conditions(sentence, book, source)
         _states(sentence, book, source)
 
 
@@ -766,7 +775,8 @@ def read_message(message: MessageRecord, book: FactBook, previous: str | None = 
         _extract_dates(text, sentences, book, source, spans)
         _extract_amounts(text, sentences, book, source, spans)
     if message.role in ("user", "assistant", "summary"):
-        _extract_sentence_facts(text, sentences, message.role, book, source, previous)
+        tutorial = message.role == "assistant" and len(text) > TUTORIAL_CHARS
+        _extract_sentence_facts(text, sentences, message.role, book, source, previous, tutorial)
     if message.role == "user":
         _extract_first_person(text, sentences, book, source)
         _extract_topic(text, book, source)

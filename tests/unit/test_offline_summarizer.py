@@ -198,6 +198,22 @@ def test_an_assistants_tutorial_lines_give_no_date_or_amount_over_what_the_user_
     assert short["order_total"][0] == "$672.35" and short["delivery_date"][0] == "March 3"  # a short reply records them
 
 
+def test_an_assistants_long_answer_qualifies_advice_with_if_and_unless_and_sets_no_condition():
+    padding = " A long explanation of the options follows." * 30
+    advice = facts_of(conversation(
+        ("user", "Should I buy the regular or the deluxe edition?"),
+        ("assistant", "However, if budget constraints are a concern, sticking with the regular version is wiser. "
+                      "The deluxe one pays off only if you resell it, unless prices drop." + padding),
+    ))
+    assert not [k for k in advice if "condition" in k], advice
+    named = facts_of(conversation(("assistant", "One condition: the item must be returned unused." + padding)))
+    assert [v for k, (v, _) in named.items() if k.endswith("condition")] == ["the item must be returned unused"]
+    agreed = facts_of(conversation(
+        ("assistant", "I can refund $184.50 within 14 days provided the item is returned unused."),
+    ))
+    assert [k for k in agreed if k.endswith("condition")], agreed  # a short reply of an agent sets one
+
+
 def test_the_topic_names_a_support_matter_not_a_word():
     def topic(text: str) -> str | None:
         found = facts_of(conversation(("user", text))).get("topic")
@@ -474,7 +490,7 @@ def test_narrative_says_who_wants_what_what_was_agreed_and_the_state_then_the_da
     assert "Current state: order status cancelled" in opener
     assert lines[0] == "[2024-03-01]"  # the statements, under the date they were made
     assert "- (0) user: Hi, my name is Maria Lopez. \u2026 I'd like to cancel order #1234, it hasn't shipped yet." in lines
-    assert out.model == "offline-salience-27" and len(out.prompt_hash) == 64
+    assert out.model == "offline-salience-28" and len(out.prompt_hash) == 64
     assert out.tokens_in > 0 and out.tokens_out > TOKENS.count(out.text)
 
 
