@@ -87,6 +87,8 @@ class Projector:
         self._states: dict[tuple[str, str, str], BaseModel] = {}
         # (policy, tenant, conversation) -> (key, value) -> [fact_id, superseded_by, retired_by] of its newest row
         self._facts: dict[tuple[str, str, str], dict[tuple[str, str], list[str | None]]] = {}
+        # Per topic (topics policy), the facts its latest summary holds: a topic's next summary retires what it dropped.
+        self._holdings: dict[tuple[str, str, str], dict[str, set[tuple[str, str]]]] = {}
         # (policy, tenant, conversation) -> the policy rows last handed to the store: unchanged rows are not rewritten
         self._rows: dict[tuple[str, str, str], dict[str, list[dict[str, Any]]]] = {}
 
@@ -155,6 +157,7 @@ class Projector:
         self._conversations.clear()
         self._states.clear()
         self._facts.clear()
+        self._holdings.clear()
         self._rows.clear()
 
     def forget_partitions(self, partitions: set[int]) -> None:
@@ -169,6 +172,7 @@ class Projector:
         for name in self.policies:
             self._states.pop((name, *key), None)
             self._facts.pop((name, *key), None)
+            self._holdings.pop((name, *key), None)
             self._rows.pop((name, *key), None)
 
     def _conversation(self, tenant_id: str, conversation_id: str, partition: int) -> _Conversation:
@@ -277,6 +281,7 @@ class Projector:
                 retrieval.drop_conversation(ch.search, conv_key)
                 for policy in self.policies:
                     self._facts.pop((policy, *conv_key), None)
+                    self._holdings.pop((policy, *conv_key), None)
             elif isinstance(event, MessageRetracted) and not conv.deleted:
                 ch.retracted.append((*conv_key, event.payload.retracted_event_id))
             for name, state in folded.states.items():
@@ -391,7 +396,9 @@ class Projector:
            value it is also marked ``superseded_by`` that value's ``fact_id``
            (the immediate successor when the summary lists the lineage).
         A topic's summary (``topic_id`` set) holds that topic's facts only: it
-        retires the live rows of the keys it lists, not the other topics'.
+        retires the live rows of the keys it lists, and the facts the topic's
+        previous summary held that it drops (unless another topic holds them),
+        not the other topics'.
         Rows are never deleted. ``fact_id`` hashes policy, conversation, key,
         value and the introducing summary, so a rebuild gives the same ids.
         """
@@ -411,7 +418,14 @@ class Projector:
         pending = {(r["key"], r["value"]): r for r in ch.fact_inserts if (r["policy"], r["tenant_id"], r["conversation_id"]) == conv}
         gone = live - {(f.key, f.value) for f in p.facts if f.current}
         if p.topic_id is not None:
-            gone = {kv for kv in gone if kv[0] in current}
+            holdings = self._holdings.get(conv)
+            if holdings is None:
+                holdings = self._holdings[conv] = self.store.topic_fact_holdings(*conv)
+            held = {(f.key, f.value) for f in p.facts if f.current}
+            dropped = holdings.get(p.topic_id, set()) - held
+            holdings[p.topic_id] = held
+            others = set().union(*(h for t, h in holdings.items() if t != p.topic_id))
+            gone = {kv for kv in gone if kv[0] in current or (kv in dropped and kv not in others)}
         for kv in sorted(gone):
             row = rows[kv]
             newer = successor.get(kv) or current.get(kv[0])

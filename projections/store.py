@@ -720,6 +720,19 @@ class DuckDBProjectionStore:
         ).fetchall()
 
     @_read_again_after_a_swap
+    def topic_fact_holdings(self, policy: str, tenant_id: str, conversation_id: str) -> dict[str, set[tuple[str, str]]]:
+        """Return, per topic, the (key, value) facts its latest completed summary holds as current."""
+        rows = self.connection.execute(
+            "SELECT topic_id, facts FROM summaries WHERE policy = ? AND tenant_id = ? AND conversation_id = ? "
+            "AND topic_id IS NOT NULL AND status = 'completed' ORDER BY resolved_seq",
+            [policy, tenant_id, conversation_id],
+        ).fetchall()
+        held: dict[str, set[tuple[str, str]]] = {}
+        for topic_id, facts in rows:  # the latest summary of each topic comes last
+            held[topic_id] = {(f["key"], f["value"]) for f in json.loads(facts or "[]") if f.get("superseded_by") is None}
+        return held
+
+    @_read_again_after_a_swap
     def query(self, sql: str, params: Sequence[Any] | None = None) -> tuple[list[str], list[tuple[Any, ...]]]:
         """Run ``sql`` and return (column names, rows). Driver errors become :class:`ProjectionError`."""
         cur = self.connection

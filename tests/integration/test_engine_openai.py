@@ -108,3 +108,24 @@ def test_rolling_and_topics_show_the_key_facts_a_model_lists_and_keep_them_as_fa
             rows = engine.sql("SELECT key, value, stated_in, retired_by IS NULL FROM facts WHERE policy = ? ORDER BY key",
                               [policy])[1]
             assert ("order_id", "#48213", 0, True) in rows, (policy, rows)
+
+
+def test_a_fact_a_topics_newer_summary_drops_is_retired_in_the_facts_table_as_in_the_context(tmp_path, openai_server):
+    settings = _settings(tmp_path, openai_server.url).model_copy(update={"policies": ("topics",), "policy": "topics"})
+    order = "Key facts:\n- order_id: #48213 (msg 0)\n\nThe user paid for order #48213."  # message 0 is a topic of its own
+    first = "Key facts:\n- phone: 555-0101 (msg 2)\n- window: 9-11 (msg 3)\n\nThe delivery window was checked."
+    second = "Key facts:\n- window: 9-11 (msg 3)\n\nThe delivery window was checked again."
+    openai_server.script(model_says(order), model_says(first), model_says(second))
+    with MemoryEngine(settings) as engine:
+        _conversation(engine, 16)  # the delivery topic is compacted past 12 messages: its first summary
+        _conversation(engine, 8, start=16)  # and again: its second, without the phone
+        rows = engine.summaries("c1", policy="topics")
+        assert [(r["covers_from"], r["covers_to"]) for r in rows] == [(0, 1), (2, 10), (11, 19)]
+        ids = [r["summary_id"] for r in rows]
+        facts = engine.sql("SELECT key, value, introduced_by, retired_by FROM facts WHERE policy = 'topics' ORDER BY key")[1]
+        assert facts == [("order_id", "#48213", ids[0], None), ("phone", "555-0101", ids[1], ids[2]),
+                         ("window", "9-11", ids[1], None)]  # the other topic's fact stays live
+        memory = next(m.content for m in engine.context("c1") if m.kind == "memory:key_facts")
+        assert "- order_id: #48213" in memory and "- window: 9-11" in memory
+        assert "555-0101" not in memory  # the table and the context agree
+        assert engine.verify() == []  # a replay retires the same rows (the holdings come from the log's order)
