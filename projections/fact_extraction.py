@@ -727,8 +727,20 @@ def _extract_request(text: str, book: FactBook, source: int | None) -> None:
 
 
 def _retract(text: str, role: str, book: FactBook) -> None:
+    for stem in retracted_stems(text, role):
+        book.retract(stem)
+
+
+def retracted_stems(text: str, role: str) -> list[str]:
+    """Return the key stems a user's message takes back ("please forget my phone number" -> ``phone``).
+
+    A fact whose key is a stem or starts with ``stem_`` is retracted
+    (:meth:`FactBook.retract`). Only the user retracts; a question or a
+    negated verb ("please don't cancel the refund") retracts nothing.
+    """
     if role != "user":
-        return
+        return []
+    stems: list[str] = []
     for s, e in sentence_spans(text):
         sentence = text[s:e]
         if _is_question(sentence):
@@ -743,7 +755,8 @@ def _retract(text: str, role: str, book: FactBook) -> None:
                     continue
                 if stem == "order" and verb.replace(" ", "") not in RETRACT_ORDER_VERBS:
                     continue
-                book.retract("order_id" if stem == "order" else stem)
+                stems.append("order_id" if stem == "order" else stem)
+    return list(dict.fromkeys(stems))
 
 
 _DIGIT = re.compile(r"\d")

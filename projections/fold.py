@@ -35,7 +35,8 @@ from memfold.engine.ports import FoldContext, MessageRecord, Policy
 # `memfold rebuild`), so `verify` keeps proving the live projection is what the log folds to.
 # 2: sliding_window's catch-up after a burst of rounds (state field prior_round_end).
 # 3: topics and rolling keep the key facts of their summaries (Topic.facts, RollingSummary.facts).
-# 4: a topic's summary retires the facts rows its topic's previous summary held and it drops.
+# 4: a topic's summary retires the facts rows its topic's previous summary held and it drops;
+#    topics keep what the user took back (State.retractions).
 FOLD_VERSION = 4
 
 

@@ -155,6 +155,10 @@ class State(FrozenState, kw_only=True):
     unassigned: tuple[MessageRef, ...] = ()  # messages before the first user message
     open_calls: dict[str, str] = {}  # tool_call id → topic id, this round
     recent_requests: tuple[str, ...] = ()
+    # What the user took back ("please forget my phone number"): (key stem, message index), the last
+    # MAX_RETRACTIONS. A topic's summary reads only its own messages, so a retraction said in another
+    # topic removes the fact from the context here (topic_facts).
+    retractions: tuple[tuple[str, int], ...] = ()
     outbox: tuple[PendingAudit, ...] = ()
     # The settings last folded with, so rows and stats need no context.
     settings: TopicsSettings | None = None
@@ -180,7 +184,8 @@ def topic_facts(state: State) -> tuple[Fact, ...]:
     "amount") made lines of eight "was:" dates on BEAM. Values a topic's own
     summary replaced are left out (the ``facts`` table keeps that lineage):
     with them BEAM lost 0.45 points at 2,000 tokens. An evicted topic's
-    facts go with it, as the rest of its memory does (seed 004's decay).
+    facts go with it, as the rest of its memory does (seed 004's decay), and
+    a fact the user took back later, in any topic, goes too.
     """
     current: dict[str, tuple[tuple[int, int], Fact]] = {}
     values: dict[str, list[Fact]] = {}
@@ -190,6 +195,8 @@ def topic_facts(state: State) -> tuple[Fact, ...]:
         for f in topic.facts:
             if not f.current:
                 continue  # a value the topic's own summary replaced: the facts table keeps that lineage
+            if _retracted(f, state.retractions):
+                continue
             values.setdefault(f.key, []).append(f)
             rank = (_rank(f), position)
             if f.key not in current or rank >= current[f.key][0]:
@@ -201,6 +208,12 @@ def topic_facts(state: State) -> tuple[Fact, ...]:
             out.append(max(older, key=_rank).model_copy(update={"superseded_by": winner.value}))
         out.append(winner)
     return tuple(out)
+
+
+def _retracted(f: Fact, retractions: tuple[tuple[str, int], ...]) -> bool:
+    """True when the user took ``f`` back after stating it (a fact with no message index counts as before)."""
+    return any((f.key == stem or f.key.startswith(stem + "_")) and (f.stated_in is None or f.stated_in < index)
+               for stem, index in retractions)
 
 
 def _rank(f: Fact) -> int:

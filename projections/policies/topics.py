@@ -82,6 +82,7 @@ from memfold.engine.events import (
 from memfold.engine.ids import content_hash
 from memfold.engine.ports import ContextPlan, FoldContext, MemoryMessage, MessageRecord
 from memfold.engine.settings import TopicsSettings
+from memfold.projections.fact_extraction import retracted_stems
 from memfold.projections.fold import make_request
 from memfold.projections.prompts import parse_key_facts, without_key_facts
 
@@ -120,6 +121,8 @@ EARLIER_TOPICS_HEADER = "Earlier topics of this conversation:"
 # Request ids remembered to recognise one coming back from the log; a topic has
 # at most one open request, so a short memory is plenty.
 _RECENT_REQUESTS = 64
+# Retractions a conversation's state keeps (the oldest go first): a bound, since state must stay small.
+MAX_RETRACTIONS = 64
 
 
 # --------------------------------------------------------------------------- helpers
@@ -310,6 +313,9 @@ def _message(item: MessageRecord, state: State, ctx: FoldContext) -> State:
     if item.index <= state.last_index:
         return state  # re-delivered message
     state = replace(_advance(state, item.occurred_at), last_index=item.index)
+    if item.role == "user" and (stems := retracted_stems(item.content, item.role)):
+        taken_back = (*state.retractions, *((stem, item.index) for stem in stems))
+        state = replace(state, retractions=taken_back[-MAX_RETRACTIONS:])
     state = _user_message(item, state, ctx) if item.role == "user" else _other_message(item, state)
     return _evict(state, item, ctx)
 

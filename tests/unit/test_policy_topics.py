@@ -389,6 +389,26 @@ def test_every_live_topics_key_facts_are_one_facts_message_latest_stated_value_p
     assert tp.topic_facts(d.state) == tp.topic_facts(state_codec.decode(tp.State, state_codec.encode(d.state)))
 
 
+def test_a_fact_the_user_takes_back_in_another_topic_leaves_the_key_facts_and_a_later_one_is_shown():
+    d, c = Driver(make_ctx()), Conversation()
+    fill(d, c, 0, 2)  # 0-3: topic A
+    [ra] = d.requests(d.feed(c("user", topic=1)))  # 4: topic B; A is compacted
+    d.produce(ra, "Key facts:\n- order_number: #4417 (msg 0)\n- phone: +1 720-555-0100 (msg 2)\nSummary: Order talk.")
+    d.feed(c("assistant"))  # 5
+    d.feed(c("user", "Please forget my phone number, email me at ana@example.com instead.", topic=1))  # 6, topic B
+    assert d.state.retractions == (("phone", 6),)
+    assert [f.key for f in tp.topic_facts(d.state)] == ["order_number"]  # A's summary still lists the phone
+    assert "720-555-0100" not in d.plan().memory[0].content
+    [rb] = d.requests(d.feed(c("user", "My phone is +1 415-555-0153 after all.", topic=2)))  # 7: topic C
+    d.produce(rb, "Key facts:\n- email: ana@example.com (msg 6)\nSummary: The user took the phone back.")
+    assert [f.key for f in tp.topic_facts(d.state)] == ["order_number", "email"]  # said with the retraction: kept
+    [rc] = d.requests(d.feed(c("user", topic=3)))  # 8: topic D; C is compacted
+    d.produce(rc, "Key facts:\n- phone: +1 415-555-0153 (msg 7)\nSummary: A new phone.")
+    assert {f.key: f.value for f in tp.topic_facts(d.state)} == {
+        "order_number": "#4417", "email": "ana@example.com", "phone": "+1 415-555-0153"}  # stated after: shown
+    assert tp.topic_facts(d.state) == tp.topic_facts(state_codec.decode(tp.State, state_codec.encode(d.state)))
+
+
 def test_an_evicted_topics_facts_go_with_it():
     d, c = Driver(make_ctx(max_topics=2)), Conversation()
     fill(d, c, 0, 1)
