@@ -403,8 +403,8 @@ class Projector:
         value and the introducing summary, so a rebuild gives the same ids.
         """
         p = event.payload
-        if not p.facts:
-            return
+        if not p.facts and p.topic_id is None:
+            return  # a topic's summary with no facts still drops what the topic's previous one held
         conv = (p.policy, event.tenant_id, event.conversation_id)
         rows = self._active_facts(*conv)
         live = {kv for kv, row in rows.items() if row[2] is None}

@@ -129,3 +129,9 @@ def test_a_fact_a_topics_newer_summary_drops_is_retired_in_the_facts_table_as_in
         assert "- order_id: #48213" in memory and "- window: 9-11" in memory
         assert "555-0101" not in memory  # the table and the context agree
         assert engine.verify() == []  # a replay retires the same rows (the holdings come from the log's order)
+        openai_server.script(model_says("The delivery window was checked a third time."))  # no facts at all
+        _conversation(engine, 10, start=24)
+        assert len(engine.summaries("c1", policy="topics")) == 4
+        facts = engine.sql("SELECT key, retired_by FROM facts WHERE policy = 'topics' ORDER BY key")[1]
+        third = engine.summaries("c1", policy="topics")[-1]["summary_id"]
+        assert facts == [("order_id", None), ("phone", ids[2]), ("window", third)]
