@@ -27,6 +27,7 @@ from memfold.engine.events import (
     SummaryFailed,
     SummaryProduced,
     SummaryRequested,
+    TopicEvicted,
 )
 from memfold.engine.ports import FoldContext, Policy
 from memfold.engine.positions import LogRecord
@@ -87,8 +88,9 @@ class Projector:
         self._states: dict[tuple[str, str, str], BaseModel] = {}
         # (policy, tenant, conversation) -> (key, value) -> [fact_id, superseded_by, retired_by] of its newest row
         self._facts: dict[tuple[str, str, str], dict[tuple[str, str], list[str | None]]] = {}
-        # Per topic (topics policy), the facts its latest summary holds: a topic's next summary retires what it dropped.
-        self._holdings: dict[tuple[str, str, str], dict[str, set[tuple[str, str]]]] = {}
+        # Per topic (topics policy), the facts its latest summary holds (a topic's next summary retires what it
+        # dropped, its eviction what it held), and the topics evicted.
+        self._holdings: dict[tuple[str, str, str], tuple[dict[str, set[tuple[str, str]]], set[str]]] = {}
         # (policy, tenant, conversation) -> the policy rows last handed to the store: unchanged rows are not rewritten
         self._rows: dict[tuple[str, str, str], dict[str, list[dict[str, Any]]]] = {}
 
@@ -273,6 +275,8 @@ class Projector:
                 if isinstance(event, SummaryProduced) and event.payload.policy in folded.states:
                     self._facts_diff(ch, event)
                     _index_summary(ch, event)
+            elif isinstance(event, TopicEvicted) and self._folded_here(event.payload, folded.states):
+                self._facts_evicted(ch, event)
             elif isinstance(event, ConversationDeleted):
                 ch.deleted.add(conv_key)
                 if conv.message_count:  # its text was in this file: rewrite it once the deletion commits
@@ -351,6 +355,41 @@ class Projector:
         cols["partition"].append(record.position.partition)
         cols["offset"].append(record.position.offset)
 
+    def _folded_here(self, payload: Any, states: dict[str, Any]) -> bool:
+        """True when the policy that decided ``payload`` folded it here, under the settings in force."""
+        policy = self.policies.get(payload.policy)
+        return payload.policy in states and policy is not None and policy[1].settings_hash == payload.settings_hash
+
+    def _topic_holdings(self, conv: tuple[str, str, str]) -> tuple[dict[str, set[tuple[str, str]]], set[str]]:
+        holdings = self._holdings.get(conv)
+        if holdings is None:
+            holdings = self._holdings[conv] = self.store.topic_fact_holdings(*conv)
+        return holdings
+
+    def _facts_evicted(self, ch: Changes, event: TopicEvicted) -> None:
+        """Retire the facts rows only an evicted topic held: its memory is gone, its facts with it.
+
+        ``retired_by`` is the ``TopicEvicted`` event's id (no summary dropped them).
+        """
+        p = event.payload
+        conv = (p.policy, event.tenant_id, event.conversation_id)
+        holdings, evicted = self._topic_holdings(conv)
+        evicted.add(p.topic_id)
+        held = holdings.pop(p.topic_id, set())
+        others = set().union(*holdings.values())
+        rows = self._active_facts(*conv)
+        pending = {(r["key"], r["value"]): r for r in ch.fact_inserts if (r["policy"], r["tenant_id"], r["conversation_id"]) == conv}
+        for kv in sorted(held - others):
+            row = rows.get(kv)
+            if row is None or row[2] is not None:
+                continue
+            row[2] = event.event_id
+            mine = pending.get(kv)
+            if mine is not None:  # introduced earlier in this same batch
+                mine["retired_by"] = event.event_id
+                continue
+            ch.fact_retirements.append((*conv, *kv, event.event_id))
+
     @staticmethod
     def _summary_row(ch: Changes, event: Event) -> None:
         p = event.payload
@@ -398,7 +437,8 @@ class Projector:
         A topic's summary (``topic_id`` set) holds that topic's facts only: it
         retires the live rows of the keys it lists, and the facts the topic's
         previous summary held that it drops (unless another topic holds them),
-        not the other topics'.
+        not the other topics'; the answer for a topic evicted meanwhile gives
+        no rows (:meth:`_facts_evicted` retires an evicted topic's).
         Rows are never deleted. ``fact_id`` hashes policy, conversation, key,
         value and the introducing summary, so a rebuild gives the same ids.
         """
@@ -418,9 +458,9 @@ class Projector:
         pending = {(r["key"], r["value"]): r for r in ch.fact_inserts if (r["policy"], r["tenant_id"], r["conversation_id"]) == conv}
         gone = live - {(f.key, f.value) for f in p.facts if f.current}
         if p.topic_id is not None:
-            holdings = self._holdings.get(conv)
-            if holdings is None:
-                holdings = self._holdings[conv] = self.store.topic_fact_holdings(*conv)
+            holdings, evicted = self._topic_holdings(conv)
+            if p.topic_id in evicted:
+                return  # the answer for a topic evicted meanwhile: no memory holds its facts
             held = {(f.key, f.value) for f in p.facts if f.current}
             dropped = holdings.get(p.topic_id, set()) - held
             holdings[p.topic_id] = held

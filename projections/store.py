@@ -69,8 +69,9 @@ _DDL = [
         requested_at TIMESTAMPTZ)""",
     # One row per (key, value) a policy's summaries carried. Lineage: stated_at (event time: the stating
     # message's timestamp) and stated_in (its index); introduced_by / introduced_seq (learned: the summary
-    # version that first carried it and that summary's log seq); retired_by (the summary that dropped it);
-    # superseded_by (fact_id of the later value of the same key that replaced it).
+    # version that first carried it and that summary's log seq); retired_by (the summary that dropped it,
+    # or the TopicEvicted event of the topic that held it); superseded_by (fact_id of the later value of the
+    # same key that replaced it).
     """CREATE TABLE IF NOT EXISTS facts (
         policy VARCHAR, tenant_id VARCHAR, conversation_id VARCHAR,
         key VARCHAR, value VARCHAR, category VARCHAR,
@@ -720,17 +721,27 @@ class DuckDBProjectionStore:
         ).fetchall()
 
     @_read_again_after_a_swap
-    def topic_fact_holdings(self, policy: str, tenant_id: str, conversation_id: str) -> dict[str, set[tuple[str, str]]]:
-        """Return, per topic, the (key, value) facts its latest completed summary holds as current."""
-        rows = self.connection.execute(
+    def topic_fact_holdings(
+        self, policy: str, tenant_id: str, conversation_id: str
+    ) -> tuple[dict[str, set[tuple[str, str]]], set[str]]:
+        """Return, per live topic, the (key, value) facts its latest completed summary holds as current; and the evicted topics.
+
+        An evicted topic (a ``TopicEvicted`` event of the policy) holds nothing.
+        """
+        cur = self.connection
+        evicted = {t for (t,) in cur.execute(
+            "SELECT payload->>'topic_id' FROM events WHERE type = 'TopicEvicted' AND tenant_id = ? "
+            "AND conversation_id = ? AND payload->>'policy' = ?", [tenant_id, conversation_id, policy]).fetchall()}
+        rows = cur.execute(
             "SELECT topic_id, facts FROM summaries WHERE policy = ? AND tenant_id = ? AND conversation_id = ? "
             "AND topic_id IS NOT NULL AND status = 'completed' ORDER BY resolved_seq",
             [policy, tenant_id, conversation_id],
         ).fetchall()
         held: dict[str, set[tuple[str, str]]] = {}
         for topic_id, facts in rows:  # the latest summary of each topic comes last
-            held[topic_id] = {(f["key"], f["value"]) for f in json.loads(facts or "[]") if f.get("superseded_by") is None}
-        return held
+            if topic_id not in evicted:
+                held[topic_id] = {(f["key"], f["value"]) for f in json.loads(facts or "[]") if f.get("superseded_by") is None}
+        return held, evicted
 
     @_read_again_after_a_swap
     def query(self, sql: str, params: Sequence[Any] | None = None) -> tuple[list[str], list[tuple[Any, ...]]]:

@@ -60,3 +60,48 @@ def test_each_topics_facts_are_rows_of_the_facts_table_and_a_later_topic_retires
         memory = next(m.content for m in engine.context("c1", budget=2000) if m.kind == "memory:key_facts")
         assert "- priya_date: June 21st" in memory and "June 14th" not in memory  # one topic: its lineage is the table's
         assert all(f"- {key}: {value}" in memory for key, value in live.items())  # the table and the context agree
+
+
+def test_an_evicted_topics_facts_rows_are_retired_by_its_eviction_as_the_context_drops_them(tmp_path):
+    from datetime import UTC, datetime, timedelta
+
+    settings = Settings.load(None, data_dir=tmp_path / "data", policies=("topics",), policy="topics",
+                             topics={"max_topics": 2})
+    start = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
+    messages = []
+    for day, (user, assistant) in enumerate(TALK[:3]):  # ten days apart: the oldest topic decays first
+        at = start + timedelta(days=10 * day)
+        messages += [{"conversation_id": "c1", "role": "user", "content": user, "occurred_at": at},
+                     {"conversation_id": "c1", "role": "assistant", "content": assistant,
+                      "occurred_at": at + timedelta(minutes=1)}]
+    with MemoryEngine(settings) as engine:
+        for i in range(0, len(messages), 2):  # a live chat: each topic's summary comes before its eviction
+            engine.append_many(messages[i:i + 2])
+            engine.wait_idle(timeout=60)
+        _, evicted = engine.sql("SELECT event_id, payload->>'topic_id' FROM events WHERE type = 'TopicEvicted'")
+        assert evicted  # the oldest topics decayed
+        _, rows = engine.sql("SELECT key, value, retired_by FROM facts WHERE policy = 'topics' ORDER BY stated_in, key")
+        gone = {key: value for key, value, retired_by in rows if retired_by in {e for e, _ in evicted}}
+        assert gone.get("sister_name") == "Priya"  # the first topic's facts went with it
+        live = {key: value for key, value, retired_by in rows if retired_by is None}
+        memory = "\n".join(m.content for m in engine.context("c1", budget=2000) if m.kind == "memory:key_facts")
+        assert "Priya" not in memory and all(f"- {key}: {value}" in memory for key, value in live.items())
+        assert engine.verify() == []
+
+
+def test_an_answer_for_a_topic_evicted_meanwhile_gives_no_facts_rows(tmp_path):
+    """An import: the oldest topics decay before their summaries come back; no memory ever holds those facts."""
+    from datetime import UTC, datetime, timedelta
+
+    settings = Settings.load(None, data_dir=tmp_path / "data", policies=("topics",), policy="topics",
+                             topics={"max_topics": 2})
+    start = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
+    messages = [{"conversation_id": "c1", "role": role, "content": text, "occurred_at": start + timedelta(days=10 * day)}
+                for day, pair in enumerate(TALK[:3]) for role, text in zip(("user", "assistant"), pair)]
+    with MemoryEngine(settings) as engine:
+        engine.append_many(messages)
+        engine.wait_idle(timeout=60)
+        _, order = engine.sql("SELECT type FROM events WHERE type IN ('TopicEvicted', 'SummaryProduced') ORDER BY seq")
+        assert [t for (t,) in order][:2] == ["TopicEvicted", "TopicEvicted"] and ("SummaryProduced",) in order
+        assert engine.sql("SELECT count(*) FROM facts")[1] == [(0,)]
+        assert all(m.kind != "memory:key_facts" for m in engine.context("c1", budget=2000))
