@@ -23,7 +23,9 @@ Order: [system prompt][memory system messages][recalled older messages]
    relevant to the query (a recalled question brings its answer, a recalled
    answer its question, when they fit; a long one comes as an excerpt of its
    passages holding the query's words, :mod:`.excerpt`), then the newest
-   ones not yet in.
+   ones not yet in. A question about the whole conversation ("in what
+   order did I bring up ...", :data:`OVERVIEW_QUERY`) with little room
+   takes the user's matching turns first, short and without their answers.
    Recalled messages are marked ``kind="recalled"`` and sit in conversation
    order between the memory and the verbatim messages; the first recalled
    message of each day carries the date (``[2024-03-15]`` on a line of its
@@ -41,6 +43,7 @@ call whose results are not, is never sent (an API would reject it).
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable, Sequence
 from datetime import date
 from typing import Protocol
@@ -62,6 +65,19 @@ FILL_ROUNDS = 8
 # EXCERPT_TOKENS. Below LEAD_ROOM tokens, breadth wins: every hit at EXCERPT_TOKENS.
 LEAD_SHARES = (0.2, 0.1)
 LEAD_ROOM = 2500
+# A question about the whole conversation ("in what order did I bring up ...", "across our
+# conversations") is answered by what the user said in many turns. With less than LEAD_ROOM of room,
+# recall then takes the user's matching turns first, as short excerpts of about OVERVIEW_TOKENS (any
+# turn over OVERVIEW_OVER), from the OVERVIEW_RANK best hits, without the other half of each exchange.
+OVERVIEW_QUERY = re.compile(
+    r"\b(?:in (?:what|which) order|order in which"
+    r"|(?:across|throughout|over|in) (?:the course of )?(?:all (?:of )?)?(?:our|my|all|these|those|the)\s+"
+    r"(?:[\w'-]+\s+){0,3}?(?:conversations|chats|sessions|discussions|messages|requests|questions)\b)",
+    re.I,
+)
+OVERVIEW_TOKENS = 60
+OVERVIEW_OVER = 80
+OVERVIEW_RANK = 256
 # Memory messages of ``- key: value`` lines: trimmed a fact at a time, after the digests. A facts memory
 # ("memory:facts", hierarchical's) is never capped for recall; the key facts a text memory carries
 # beside its text ("memory:key_facts": rolling's, topics') are, with the digests, the fact asked about last.
@@ -382,7 +398,7 @@ class _Recall:
             if m.tool_calls or m.role == "tool" or m.index in self.chosen or m.index in self.exclude or m.index >= self.upper:
                 return False
             shown: list[str] = []
-            excerpted = bool(terms) and m.tokens > EXCERPT_OVER
+            excerpted = bool(terms) and m.tokens > (OVERVIEW_OVER if size == OVERVIEW_TOKENS else EXCERPT_OVER)
             if excerpted:
                 cut = excerpt(m, terms, self.count_tokens, self.shown, size=size, dated=False, seen=self.seen)
                 if cut is None:  # every passage worth showing is in the context already
@@ -410,11 +426,15 @@ class _Recall:
         return self._add([_message(m, "recalled") for m in group], group, bool(terms))
 
     def _relevant(self, query: str) -> None:
-        ranked = [i for i in self.older.ranked(query, RANK_LIMIT) if i not in self.exclude and i < self.upper]
+        overview = self.room < LEAD_ROOM and OVERVIEW_QUERY.search(query) is not None
+        limit = OVERVIEW_RANK if overview else RANK_LIMIT
+        ranked = [i for i in self.older.ranked(query, limit) if i not in self.exclude and i < self.upper]
         if not ranked:
             return
         near = {j for i in ranked for j in (i - 1, i, i + 1) if j >= 0}
         found = {m.index: m for m in self.older.at(sorted(near))}
+        if overview:  # the user's turns first, each group in rank order
+            ranked = sorted(ranked, key=lambda i: found[i].role != "user" if i in found else True)
         if any(m.role == "tool" or m.tool_calls for m in found.values()):
             wide = {j for m in found.values() if m.role == "tool" or m.tool_calls
                     for j in range(max(0, m.index - TOOL_SPAN), m.index + TOOL_SPAN + 1)}
@@ -427,10 +447,12 @@ class _Recall:
             if self.remaining <= MESSAGE_OVERHEAD:
                 return
             unit = unit_of.get(i)
-            size = sizes[taken] if taken < len(sizes) else EXCERPT_TOKENS
+            size = OVERVIEW_TOKENS if overview else sizes[taken] if taken < len(sizes) else EXCERPT_TOKENS
             if unit is None or not self._take(unit, terms, size):
                 continue
             taken += 1
+            if overview:
+                continue  # breadth: the next user turn, not this one's answer
             # The other half of the exchange: an answer's question, a question's answer.
             if unit[0].role == "assistant":
                 neighbour = unit_of.get(unit[0].index - 1)

@@ -226,6 +226,36 @@ def test_with_room_the_best_exchanges_are_shown_at_length_and_without_it_as_shor
     assert sum(m.tokens for m in context(messages, plan_after(195), budget=4000, query=query)) <= 4000
 
 
+def test_a_question_about_the_whole_conversation_recalls_many_user_turns_as_short_excerpts():
+    """'In what order did I bring up ...': below LEAD_ROOM the user's matching turns come first, short, alone."""
+    parts = ["concrete base", "timber frame", "roof felt", "door hinges", "window glass", "paint colour",
+             "gutter pipes", "floor boards"]
+    words = ["walnut", "granite", "copper", "linen", "amber", "cobalt", "willow", "basalt", "saffron", "ivory",
+             "marble", "juniper", "indigo", "hazel", "quartz", "russet"]
+    answer = " ".join(f"Step {k}: for the garden shed, level the base and fix the frame." for k in range(40))
+    planted = {}
+    for n, at in enumerate(range(20, 180, 20)):
+        tail = " ".join(f"The {words[(n + k) % 16]} {words[(3 * n + k) % 16]} sample number {n * 20 + k} looked fine."
+                        for k in range(12))
+        planted[at] = f"Next for the garden shed: the {parts[n]}. {tail}"
+        planted[at + 1] = answer
+    messages = chat(200, planted)
+    overview = "In what order did I bring up the parts of the garden shed across our conversations?"
+    plain = "What did I say about the garden shed roof and door?"
+    wide = [m for m in context(messages, plan_after(195), budget=1200, query=overview) if m.kind == "recalled"]
+    narrow = [m for m in context(messages, plan_after(195), budget=1200, query=plain) if m.kind == "recalled"]
+    users = [m for m in wide if m.role == "user" and m.index in planted]
+    assert len(users) == 8 and all("(excerpt)" in m.content and m.tokens <= 100 for m in users)  # every turn, short
+    assert len([m for m in narrow if m.role == "user" and m.index in planted]) < 8  # a plain one: its best exchanges
+    for query in (overview, plain):
+        assert sum(m.tokens for m in context(messages, plan_after(195), budget=1200, query=query)) <= 1200
+    from memfold.projections.context import OVERVIEW_QUERY
+
+    assert OVERVIEW_QUERY.search("How many sizes have I mentioned across my messages?")
+    assert not OVERVIEW_QUERY.search("Was it consistent across all comparisons?")
+    assert not OVERVIEW_QUERY.search("How do I stay motivated throughout the weeks before my deadline?")
+
+
 def test_a_passage_already_shown_is_not_repeated_by_a_later_excerpt():
     plan = "Step one: book the vet for Biscuit's booster shot on 12 May."
     filler = " ".join(f"Paragraph {k} is about the garden, the weather and nothing much." for k in range(40))
