@@ -192,10 +192,11 @@ def _talk(n: int, seed: int = 5):
 def bench_recall_read(root: Path, long: int, reads: int, budget: int, dense: str | None = None) -> None:
     """Print p50/p99 of ``context(budget, query=...)`` on one LONG-message conversation (BM25 recall on).
 
-    Two kinds of query, each so every read ranks, recalls, and fills the rest of the budget:
-    *typical*, a question made of 2-5 words of a random earlier message; and *low-vocabulary*,
+    Three kinds of query, each so every read ranks, recalls, and fills the rest of the budget:
+    *typical*, a question made of 2-5 words of a random earlier message; *low-vocabulary*,
     4 of the conversation's 12 most common words (each in thousands of messages: the case
-    that makes BM25 score the most postings). With ``dense`` (an embedder kind), recall fuses
+    that makes BM25 score the most postings); and *overview*, "in what order did I bring up
+    ... across our conversations?" (below 2,500 tokens of room it ranks 256 hits, not 64). With ``dense`` (an embedder kind), recall fuses
     BM25 with that embedder's ranking; every query is new, so each read embeds its query once.
     """
     from collections import Counter
@@ -218,12 +219,16 @@ def bench_recall_read(root: Path, long: int, reads: int, budget: int, dense: str
         def low_vocabulary() -> str:
             return "what did we say about the " + " ".join(rnd.sample(common, 4)) + "?"
 
+        def overview() -> str:  # a question about the whole conversation: with little room, a wider ranking
+            words = history[rnd.randrange(long - 50)]["content"].split()
+            return "in what order did I bring up " + " ".join(rnd.sample(words, min(len(words), 3))) + " across our conversations?"
+
         conv = "recall-0"
         for _ in range(50):  # warm up: the first read loads the conversation's index into memory
             engine.context(conv, budget=budget, query=typical())
         print(f"context read with a query: {long:,}-message conversation, budget {budget} tokens, {reads} reads "
               f"per kind (policy {settings.policy}, {'BM25 fused with ' + dense + ' embeddings' if dense else 'BM25'} recall)")
-        for name, question in (("typical", typical), ("low-vocabulary", low_vocabulary)):
+        for name, question in (("typical", typical), ("low-vocabulary", low_vocabulary), ("overview", overview)):
             samples, cpu, recalled = [], [], 0
             for _ in range(reads):
                 q = question()

@@ -67,8 +67,8 @@ LEAD_SHARES = (0.2, 0.1)
 LEAD_ROOM = 2500
 # A question about the whole conversation ("in what order did I bring up ...", "across our
 # conversations") is answered by what the user said in many turns. With less than LEAD_ROOM of room,
-# recall then takes the user's matching turns first, as short excerpts of about OVERVIEW_TOKENS (any
-# turn over OVERVIEW_OVER), from the OVERVIEW_RANK best hits, without the other half of each exchange.
+# recall then takes the user's matching turns first, a long one as an excerpt of about OVERVIEW_TOKENS,
+# from the OVERVIEW_RANK best hits, without the other half of each exchange.
 OVERVIEW_QUERY = re.compile(
     r"\b(?:in (?:what|which) order|order in which"
     r"|(?:across|throughout|over|in) (?:the course of )?(?:all (?:of )?)?(?:our|my|all|these|those|the)\s+"
@@ -76,8 +76,7 @@ OVERVIEW_QUERY = re.compile(
     re.I,
 )
 OVERVIEW_TOKENS = 60
-OVERVIEW_OVER = 80
-OVERVIEW_RANK = 256
+OVERVIEW_RANK = 128
 # Memory messages of ``- key: value`` lines: trimmed a fact at a time, after the digests. A facts memory
 # ("memory:facts", hierarchical's) is never capped for recall; the key facts a text memory carries
 # beside its text ("memory:key_facts": rolling's, topics') are, with the digests, the fact asked about last.
@@ -398,7 +397,7 @@ class _Recall:
             if m.tool_calls or m.role == "tool" or m.index in self.chosen or m.index in self.exclude or m.index >= self.upper:
                 return False
             shown: list[str] = []
-            excerpted = bool(terms) and m.tokens > (OVERVIEW_OVER if size == OVERVIEW_TOKENS else EXCERPT_OVER)
+            excerpted = bool(terms) and m.tokens > EXCERPT_OVER
             if excerpted:
                 cut = excerpt(m, terms, self.count_tokens, self.shown, size=size, dated=False, seen=self.seen)
                 if cut is None:  # every passage worth showing is in the context already

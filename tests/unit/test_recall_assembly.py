@@ -236,7 +236,7 @@ def test_a_question_about_the_whole_conversation_recalls_many_user_turns_as_shor
     planted = {}
     for n, at in enumerate(range(20, 180, 20)):
         tail = " ".join(f"The {words[(n + k) % 16]} {words[(3 * n + k) % 16]} sample number {n * 20 + k} looked fine."
-                        for k in range(12))
+                        for k in range(30))  # a long turn (over EXCERPT_OVER): an excerpt
         planted[at] = f"Next for the garden shed: the {parts[n]}. {tail}"
         planted[at + 1] = answer
     messages = chat(200, planted)
