@@ -37,7 +37,7 @@ from memfold.engine.tokens import MESSAGE_OVERHEAD, TokenCounter
 from . import retrieval, time_travel
 from .fold import ConversationCounters, fold_event
 from .policies import state_codec
-from .store import Changes, DuckDBProjectionStore
+from .store import ERASED_PAYLOAD, Changes, DuckDBProjectionStore
 from .tail import TailCache
 
 log = logging.getLogger("memfold.projector")
@@ -239,9 +239,9 @@ class Projector:
             if offset < positions.get(part, 0):
                 continue
             positions[part] = offset + 1
-            self._event_row(ch, record)
             conv_key = (event.tenant_id, event.conversation_id)
             conv = self._conversation(event.tenant_id, event.conversation_id, part)
+            self._event_row(ch, record, erased=conv.deleted)
             touched_convs.add(conv_key)
             conv.last_seq = max(conv.last_seq, event.seq)
             if conv.first_at is None:
@@ -269,7 +269,7 @@ class Projector:
                 m = folded.message
                 retrieval.add_doc(ch.search, m.tenant_id, m.conversation_id, "message", m.event_id, m.index, m.content)
             elif isinstance(event, (SummaryRequested, SummaryProduced, SummaryFailed)):
-                self._summary_row(ch, event)
+                self._summary_row(ch, event, erased=conv.deleted)
                 # Facts and search docs only from summaries a policy folded here: one made under other
                 # settings (the live log read by a replay, a log from before a settings change) is audit only.
                 if isinstance(event, SummaryProduced) and event.payload.policy in folded.states:
@@ -317,7 +317,8 @@ class Projector:
     # ----------------------------------------------------------------- rows
 
     @staticmethod
-    def _event_row(ch: Changes, record: LogRecord) -> None:
+    def _event_row(ch: Changes, record: LogRecord, erased: bool = False) -> None:
+        """Add the ``events`` row of ``record``; content that comes after its conversation was erased is left out."""
         e = record.event
         cols = ch.events
         cols["partition"].append(record.position.partition)
@@ -330,6 +331,9 @@ class Projector:
         cols["seq"].append(e.seq)
         cols["occurred_at"].append(e.occurred_at)
         cols["causation_id"].append(e.causation_id)
+        if erased and isinstance(e, (MessageAppended, SummaryProduced)):
+            cols["payload"].append(ERASED_PAYLOAD)  # as the erasure left the earlier ones
+            return
         payload = e.payload  # what model_dump_json() returns, without its per-call keyword handling
         cols["payload"].append(type(payload).__pydantic_serializer__.to_json(payload).decode())
 
@@ -391,7 +395,14 @@ class Projector:
             ch.fact_retirements.append((*conv, *kv, event.event_id))
 
     @staticmethod
-    def _summary_row(ch: Changes, event: Event) -> None:
+    def _summary_row(ch: Changes, event: Event, erased: bool = False) -> None:
+        """Add the ``summaries`` row of a request or its outcome.
+
+        A summary that comes back for a conversation already erased (it was
+        being made while ``forget`` ran; its content is sealed with a key made
+        after the erasure, so it reads back) is recorded without its text and
+        facts: nothing of an erased conversation may land in the projection.
+        """
         p = event.payload
         if isinstance(event, SummaryRequested):
             ch.summary_requests.append(
@@ -408,7 +419,8 @@ class Projector:
             ch.summary_results.append(
                 {
                     "request_id": p.request_id, "summary_id": p.summary_id, "status": "completed",
-                    "text": p.text, "facts": json.dumps([f.model_dump(mode="json") for f in p.facts]),
+                    "text": None if erased else p.text,
+                    "facts": "[]" if erased else json.dumps([f.model_dump(mode="json") for f in p.facts]),
                     "summarizer": p.summarizer, "model": p.model, "prompt_hash": p.prompt_hash,
                     "tokens_in": p.tokens_in, "tokens_out": p.tokens_out, "latency_ms": p.latency_ms,
                     "cached": p.cached, "resolved_seq": event.seq,

@@ -788,7 +788,7 @@ def _records(rows: list[tuple[Any, ...]]) -> list[MessageRecord]:
     return out
 
 
-_ERASED_PAYLOAD = '{"erased": true}'
+ERASED_PAYLOAD = '{"erased": true}'
 
 
 def _erase(cur: duckdb.DuckDBPyConnection, tenant_id: str, conversation_id: str) -> int:
@@ -807,7 +807,7 @@ def _erase(cur: duckdb.DuckDBPyConnection, tenant_id: str, conversation_id: str)
     count += cur.execute(
         "UPDATE events SET payload = ? WHERE tenant_id = ? AND conversation_id = ? "
         "AND type IN ('MessageAppended', 'SummaryProduced') AND payload::VARCHAR <> ?",
-        [_ERASED_PAYLOAD, *key, _ERASED_PAYLOAD],
+        [ERASED_PAYLOAD, *key, ERASED_PAYLOAD],
     ).fetchone()[0]
     return count
 

@@ -116,6 +116,31 @@ def test_forget_from_the_cli(tmp_path, capsys):
     assert main(["--data-dir", str(data), "forget", " "]) == 2
 
 
+def test_a_summary_that_comes_back_after_the_forget_lands_without_its_text(tmp_path):
+    """A summary made while forget ran is sealed with a key made after the erasure: its text must not be projected."""
+    from memfold.engine.events import SummaryProducedPayload, utcnow
+    from memfold.engine.ids import new_event_id
+
+    data = tmp_path / "data"
+    plant = _plant()
+    with _engine(data) as engine:
+        _talk(engine, "c1", plant, n=4)
+        engine.wait_idle(60)
+        engine.forget("c1")
+        late = SummaryProduced(
+            event_id=new_event_id(), conversation_id="c1", occurred_at=utcnow(),
+            payload=SummaryProducedPayload(
+                summary_id="sum-late", request_id="req-late", policy="hierarchical",
+                settings_hash=engine.policies["hierarchical"][1].settings_hash, covers_from=0, covers_to=3,
+                text=f"The user said {plant}.", summarizer="offline", model="offline", prompt_hash="x",
+            ),
+        )
+        engine.wait_for(engine.log.append([late])[0])
+        assert engine.sql("SELECT payload FROM events WHERE event_id = ?", [late.event_id])[1] == [('{"erased": true}',)]
+        engine.sql("CHECKPOINT")
+    assert _files_with(data, plant) == []
+
+
 def test_forget_needs_a_key_store_on_an_unsealed_log(tmp_path):
     with MemoryEngine(Settings.load(None, data_dir=tmp_path / "d")) as engine:
         engine.sealer = None  # what a deployment without a key store has
