@@ -250,7 +250,7 @@ class FactBook:
 
     def retract(self, stem: str) -> list[str]:
         """Remove every key equal to ``stem`` or starting with ``stem_``; return the removed keys."""
-        gone = [k for k in self._entries if k == stem or k.startswith(stem + "_")]
+        gone = [k for k in self._entries if retracts(stem, k)]
         for k in gone:
             del self._entries[k]
         return gone
@@ -731,11 +731,16 @@ def _retract(text: str, role: str, book: FactBook) -> None:
         book.retract(stem)
 
 
+def retracts(stem: str, key: str) -> bool:
+    """True when taking back ``stem`` (:func:`retracted_stems`) takes back the fact ``key``: the stem or ``stem_...``."""
+    return key == stem or key.startswith(stem + "_")
+
+
 def retracted_stems(text: str, role: str) -> list[str]:
     """Return the key stems a user's message takes back ("please forget my phone number" -> ``phone``).
 
     A fact whose key is a stem or starts with ``stem_`` is retracted
-    (:meth:`FactBook.retract`). Only the user retracts; a question or a
+    (:func:`retracts`). Only the user retracts; a question or a
     negated verb ("please don't cancel the refund") retracts nothing.
     """
     if role != "user":

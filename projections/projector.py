@@ -382,17 +382,11 @@ class Projector:
         held = holdings.pop(p.topic_id, set())
         others = set().union(*holdings.values())
         rows = self._active_facts(*conv)
-        pending = {(r["key"], r["value"]): r for r in ch.fact_inserts if (r["policy"], r["tenant_id"], r["conversation_id"]) == conv}
+        pending = _pending_facts(ch, conv)
         for kv in sorted(held - others):
             row = rows.get(kv)
-            if row is None or row[2] is not None:
-                continue
-            row[2] = event.event_id
-            mine = pending.get(kv)
-            if mine is not None:  # introduced earlier in this same batch
-                mine["retired_by"] = event.event_id
-                continue
-            ch.fact_retirements.append((*conv, *kv, event.event_id))
+            if row is not None and row[2] is None:
+                _retire(ch, conv, kv, row, pending, event.event_id)
 
     @staticmethod
     def _summary_row(ch: Changes, event: Event, erased: bool = False) -> None:
@@ -467,7 +461,7 @@ class Projector:
             ids[kv] = rows[kv][0] if reuse else _fact_id(conv, f.key, f.value, p.summary_id)
         current = {f.key: ids[(f.key, f.value)] for f in p.facts if f.current}
         successor = {(f.key, f.value): ids.get((f.key, f.superseded_by)) or current.get(f.key) for f in p.facts if not f.current}
-        pending = {(r["key"], r["value"]): r for r in ch.fact_inserts if (r["policy"], r["tenant_id"], r["conversation_id"]) == conv}
+        pending = _pending_facts(ch, conv)
         gone = live - {(f.key, f.value) for f in p.facts if f.current}
         if p.topic_id is not None:
             holdings, evicted = self._topic_holdings(conv)
@@ -481,19 +475,7 @@ class Projector:
         for kv in sorted(gone):
             row = rows[kv]
             newer = successor.get(kv) or current.get(kv[0])
-            superseded = row[1] is None and newer is not None and newer != row[0]
-            if superseded:
-                row[1] = newer
-            row[2] = p.summary_id
-            mine = pending.get(kv)
-            if mine is not None:  # introduced earlier in this same batch
-                mine["retired_by"] = p.summary_id
-                if superseded:
-                    mine["superseded_by"] = newer
-                continue
-            ch.fact_retirements.append((*conv, *kv, p.summary_id))
-            if superseded:
-                ch.fact_supersessions.append((*conv, *kv, newer))
+            _retire(ch, conv, kv, row, pending, p.summary_id, newer if row[1] is None and newer != row[0] else None)
         for f in p.facts:
             kv = (f.key, f.value)
             if kv in live or (kv in rows and not f.current):
@@ -537,3 +519,27 @@ def _drop_message_rows(ch: Changes, conv_key: tuple[str, str]) -> None:
     if len(keep) != len(cols["tenant_id"]):
         for name, values in cols.items():
             cols[name] = [values[i] for i in keep]
+
+
+def _pending_facts(ch: Changes, conv: tuple[str, str, str]) -> dict[tuple[str, str], dict[str, Any]]:
+    """Return the facts rows this batch inserts for ``conv`` (policy, tenant, conversation), by (key, value)."""
+    return {(r["key"], r["value"]): r for r in ch.fact_inserts if (r["policy"], r["tenant_id"], r["conversation_id"]) == conv}
+
+
+def _retire(
+    ch: Changes, conv: tuple[str, str, str], kv: tuple[str, str], row: list[str | None],
+    pending: dict[tuple[str, str], dict[str, Any]], retired_by: str, superseded_by: str | None = None,
+) -> None:
+    """Retire the live facts row ``kv`` (its cached ``row``): on the row this batch inserts, else as an update."""
+    if superseded_by is not None:
+        row[1] = superseded_by
+    row[2] = retired_by
+    mine = pending.get(kv)
+    if mine is not None:  # introduced earlier in this same batch
+        mine["retired_by"] = retired_by
+        if superseded_by is not None:
+            mine["superseded_by"] = superseded_by
+        return
+    ch.fact_retirements.append((*conv, *kv, retired_by))
+    if superseded_by is not None:
+        ch.fact_supersessions.append((*conv, *kv, superseded_by))

@@ -12,6 +12,7 @@ import msgspec
 
 from memfold.engine.events import Fact
 from memfold.engine.settings import TopicsSettings
+from memfold.projections.fact_extraction import retracts
 
 from .state_codec import FrozenState
 
@@ -212,8 +213,7 @@ def topic_facts(state: State) -> tuple[Fact, ...]:
 
 def _retracted(f: Fact, retractions: tuple[tuple[str, int], ...]) -> bool:
     """True when the user took ``f`` back after stating it (a fact with no message index counts as before)."""
-    return any((f.key == stem or f.key.startswith(stem + "_")) and (f.stated_in is None or f.stated_in < index)
-               for stem, index in retractions)
+    return any(retracts(stem, f.key) and (f.stated_in is None or f.stated_in < index) for stem, index in retractions)
 
 
 def _rank(f: Fact) -> int:
