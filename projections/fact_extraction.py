@@ -30,6 +30,7 @@ from .fact_patterns import (
     BOUNDARY,
     CLAUSE_SUBJECT_RE,
     CODE_BLOCK_RE,
+    CHANGE_RE,
     CODE_KEYS,
     CONDITION_MARKER_RE,
     CONDITION_RE,
@@ -84,8 +85,23 @@ MAX_VALUE_CHARS = 160
 # A value up to this long is a value (an id, amount, date, address, name); longer, a sentence
 # (a condition, a decision), which a summary's statements or narrative carry anyway.
 SHORT_VALUE_CHARS = 48
-# Keys of values nothing in their sentence named: a copy of a named fact's value under one is dropped.
+# Stems of values nothing in their sentence names ("on May 11", "$30"). Such a value is a fact of
+# its own message (``date_150``, ``amount_150_2``), never a new value of another one: nothing says
+# they are the same thing, and a long conversation states hundreds of dates. The newest BARE_KEEP
+# of each stem are kept; a copy of a named fact's value under one is dropped.
 GENERIC_KEYS = ("amount", "date")
+BARE_KEEP = 4
+# A conversation stays on one subject for a few turns: a keyword key's new value within this many
+# messages of its current one is that thing's new value (further on, only a change word says so).
+SAME_SUBJECT_SPAN = 10
+_BARE_KEY = re.compile(r"(amount|date)(?:_\d+){0,2}")
+
+
+def bare_stem(key: str) -> str | None:
+    """Return ``"date"`` or ``"amount"`` for the key of a value nothing named (``date``, ``date_150``), else None."""
+    m = _BARE_KEY.fullmatch(key)
+    return m.group(1) if m else None
+
 
 # --------------------------------------------------------------------------- sentences
 
@@ -129,7 +145,11 @@ def clip(text: str, limit: int) -> str:
 
 
 def category_for(key: str) -> str:
-    """Return the category a fact key belongs to (keys are built systematically, so this is total)."""
+    """Return the category a fact key belongs to (keys are built systematically, so this is total).
+
+    A numbered key (``budget_2``, ``amount_150``) is in its stem's category.
+    """
+    key = re.sub(r"(?:_\d+)+$", "", key) or key
     if key in ("topic", "user_request"):
         return "GENERAL"
     if key.endswith("_status") or key == "status":
@@ -145,6 +165,23 @@ def category_for(key: str) -> str:
 
 def _norm(value: str) -> str:
     return re.sub(r"[\s#]", "", value).lower()
+
+
+def without_bare_copies(facts: Sequence[Fact]) -> list[Fact]:
+    """Return ``facts`` without the bare values (``date_150``) another current fact holds, and at most
+    :data:`BARE_KEEP` bare values per stem, the last stated (facts merged from several summaries)."""
+    named = {_norm(f.value) for f in facts if f.current and not bare_stem(f.key)}
+    kept: dict[str, list[Fact]] = {}
+    seen: set[str] = set()
+    for f in sorted((f for f in facts if f.current and bare_stem(f.key)), key=lambda f: -1 if f.stated_in is None else f.stated_in, reverse=True):
+        norm = _norm(f.value)
+        stem = bare_stem(f.key) or ""
+        if norm in named or norm in seen or len(kept.setdefault(stem, [])) >= BARE_KEEP:
+            continue
+        seen.add(norm)
+        kept[stem].append(f)
+    keep = {id(f) for fs in kept.values() for f in fs}
+    return [f for f in facts if not (f.current and bare_stem(f.key)) or id(f) in keep]
 
 
 @dataclass(slots=True)
@@ -205,7 +242,7 @@ class FactBook:
         if old is not None and _norm(old.value) == _norm(value):
             old.source = source if source is not None else old.source
             return
-        if key in GENERIC_KEYS and self._named_elsewhere(key, value):
+        if bare_stem(key) and self._named_elsewhere(key, value):
             return  # "amount: 293.45 EUR" says nothing "refund_amount: 293.45 EUR" does not
         if old is not None:
             earlier = FactEntry(old.key, old.value, old.category, old.source, old.stated_at, old.stated_in)
@@ -213,10 +250,10 @@ class FactBook:
             old.value, old.source, old.stated_at, old.stated_in = value, source, stated_at, stated_in
         else:
             self._entries[key] = FactEntry(key, value, category or category_for(key), source, stated_at, stated_in)
-        for generic in GENERIC_KEYS:
-            entry = self._entries.get(generic)
-            if key != generic and entry is not None and _norm(entry.value) == _norm(value):
-                del self._entries[generic]  # now named: the unnamed copy goes
+        if not bare_stem(key):
+            norm = _norm(value)
+            for k in [k for k, e in self._entries.items() if bare_stem(k) and _norm(e.value) == norm]:
+                del self._entries[k]  # now named: the unnamed copy goes
 
     def _named_elsewhere(self, key: str, value: str) -> bool:
         norm = _norm(value)
@@ -243,6 +280,50 @@ class FactBook:
         while (stem if n == 1 else f"{stem}_{n}") in self._entries:
             n += 1
         self.put(stem if n == 1 else f"{stem}_{n}", value, source, category)
+
+    def put_bare(self, stem: str, value: str, source: int | None) -> None:
+        """Add a value nothing named as a fact of message ``source`` (``date_150``), unless the book holds it already.
+
+        Only the newest :data:`BARE_KEEP` values of ``stem`` stay; older ones
+        leave the book without being superseded (they were never the same thing).
+        """
+        value = clip(value, MAX_VALUE_CHARS)
+        if not value:
+            return
+        norm = _norm(value)
+        for k, e in self._entries.items():
+            if _norm(e.value) == norm:
+                if bare_stem(k) == stem and source is not None:
+                    e.source = source  # said again: still in use
+                return
+        key = stem if source is None else f"{stem}_{source}"
+        n = 1
+        while (key if n == 1 else f"{key}_{n}") in self._entries:
+            n += 1
+        self.put(key if n == 1 else f"{key}_{n}", value, source, category_for(stem))
+        same = [k for k in self._entries if bare_stem(k) == stem]
+        for k in same[: max(0, len(same) - BARE_KEEP)]:
+            del self._entries[k]
+
+    def put_named(self, key: str, value: str, source: int | None, sentence: str, message: str) -> None:
+        """Set a keyword key ("deadline", "refund_amount") from message ``source``.
+
+        A different value replaces the current one when the conversation is
+        still on it (the current value was said within :data:`SAME_SUBJECT_SPAN`
+        messages) or when the update says so: a word of :data:`CHANGE_RE` in
+        ``sentence``, or the old value named in ``message``. Otherwise it is
+        another thing of that kind, kept beside it (``deadline_2``): a long
+        conversation has many deadlines, and none of them moved.
+        """
+        old = self._entries.get(key)
+        said = old.source if old is not None and old.source is not None else old.stated_in if old is not None else None
+        if (
+            old is None or _norm(old.value) == _norm(value) or CHANGE_RE.search(sentence) or old.value in message
+            or (said is not None and source is not None and source - said <= SAME_SUBJECT_SPAN)
+        ):
+            self.put(key, value, source)
+        else:
+            self.put_numbered(key, value, source, category_for(key))
 
     def get(self, key: str) -> str | None:
         entry = self._entries.get(key)
@@ -424,9 +505,7 @@ def _extract_amounts(text: str, sentences: list[tuple[int, int]], book: FactBook
         else:
             value = f"{m.group('n3')} {m.group('code2')}"
         s, e = sentence_at(text, sentences, m.start())
-        key = _keyword_key(AMOUNT_KEYS, text[s:e], m.start() - s, "")
-        key = key or _subject_key(text[s:e], m.start() - s, "_amount") or "amount"
-        book.put(key, value, source)
+        _put_value(book, AMOUNT_KEYS, "amount", value, source, text, text[s:e], m.start() - s)
 
 
 def _extract_dates(text: str, sentences: list[tuple[int, int]], book: FactBook, source: int | None, spans: _Spans) -> None:
@@ -436,9 +515,23 @@ def _extract_dates(text: str, sentences: list[tuple[int, int]], book: FactBook, 
         spans.take(m.start(), m.end())
         value = " ".join((m.group("iso") or m.group("md") or m.group("dm")).split())
         s, e = sentence_at(text, sentences, m.start())
-        key = _keyword_key(DATE_KEYS, text[s:e], m.start() - s, "")
-        key = key or _subject_key(text[s:e], m.start() - s, "_date") or "date"
-        book.put(key, value, source)
+        _put_value(book, DATE_KEYS, "date", value, source, text, text[s:e], m.start() - s)
+
+
+def _put_value(
+    book: FactBook, rules: list[tuple[re.Pattern[str], str]], stem: str, value: str, source: int | None,
+    text: str, sentence: str, pos: int,
+) -> None:
+    """Keep an amount or date at ``pos`` in ``sentence``: under its keyword's key, else its subject's, else bare."""
+    key = _keyword_key(rules, sentence, pos, "")
+    if key:
+        book.put_named(key, value, source, sentence, text)
+        return
+    key = _subject_key(sentence, pos, f"_{stem}")
+    if key:
+        book.put(key, value, source)  # named by its own subject: a new value is that thing's new value
+    else:
+        book.put_bare(stem, value, source)
 
 
 def _owner_key(text: str, pos: int, role: str, own: str, other: str, value: str, book: FactBook) -> str:

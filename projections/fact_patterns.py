@@ -98,6 +98,15 @@ DATE_RE = re.compile(
 SUPERSEDED_RE = re.compile(
     r"\b(?:instead of|previously|formerly|originally|down from|up from|compared (?:to|with)|versus|vs\.?)\s+$", re.I
 )
+# Words that say a value changed ("the deadline moved to", "the budget is now", "revised to"). A
+# keyword key ("deadline", "budget") takes a new value in place of its old one only with one of them
+# in the sentence, or the old value named in the message; otherwise both stand (deadline, deadline_2).
+CHANGE_RE = re.compile(
+    r"\b(?:now|new|instead|no longer|actually|after all|chang\w*|mov(?:e|ed|es|ing)|reschedul\w*"
+    r"|revis\w*|updat\w*|postpon\w*|push\w*|extend\w*|delay\w*|rebook\w*|retim\w*|recalculat\w*"
+    r"|correct\w*)\b",
+    re.I,
+)
 WAS_RE = re.compile(r"\b(?:was|were|used to be)\s+$", re.I)
 BEFORE_RE = re.compile(r"^\s*(?:before|previously|earlier|originally)\b", re.I)
 DATE_KEYS = [

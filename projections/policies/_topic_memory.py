@@ -12,7 +12,7 @@ import msgspec
 
 from memfold.engine.events import Fact
 from memfold.engine.settings import TopicsSettings
-from memfold.projections.fact_extraction import retracts
+from memfold.projections.fact_extraction import retracts, without_bare_copies
 
 from .state_codec import FrozenState
 
@@ -186,7 +186,9 @@ def topic_facts(state: State) -> tuple[Fact, ...]:
     summary replaced are left out (the ``facts`` table keeps that lineage):
     with them BEAM lost 0.45 points at 2,000 tokens. An evicted topic's
     facts go with it, as the rest of its memory does (seed 004's decay), and
-    a fact the user took back later, in any topic, goes too.
+    a fact the user took back later, in any topic, goes too. A bare value
+    (``date_150``, one nothing named) that another line holds is left out,
+    and so are all but the newest ``BARE_KEEP`` bare values of each kind.
     """
     current: dict[str, tuple[tuple[int, int], Fact]] = {}
     values: dict[str, list[Fact]] = {}
@@ -208,7 +210,7 @@ def topic_facts(state: State) -> tuple[Fact, ...]:
         if older:
             out.append(max(older, key=_rank).model_copy(update={"superseded_by": winner.value}))
         out.append(winner)
-    return tuple(out)
+    return tuple(without_bare_copies(out))
 
 
 def _retracted(f: Fact, retractions: tuple[tuple[str, int], ...]) -> bool:

@@ -92,7 +92,7 @@ def test_amounts_with_currencies_dates_and_phone():
     assert facts["charged_amount"] == ("50.00 EUR", "NUMERIC")
     assert facts["price"] == ("€120", "NUMERIC")
     assert facts["credit_amount"] == ("$15", "NUMERIC")
-    assert facts["date"] == ("2024-03-02", "ENTITY")
+    assert facts["date_0"] == ("2024-03-02", "ENTITY")
     assert facts["delivery_date"] == ("March 3rd", "ENTITY")
     assert facts["phone"] == ("+44 20 7946 0958", "ENTITY")
 
@@ -105,16 +105,16 @@ def test_a_value_no_keyword_names_takes_the_noun_of_its_clause():
         ("assistant", "That is 2025-03-01 then."),
     ))
     assert facts["deductible_amount"] == ("$751.25", "NUMERIC")
-    assert facts["amount"] == ("$4,181.05", "NUMERIC")  # nothing names it: the generic key
+    assert facts["amount_0"] == ("$4,181.05", "NUMERIC")  # nothing names it: a fact of its message
     assert facts["adjuster_date"] == ("2025-10-10", "ENTITY")
     assert facts["pickup_date"] == ("2025-02-06", "ENTITY")
     assert facts["deposit_amount"] == ("€200", "NUMERIC")
-    assert facts["date"] == ("2025-03-01", "ENTITY")  # "That is": a pronoun names nothing
+    assert facts["date_2"] == ("2025-03-01", "ENTITY")  # "That is": a pronoun names nothing
     # An unnamed copy of a named value is no fact of its own, whichever comes first.
     later = facts_of(conversation(("user", "Okay, $7 then."), ("assistant", "Your refund is now $7.")))
-    assert later["refund_amount"] == ("$7", "NUMERIC") and "amount" not in later
+    assert later["refund_amount"] == ("$7", "NUMERIC") and not any(k.startswith("amount") for k in later)
     earlier = facts_of(conversation(("assistant", "Your refund is $7."), ("assistant", "Okay, $7 then.")))
-    assert earlier["refund_amount"] == ("$7", "NUMERIC") and "amount" not in earlier
+    assert earlier["refund_amount"] == ("$7", "NUMERIC") and not any(k.startswith("amount") for k in earlier)
 
 
 def test_agreed_condition_and_short_agreement_refers_to_the_offer():
@@ -473,6 +473,39 @@ def test_updates_overwrite_in_place_and_a_same_value_keeps_its_spelling():
     assert [(f.key, f.value, f.superseded_by) for f in old] == [("refund_amount", "$20", "$35")]
 
 
+def test_dates_and_amounts_nothing_names_never_replace_each_other():
+    """A long chat states many dates: "on May 3" and, later, "on May 20" are two facts, no update."""
+    chat = conversation(
+        ("user", "I went hiking with Ana on May 3 and spent $40 on gear."),
+        *[("assistant", f"Noted, point {i}.") for i in range(1, 6)],
+        ("user", "My sister visits on May 20, and I got museum tickets for $15."),
+        ("user", "I started a pottery class on June 2."),
+        ("user", "We saw a concert on June 9."),
+        ("user", "We moved the plants on June 16."),
+    )
+    facts = extract_facts(chat)
+    assert all(f.current for f in facts)  # nothing superseded
+    dates = {f.key: f.value for f in facts if f.key.startswith("date")}
+    assert dates == {"date_6": "May 20", "date_7": "June 2", "date_8": "June 9", "date_9": "June 16"}  # the newest four
+    amounts = {f.key: f.value for f in facts if f.key.startswith("amount")}
+    assert amounts == {"amount_0": "$40", "amount_6": "$15"}
+
+
+def test_a_keyword_key_far_from_its_value_changes_only_when_the_message_says_so():
+    first = ("user", "The deadline for the grant report is April 15.")
+    filler = [("assistant", f"Here is tip {i} for your plan.") for i in range(12)]
+    facts = extract_facts(conversation(first, *filler, ("user", "My scholarship essay deadline is June 25.")))  # 13 on
+    assert all(f.current for f in facts)
+    assert {f.key: f.value for f in facts if f.key.startswith("deadline")} == {"deadline": "April 15", "deadline_2": "June 25"}
+    moved = extract_facts(conversation(first, *filler, ("user", "The grant report deadline moved to April 30.")))
+    old = [(f.key, f.value, f.superseded_by) for f in moved if not f.current]
+    assert old == [("deadline", "April 15", "April 30")]
+    named = extract_facts(conversation(first, *filler, ("user", "Not April 15: the deadline is April 22.")))
+    assert [(f.value, f.superseded_by) for f in named if not f.current] == [("April 15", "April 22")]
+    near = extract_facts(conversation(first, ("user", "Sorry, the deadline is April 18.")))  # still on it
+    assert [(f.value, f.superseded_by) for f in near if not f.current] == [("April 15", "April 18")]
+
+
 def test_cancelling_an_order_keeps_its_id():
     facts = facts_of(conversation(("user", "Please cancel my order #1234.")))
     assert facts["order_id"] == ("#1234", "ENTITY")
@@ -490,7 +523,7 @@ def test_narrative_says_who_wants_what_what_was_agreed_and_the_state_then_the_da
     assert "Current state: order status cancelled" in opener
     assert lines[0] == "[2024-03-01]"  # the statements, under the date they were made
     assert "- (0) user: Hi, my name is Maria Lopez. \u2026 I'd like to cancel order #1234, it hasn't shipped yet." in lines
-    assert out.model == "offline-salience-28" and len(out.prompt_hash) == 64
+    assert out.model == "offline-salience-29" and len(out.prompt_hash) == 64
     assert out.tokens_in > 0 and out.tokens_out > TOKENS.count(out.text)
 
 
