@@ -37,7 +37,8 @@ from memfold.engine.ports import FoldContext, MessageRecord, Policy
 # 3: topics and rolling keep the key facts of their summaries (Topic.facts, RollingSummary.facts).
 # 4: a topic's summary retires the facts rows its topic's previous summary held and it drops;
 #    topics keep what the user took back (State.retractions).
-FOLD_VERSION = 4
+# 5: topics' facts rows a user's message takes back are retired by that message (not current after it).
+FOLD_VERSION = 5
 
 
 def step(

@@ -35,8 +35,10 @@ from memfold.engine.sealing import is_shredded
 from memfold.engine.tokens import MESSAGE_OVERHEAD, TokenCounter
 
 from . import retrieval, time_travel
+from .fact_extraction import retracts
 from .fold import ConversationCounters, fold_event
 from .policies import state_codec
+from .policies._topic_memory import taken_back
 from .store import ERASED_PAYLOAD, Changes, DuckDBProjectionStore
 from .tail import TailCache
 
@@ -268,12 +270,14 @@ class Projector:
                 ch.records.append(folded.message)
                 m = folded.message
                 retrieval.add_doc(ch.search, m.tenant_id, m.conversation_id, "message", m.event_id, m.index, m.content)
+                if m.role == "user":
+                    self._facts_taken_back(ch, event, m.index, folded.states)
             elif isinstance(event, (SummaryRequested, SummaryProduced, SummaryFailed)):
                 self._summary_row(ch, event, erased=conv.deleted)
                 # Facts and search docs only from summaries a policy folded here: one made under other
                 # settings (the live log read by a replay, a log from before a settings change) is audit only.
                 if isinstance(event, SummaryProduced) and event.payload.policy in folded.states:
-                    self._facts_diff(ch, event)
+                    self._facts_diff(ch, event, getattr(folded.states[event.payload.policy], "retractions", ()))
                     _index_summary(ch, event)
             elif isinstance(event, TopicEvicted) and self._folded_here(event.payload, folded.states):
                 self._facts_evicted(ch, event)
@@ -370,6 +374,28 @@ class Projector:
             holdings = self._holdings[conv] = self.store.topic_fact_holdings(*conv)
         return holdings
 
+    def _facts_taken_back(self, ch: Changes, event: Event, index: int, states: dict[str, Any]) -> None:
+        """Retire the live facts rows the user's message ``index`` takes back, in a policy whose memory drops them at once.
+
+        That is topics: its ``State.retractions`` leaves a fact the user took
+        back in any topic out of the context, while the summary of the topic
+        that holds it may never come again. ``retired_by`` is the message's
+        event id. (Other policies drop such a fact with their next summary,
+        which retires its row then.) Every live row was stated before: rows
+        come from summaries of earlier messages.
+        """
+        for name, state in states.items():
+            stems = [stem for stem, at in getattr(state, "retractions", ()) if at == index]
+            if not stems:
+                continue
+            conv = (name, event.tenant_id, event.conversation_id)
+            rows = self._active_facts(*conv)
+            pending = _pending_facts(ch, conv)
+            for kv in sorted(rows):
+                row = rows[kv]
+                if row[2] is None and any(retracts(stem, kv[0]) for stem in stems):
+                    _retire(ch, conv, kv, row, pending, event.event_id)
+
     def _facts_evicted(self, ch: Changes, event: TopicEvicted) -> None:
         """Retire the facts rows only an evicted topic held: its memory is gone, its facts with it.
 
@@ -430,7 +456,7 @@ class Projector:
                 }
             )
 
-    def _facts_diff(self, ch: Changes, event: SummaryProduced) -> None:
+    def _facts_diff(self, ch: Changes, event: SummaryProduced, retractions: tuple[tuple[str, int], ...] = ()) -> None:
         """Fold a summary's facts into ``facts`` rows (the bi-temporal lineage of what memory held).
 
         1. A current fact with no live row gets a row (``introduced_by`` this
@@ -444,25 +470,28 @@ class Projector:
         retires the live rows of the keys it lists, and the facts the topic's
         previous summary held that it drops (unless another topic holds them),
         not the other topics'; the answer for a topic evicted meanwhile gives
-        no rows (:meth:`_facts_evicted` retires an evicted topic's).
+        no rows (:meth:`_facts_evicted` retires an evicted topic's), and a
+        fact the user took back after stating it (topics' ``retractions``,
+        :meth:`_facts_taken_back`) is not current, as in the context.
         Rows are never deleted. ``fact_id`` hashes policy, conversation, key,
         value and the introducing summary, so a rebuild gives the same ids.
         """
         p = event.payload
         if not p.facts and p.topic_id is None:
             return  # a topic's summary with no facts still drops what the topic's previous one held
+        facts = [f for f in p.facts if not (retractions and taken_back(f, retractions))]
         conv = (p.policy, event.tenant_id, event.conversation_id)
         rows = self._active_facts(*conv)
         live = {kv for kv, row in rows.items() if row[2] is None}
         ids: dict[tuple[str, str], str] = {}
-        for f in p.facts:
+        for f in facts:
             kv = (f.key, f.value)
             reuse = kv in live or (kv in rows and not f.current)
             ids[kv] = rows[kv][0] if reuse else _fact_id(conv, f.key, f.value, p.summary_id)
-        current = {f.key: ids[(f.key, f.value)] for f in p.facts if f.current}
-        successor = {(f.key, f.value): ids.get((f.key, f.superseded_by)) or current.get(f.key) for f in p.facts if not f.current}
+        current = {f.key: ids[(f.key, f.value)] for f in facts if f.current}
+        successor = {(f.key, f.value): ids.get((f.key, f.superseded_by)) or current.get(f.key) for f in facts if not f.current}
         pending = _pending_facts(ch, conv)
-        gone = live - {(f.key, f.value) for f in p.facts if f.current}
+        gone = live - {(f.key, f.value) for f in facts if f.current}
         if p.topic_id is not None:
             holdings, evicted = self._topic_holdings(conv)
             if p.topic_id in evicted:
@@ -476,7 +505,7 @@ class Projector:
             row = rows[kv]
             newer = successor.get(kv) or current.get(kv[0])
             _retire(ch, conv, kv, row, pending, p.summary_id, newer if row[1] is None and newer != row[0] else None)
-        for f in p.facts:
+        for f in facts:
             kv = (f.key, f.value)
             if kv in live or (kv in rows and not f.current):
                 continue

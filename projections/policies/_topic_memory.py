@@ -198,7 +198,7 @@ def topic_facts(state: State) -> tuple[Fact, ...]:
         for f in topic.facts:
             if not f.current:
                 continue  # a value the topic's own summary replaced: the facts table keeps that lineage
-            if _retracted(f, state.retractions):
+            if taken_back(f, state.retractions):
                 continue
             values.setdefault(f.key, []).append(f)
             rank = (_rank(f), position)
@@ -213,8 +213,11 @@ def topic_facts(state: State) -> tuple[Fact, ...]:
     return tuple(without_bare_copies(out))
 
 
-def _retracted(f: Fact, retractions: tuple[tuple[str, int], ...]) -> bool:
-    """True when the user took ``f`` back after stating it (a fact with no message index counts as before)."""
+def taken_back(f: Fact, retractions: tuple[tuple[str, int], ...]) -> bool:
+    """True when the user took ``f`` back after stating it (a fact with no message index counts as before).
+
+    ``retractions`` is topics' ``State.retractions``: (key stem, message index) pairs.
+    """
     return any(retracts(stem, f.key) and (f.stated_in is None or f.stated_in < index) for stem, index in retractions)
 
 

@@ -105,3 +105,26 @@ def test_an_answer_for_a_topic_evicted_meanwhile_gives_no_facts_rows(tmp_path):
         assert [t for (t,) in order][:2] == ["TopicEvicted", "TopicEvicted"] and ("SummaryProduced",) in order
         assert engine.sql("SELECT count(*) FROM facts")[1] == [(0,)]
         assert all(m.kind != "memory:key_facts" for m in engine.context("c1", budget=2000))
+
+
+def test_a_fact_taken_back_in_another_topic_is_retired_by_that_message_and_a_rebuild_agrees(tmp_path):
+    talk = [("I adopted a beagle puppy named Biscuit; the vet can call me on +1 415-555-0153.",
+             "Puppy kibble with DHA suits Biscuit; the vet has +1 415-555-0153.")] + TALK[2:]
+    with ingested(tmp_path, talk) as engine:
+        query = ("SELECT key, value, retired_by FROM facts WHERE policy = 'topics' AND value LIKE '%415-555-0153%' "
+                 "ORDER BY key, value")
+        _, before = engine.sql(query)
+        assert before and all(retired is None for *_, retired in before)  # the puppy topic's phone: live
+        engine.append_many([
+            {"conversation_id": "c1", "role": "user", "content": "Please forget my phone number, the vet has email."},
+            {"conversation_id": "c1", "role": "assistant", "content": "Done, no more calls."},
+        ])
+        engine.wait_idle(timeout=60)
+        taking_back = engine.history("c1")[-2]
+        _, after = engine.sql(query)
+        assert [(key, retired) for key, _, retired in after] == [(key, taking_back.event_id) for key, _, _ in before]
+        memory = next(m.content for m in engine.context("c1", budget=2000) if m.kind == "memory:key_facts")
+        assert "415-555-0153" not in memory  # the table and the context agree
+        _, rows = engine.sql("SELECT * FROM facts ORDER BY fact_id")
+        engine.rebuild()
+        assert engine.sql("SELECT * FROM facts ORDER BY fact_id")[1] == rows
