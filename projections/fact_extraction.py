@@ -316,7 +316,7 @@ class FactBook:
         conversation has many deadlines, and none of them moved.
         """
         old = self._entries.get(key)
-        said = old.source if old is not None and old.source is not None else old.stated_in if old is not None else None
+        said = None if old is None else old.source if old.source is not None else old.stated_in
         if (
             old is None or _norm(old.value) == _norm(value) or CHANGE_RE.search(sentence) or old.value in message
             or (said is not None and source is not None and source - said <= SAME_SUBJECT_SPAN)
