@@ -405,6 +405,20 @@ def _subject_key(sentence: str, pos: int, suffix: str) -> str | None:
     return noun if noun.endswith((suffix.strip("_"), "total", "cost", "fee", "price")) else noun + suffix
 
 
+_JSON_KEY_RE = re.compile(r'"(?P<key>[A-Za-z][A-Za-z0-9 _-]{1,40})"\s*:\s*"?\s*$')
+
+
+def _json_key(sentence: str, pos: int, suffix: str) -> str | None:
+    """Return a key from the JSON field the value at ``pos`` is the value of (a tool result's ``"deductible": "$308.55"``)."""
+    m = _JSON_KEY_RE.search(sentence[max(0, pos - 48):pos])
+    if m is None:
+        return None
+    noun = _slug(m.group("key"))
+    if not noun or noun in ("value", "amount", "date", "data", "result"):
+        return None
+    return noun if noun.endswith((suffix.strip("_"), "total", "cost", "fee", "price")) else noun + suffix
+
+
 class _Spans:
     def __init__(self) -> None:
         self._taken: list[tuple[int, int]] = []
@@ -527,7 +541,7 @@ def _put_value(
     if key:
         book.put_named(key, value, source, sentence, text)
         return
-    key = _subject_key(sentence, pos, f"_{stem}")
+    key = _json_key(sentence, pos, f"_{stem}") or _subject_key(sentence, pos, f"_{stem}")
     if key:
         book.put(key, value, source)  # named by its own subject: a new value is that thing's new value
     else:

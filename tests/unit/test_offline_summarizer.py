@@ -491,6 +491,15 @@ def test_dates_and_amounts_nothing_names_never_replace_each_other():
     assert amounts == {"amount_0": "$40", "amount_6": "$15"}
 
 
+def test_a_value_in_a_tool_results_json_is_named_by_its_field():
+    facts = facts_of(conversation(
+        ("tool", '{"policy": "POL-8599679", "deductible": "$308.55", "visit_date": "2025-10-02", "value": "$5"}'),
+    ))
+    assert facts["deductible_amount"] == ("$308.55", "NUMERIC")
+    assert facts["visit_date"] == ("2025-10-02", "ENTITY")
+    assert facts["amount_0"] == ("$5", "NUMERIC")  # "value" names nothing
+
+
 def test_a_keyword_key_far_from_its_value_changes_only_when_the_message_says_so():
     first = ("user", "The deadline for the grant report is April 15.")
     filler = [("assistant", f"Here is tip {i} for your plan.") for i in range(12)]
@@ -523,7 +532,7 @@ def test_narrative_says_who_wants_what_what_was_agreed_and_the_state_then_the_da
     assert "Current state: order status cancelled" in opener
     assert lines[0] == "[2024-03-01]"  # the statements, under the date they were made
     assert "- (0) user: Hi, my name is Maria Lopez. \u2026 I'd like to cancel order #1234, it hasn't shipped yet." in lines
-    assert out.model == "offline-salience-29" and len(out.prompt_hash) == 64
+    assert out.model == "offline-salience-30" and len(out.prompt_hash) == 64
     assert out.tokens_in > 0 and out.tokens_out > TOKENS.count(out.text)
 
 
