@@ -220,13 +220,8 @@ def render_facts_dated(facts: Sequence[Fact]) -> str:
         # to the narrative: "was:" is for values a question may ask about (an old amount, date, address).
         old = [v for v in dict.fromkeys(earlier.get(f.key, ())) if v != f.value and len(v) <= SHORT_VALUE_CHARS]
         was = f" (was: {'; '.join(old)})" if old else ""
-        out.append(f"- {_NUMBERED.sub('', f.key) or f.key}: {f.value}{was}")
+        out.append(f"- {f.key}: {f.value}{was}")
     return "\n".join(out)
-
-
-# A key's number (``deadline_2``: a second deadline; ``date_150``: a date said in message 150) tells
-# the facts apart in the table; a context names each by its kind and date instead.
-_NUMBERED = re.compile(r"(?:_\d+)+$")
 
 
 # --------------------------------------------------------------------------- facts of a text summary

@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-import re
-
 from memfold.engine.engine import MemoryEngine
 from memfold.engine.settings import Settings
-
-NUMBERED = re.compile(r"(?:_\d+)+$")
 
 # Four unrelated topics (the local hash embedder keeps them apart), then a fifth question.
 TALK = [
@@ -63,8 +59,7 @@ def test_each_topics_facts_are_rows_of_the_facts_table_and_a_later_topic_retires
         assert live["priya_date"] == "June 21st"
         memory = next(m.content for m in engine.context("c1", budget=2000) if m.kind == "memory:key_facts")
         assert "- priya_date: June 21st" in memory and "June 14th" not in memory  # one topic: its lineage is the table's
-        # The table and the context agree (a numbered key, date_4, is shown by its kind: "- date: ...").
-        assert all(f"- {NUMBERED.sub('', key)}: {value}" in memory for key, value in live.items())
+        assert all(f"- {key}: {value}" in memory for key, value in live.items())  # the table and the context agree
 
 
 def test_an_evicted_topics_facts_rows_are_retired_by_its_eviction_as_the_context_drops_them(tmp_path):

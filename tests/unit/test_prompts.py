@@ -184,17 +184,3 @@ def test_dated_facts_name_earlier_short_values_once_and_not_the_current_one():
         "- amount: $7 (was: $5)",
         "- refund_condition: Within 30 days",  # an earlier sentence is not repeated
     ]
-
-
-def test_a_numbered_key_is_shown_by_its_kind_in_a_context():
-    day = datetime(2024, 3, 2, 9, 0, tzinfo=UTC)
-    facts = [
-        Fact(key="deadline", value="April 15", category="ENTITY", stated_at=day),
-        Fact(key="deadline_2", value="June 25", category="ENTITY", stated_at=day),  # another deadline
-        Fact(key="date_150", value="May 11", category="ENTITY", stated_at=day),  # a date said in message 150
-        Fact(key="date_150_2", value="May 12", category="ENTITY", stated_at=day),
-        Fact(key="v2_api", value="on", category="ENTITY", stated_at=day),  # a number inside a key stays
-    ]
-    assert prompts.render_facts_dated(facts).split("\n") == [
-        "[2024-03-02]", "- deadline: April 15", "- deadline: June 25", "- date: May 11", "- date: May 12", "- v2_api: on",
-    ]
