@@ -49,21 +49,41 @@ CACHE_TABLE_MIGRATIONS = (
 
 
 _SCALARS = (str, int, float, bool, type(None))
+_SCALAR_TYPES = frozenset(_SCALARS)
 
 
 @functools.lru_cache(maxsize=64)
-def _field_names(cls: type) -> tuple[str, ...]:
+def _field_names(cls: type) -> tuple[str, ...] | None:
+    """Return the field names of dataclass ``cls`` (None for any other type)."""
+    if not dataclasses.is_dataclass(cls):
+        return None
     return tuple(f.name for f in dataclasses.fields(cls))
 
 
 def _plain(value: Any) -> Any:
-    """Return ``value`` as JSON-able data: dataclasses and pydantic models become dicts, tuples lists."""
-    if isinstance(value, _SCALARS):  # the common case first: keys are built for every summary call
+    """Return ``value`` as JSON-able data: dataclasses and pydantic models become dicts, tuples lists.
+
+    Dispatched on the exact type first (a key is built for every summary call,
+    over every message of the request); anything else goes the general way.
+    """
+    kind = type(value)
+    if kind in _SCALAR_TYPES:
+        return value
+    if kind is datetime:
+        return value.isoformat()
+    if kind is tuple or kind is list:
+        return [_plain(v) for v in value]
+    names = _field_names(kind)
+    if names is not None:
+        out = {}
+        for name in names:
+            v = getattr(value, name)
+            out[name] = v if type(v) in _SCALAR_TYPES else _plain(v)
+        return out
+    if isinstance(value, _SCALARS):
         return value
     if isinstance(value, BaseModel):
         return value.model_dump(mode="json")
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {name: _plain(getattr(value, name)) for name in _field_names(type(value))}
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
     if isinstance(value, dict) or hasattr(value, "items"):
