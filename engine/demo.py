@@ -8,13 +8,13 @@ import time
 from importlib import resources
 from pathlib import Path
 
-from rich.console import Console
 from rich.rule import Rule
 from rich.table import Table
 
 from .errors import ConfigError
+from .render import make_console
 
-console = Console(highlight=False)
+console = make_console()
 MARKER = ".memfold-demo"
 DEMO_CONVERSATION = "support-4711"
 DEMO_TENANT = "acme"

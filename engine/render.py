@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -11,7 +12,20 @@ from rich.text import Text
 
 from .ports import ContextMessage
 
-console = Console(highlight=False)
+
+def make_console() -> Console:
+    """Return the CLI's console: the terminal's width, or 200 columns when output goes to a file or a pipe.
+
+    Rich assumes 80 columns off a terminal, which folds a dozen-column table
+    (``memfold audit | less``) into cells four characters wide. ``COLUMNS``
+    still decides when set.
+    """
+    probe = Console()
+    wide = not probe.is_terminal and "COLUMNS" not in os.environ
+    return Console(highlight=False, width=200 if wide else None)
+
+
+console = make_console()
 
 _STYLE = {"system_prompt": "bold magenta", "recalled": "cyan", "verbatim": "white", "current": "bold green"}
 

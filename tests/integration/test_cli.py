@@ -119,3 +119,18 @@ def test_a_conversation_with_no_summary_yet_says_so_instead_of_an_empty_table(tm
     assert "no summary requested yet" in summaries and "┏" not in summaries
     audit = run(data, "audit", "c1").stdout
     assert "summary versions: none yet" in audit and "facts: none yet" in audit and "┏" not in audit
+
+
+def test_a_table_piped_to_a_file_keeps_its_rows_on_one_line(tmp_path):
+    """Off a terminal rich assumes 80 columns; memfold prints tables 200 wide there (COLUMNS still decides)."""
+    data = tmp_path / "data"
+    run(data, "append", "c1", "user", "Hello")
+    value = "a description longer than a quarter of eighty columns, so that four such cells would fold"
+    query = f"SELECT '{value}' AS first_description, '{value[:40]}' AS second_description, 1 AS n"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMFOLD_") and k != "COLUMNS"}
+    out = subprocess.run([MEMFOLD, "--data-dir", str(data), "sql", query], capture_output=True, text=True,
+                         timeout=120, env=env, check=True).stdout
+    assert any(value in line and value[:40] in line.replace(value, "") for line in out.splitlines()), out
+    narrow = subprocess.run([MEMFOLD, "--data-dir", str(data), "sql", query], capture_output=True, text=True,
+                            timeout=120, env={**env, "COLUMNS": "80"}, check=True).stdout
+    assert not any(value in line for line in narrow.splitlines())  # folded, as asked
