@@ -20,9 +20,10 @@ def make_console() -> Console:
     (``memfold audit | less``) into cells four characters wide. ``COLUMNS``
     still decides when set.
     """
-    probe = Console()
-    wide = not probe.is_terminal and "COLUMNS" not in os.environ
-    return Console(highlight=False, width=200 if wide else None)
+    console = Console(highlight=False)
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console.width = 200
+    return console
 
 
 console = make_console()

@@ -296,11 +296,7 @@ class FactBook:
                 if bare_stem(k) == stem and source is not None:
                     e.source = source  # said again: still in use
                 return
-        key = stem if source is None else f"{stem}_{source}"
-        n = 1
-        while (key if n == 1 else f"{key}_{n}") in self._entries:
-            n += 1
-        self.put(key if n == 1 else f"{key}_{n}", value, source, category_for(stem))
+        self.put_numbered(stem if source is None else f"{stem}_{source}", value, source, category_for(stem))
         same = [k for k in self._entries if bare_stem(k) == stem]
         for k in same[: max(0, len(same) - BARE_KEEP)]:
             del self._entries[k]

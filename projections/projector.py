@@ -277,7 +277,7 @@ class Projector:
                 # Facts and search docs only from summaries a policy folded here: one made under other
                 # settings (the live log read by a replay, a log from before a settings change) is audit only.
                 if isinstance(event, SummaryProduced) and event.payload.policy in folded.states:
-                    self._facts_diff(ch, event, getattr(folded.states[event.payload.policy], "retractions", ()))
+                    self._facts_diff(ch, event, _retractions(folded.states[event.payload.policy]))
                     _index_summary(ch, event)
             elif isinstance(event, TopicEvicted) and self._folded_here(event.payload, folded.states):
                 self._facts_evicted(ch, event)
@@ -385,7 +385,7 @@ class Projector:
         come from summaries of earlier messages.
         """
         for name, state in states.items():
-            stems = [stem for stem, at in getattr(state, "retractions", ()) if at == index]
+            stems = [stem for stem, at in _retractions(state) if at == index]
             if not stems:
                 continue
             conv = (name, event.tenant_id, event.conversation_id)
@@ -548,6 +548,11 @@ def _drop_message_rows(ch: Changes, conv_key: tuple[str, str]) -> None:
     if len(keep) != len(cols["tenant_id"]):
         for name, values in cols.items():
             cols[name] = [values[i] for i in keep]
+
+
+def _retractions(state: Any) -> tuple[tuple[str, int], ...]:
+    """Return what the user took back, (key stem, message index) pairs, for a policy whose state keeps it (topics)."""
+    return getattr(state, "retractions", ())
 
 
 def _pending_facts(ch: Changes, conv: tuple[str, str, str]) -> dict[tuple[str, str], dict[str, Any]]:
