@@ -25,7 +25,9 @@ Order: [system prompt][memory system messages][recalled older messages]
    passages holding the query's words, :mod:`.excerpt`), then the newest
    ones not yet in. A question about the whole conversation ("in what
    order did I bring up ...", :data:`OVERVIEW_QUERY`) with little room
-   takes the user's matching turns first, short and without their answers.
+   (below :data:`LEAD_ROOM`; a question about the order, :data:`ORDER_QUERY`,
+   below :data:`ORDER_ROOM`) takes the user's matching turns first, short and
+   without their answers.
    Recalled messages are marked ``kind="recalled"`` and sit in conversation
    order between the memory and the verbatim messages; the first recalled
    message of each day carries the date (``[2024-03-15]`` on a line of its
@@ -76,6 +78,11 @@ OVERVIEW_QUERY = re.compile(
     re.I,
 )
 OVERVIEW_TOKENS = 60
+# A question about the order of things ("in what order did I bring up ...") keeps that mode up to
+# ORDER_ROOM of room: its answer is a list of the user's turns, one line each. A question about a
+# count or a change across the conversations does better with the lead exchanges from LEAD_ROOM on.
+ORDER_QUERY = re.compile(r"\b(?:in (?:what|which) order|order in which)\b", re.I)
+ORDER_ROOM = 4000
 OVERVIEW_RANK = 128
 # Memory messages of ``- key: value`` lines: trimmed a fact at a time, after the digests. A facts memory
 # ("memory:facts", hierarchical's) is never capped for recall; the key facts a text memory carries
@@ -426,6 +433,7 @@ class _Recall:
 
     def _relevant(self, query: str) -> None:
         overview = self.room < LEAD_ROOM and OVERVIEW_QUERY.search(query) is not None
+        overview = overview or (self.room < ORDER_ROOM and ORDER_QUERY.search(query) is not None)
         limit = OVERVIEW_RANK if overview else RANK_LIMIT
         ranked = [i for i in self.older.ranked(query, limit) if i not in self.exclude and i < self.upper]
         if not ranked:

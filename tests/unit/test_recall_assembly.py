@@ -227,7 +227,7 @@ def test_with_room_the_best_exchanges_are_shown_at_length_and_without_it_as_shor
 
 
 def test_a_question_about_the_whole_conversation_recalls_many_user_turns_as_short_excerpts():
-    """'In what order did I bring up ...': below LEAD_ROOM the user's matching turns come first, short, alone."""
+    """'In what order did I bring up ...': below LEAD_ROOM (ORDER_ROOM for an order) the user's turns come first, short."""
     parts = ["concrete base", "timber frame", "roof felt", "door hinges", "window glass", "paint colour",
              "gutter pipes", "floor boards"]
     words = ["walnut", "granite", "copper", "linen", "amber", "cobalt", "willow", "basalt", "saffron", "ivory",
@@ -249,8 +249,21 @@ def test_a_question_about_the_whole_conversation_recalls_many_user_turns_as_shor
     assert len([m for m in narrow if m.role == "user" and m.index in planted]) < 8  # a plain one: its best exchanges
     for query in (overview, plain):
         assert sum(m.tokens for m in context(messages, plan_after(195), budget=1200, query=query)) <= 1200
-    from memfold.projections.context import OVERVIEW_QUERY
+    # With more room (LEAD_ROOM..ORDER_ROOM), only a question about the order keeps to the user's turns;
+    # one about the conversations in other words gets the lead exchanges at length.
+    order = "In what order did I bring up the parts of the garden shed?"
+    count = "How many parts of the garden shed did I bring up across our conversations?"
+    ordered = [m for m in context(messages, plan_after(195), budget=3500, query=order) if m.kind == "recalled"]
+    counted = [m for m in context(messages, plan_after(195), budget=3500, query=count) if m.kind == "recalled"]
+    assert len([m for m in ordered if m.role == "user" and m.index in planted]) == 8
+    assert all(m.tokens <= 100 for m in ordered if m.role == "user" and m.index in planted)
+    assert max(m.tokens for m in counted) > 300  # the first hit at length
+    for query in (order, count):
+        assert sum(m.tokens for m in context(messages, plan_after(195), budget=3500, query=query)) <= 3500
+    from memfold.projections.context import ORDER_QUERY, OVERVIEW_QUERY
 
+    assert ORDER_QUERY.search("Can you list the order in which I brought up different aspects of my budget?")
+    assert not ORDER_QUERY.search("How do I order the tasks in my sprint?")
     assert OVERVIEW_QUERY.search("How many sizes have I mentioned across my messages?")
     assert not OVERVIEW_QUERY.search("Was it consistent across all comparisons?")
     assert not OVERVIEW_QUERY.search("How do I stay motivated throughout the weeks before my deadline?")
