@@ -78,6 +78,7 @@ from .fact_patterns import (
     WORD_ID_RE,
     WORD_KEYS,
 )
+from .retrieval import analyze
 
 MAX_FACTS = 40
 MAX_HISTORY = 2  # earlier values kept per key
@@ -94,6 +95,11 @@ BARE_KEEP = 4
 # A conversation stays on one subject for a few turns: a keyword key's new value within this many
 # messages of its current one is that thing's new value (further on, only a change word says so).
 SAME_SUBJECT_SPAN = 10
+# A text value sharing at least this share of its index terms with the current one restates it.
+# Only sentences (RESTATED_TERMS index terms or more each) are compared so.
+RESTATED_SHARE = 0.5
+RESTATED_TERMS = 4
+RESTATED_TAIL = 3
 _BARE_KEY = re.compile(r"(amount|date)(?:_\d+){0,2}")
 
 
@@ -167,6 +173,37 @@ def _norm(value: str) -> str:
     return re.sub(r"[\s#]", "", value).lower()
 
 
+_NEGATION_WORDS = re.compile(r"\b(?:not|no|never|cannot|cancel\w*|declin\w*|reject\w*|refus\w*|denied|deny)\b|n't|n’t", re.I)
+
+
+def _negations(text: str) -> list[str]:
+    return sorted(m.group().lower() for m in _NEGATION_WORDS.finditer(text))
+
+
+def _restated(old: str, new: str) -> bool:
+    """True when sentence ``new`` says what ``old`` says in other words.
+
+    "Refund status: approved pending inspection" and "The refund record shows
+    approved pending inspection" are one fact read from two sentences, not a
+    change of it: at least RESTATED_SHARE of their index terms shared, the
+    last RESTATED_TAIL the same, the same negations. Values with a digit or
+    an ``@`` (a date, an amount, an id, an address) and short ones (a name,
+    an item: "Halden standing desk") change whenever their text does.
+    """
+    if re.search(r"[\d@]", old) or re.search(r"[\d@]", new):
+        return False
+    terms_old, terms_new = analyze(old), analyze(new)
+    a, b = set(terms_old), set(terms_new)
+    if min(len(a), len(b)) < RESTATED_TERMS or _negations(old) != _negations(new):
+        return False
+    # The value is said last ("... shows approved pending inspection"): it must end alike, or a
+    # condition's new terms ("provided it is returned in its original packaging", was "... unused")
+    # would read as the old one's restatement.
+    if terms_old[-RESTATED_TAIL:] != terms_new[-RESTATED_TAIL:]:
+        return False
+    return len(a & b) >= RESTATED_SHARE * len(a | b)
+
+
 def without_bare_copies(facts: Sequence[Fact]) -> list[Fact]:
     """Return ``facts`` without the bare values (``date_150``) another current fact holds, and at most
     :data:`BARE_KEEP` bare values per stem, the last stated (facts merged from several summaries)."""
@@ -207,6 +244,15 @@ def entry_facts(e: FactEntry) -> list[Fact]:
     return out
 
 
+def _siblings(a: str, b: str) -> bool:
+    """True when keys ``a`` and ``b`` share their first and last words and one's words hold the other's."""
+    pa, pb = a.split("_"), b.split("_")
+    if len(pa) == len(pb) or pa[0] != pb[0] or pa[-1] != pb[-1]:
+        return False
+    short, long = (pa, pb) if len(pa) < len(pb) else (pb, pa)
+    return set(short) <= set(long)
+
+
 class FactBook:
     """Keyed facts in first-seen order: the latest mention of a key wins; retractions remove by stem.
 
@@ -230,7 +276,12 @@ class FactBook:
         self, key: str, value: str, source: int | None, category: str | None = None,
         stated_at: datetime | None = None, stated_in: int | None = None,
     ) -> None:
-        """Set ``key`` (latest wins; the old value joins the lineage). An equal value (ignoring ``#`` and spaces) keeps its spelling."""
+        """Set ``key`` (latest wins; the old value joins the lineage).
+
+        An equal value (ignoring ``#`` and spaces) keeps its spelling; a
+        sentence saying the current one in other words (:func:`_restated`)
+        takes its place without a lineage entry, first stated when the old one was.
+        """
         value = clip(value, MAX_VALUE_CHARS)
         if not value:
             return
@@ -240,6 +291,10 @@ class FactBook:
             stated_at = self._dates.get(source)
         old = self._entries.get(key)
         if old is not None and _norm(old.value) == _norm(value):
+            old.source = source if source is not None else old.source
+            return
+        if old is not None and _restated(old.value, value):
+            old.value = value  # the same fact in its latest words (a clipped one said whole), no lineage entry
             old.source = source if source is not None else old.source
             return
         if bare_stem(key) and self._named_elsewhere(key, value):
@@ -267,6 +322,22 @@ class FactBook:
         """Set ``key`` only if it is not set yet (topic, the user's first request)."""
         if key not in self._entries:
             self.put(key, value, source)
+
+    def put_subject(self, key: str, value: str, source: int | None) -> None:
+        """Set a key named by its value's own subject (``pickup_date``), unless a sibling key holds that value.
+
+        A sibling names the same thing in more or fewer words, of the same
+        kind: ``pickup_scheduled_date`` (a tool's ``"pickup_scheduled"``
+        field) beside ``pickup_date`` ("Pickup is booked for ..."). Its equal
+        value is a restatement of that fact, not a second fact: the sibling
+        counts as said again, as :meth:`put` does for an equal value.
+        """
+        norm = _norm(clip(value, MAX_VALUE_CHARS))
+        for k, e in self._entries.items():
+            if k != key and _norm(e.value) == norm and _siblings(k, key):
+                e.source = source if source is not None else e.source
+                return
+        self.put(key, value, source)
 
     def put_numbered(self, stem: str, value: str, source: int | None, category: str) -> None:
         """Add ``value`` under ``stem``, ``stem_2``, ... (the first free one) unless an equal value is there."""
@@ -539,7 +610,7 @@ def _put_value(
         return
     key = _json_key(sentence, pos, f"_{stem}") or _subject_key(sentence, pos, f"_{stem}")
     if key:
-        book.put(key, value, source)  # named by its own subject: a new value is that thing's new value
+        book.put_subject(key, value, source)  # named by its own subject: a new value is that thing's new value
     else:
         book.put_bare(stem, value, source)
 

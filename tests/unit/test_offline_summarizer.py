@@ -500,6 +500,42 @@ def test_a_value_in_a_tool_results_json_is_named_by_its_field():
     assert facts["amount_0"] == ("$5", "NUMERIC")  # "value" names nothing
 
 
+def test_a_tool_field_restating_a_subject_fact_adds_no_second_key():
+    # The demo's order: "Pickup is booked for ..." then the tracking tool's "pickup_scheduled" field.
+    facts = facts_of(conversation(
+        ("assistant", "Pickup is booked for 2025-02-06."),
+        ("tool", '{"parcel": "1Z9383451282", "pickup_scheduled": "2025-02-06"}'),
+        ("assistant", "The pickup has been moved to 2025-02-12."),
+        ("tool", '{"parcel": "1Z9383451282", "pickup_scheduled": "2025-02-12", "delivery_scheduled": "2025-02-06"}'),
+    ))
+    assert facts["pickup_date"] == ("2025-02-12", "ENTITY")
+    assert "pickup_scheduled_date" not in facts  # the same pickup, said by the tool
+    assert facts["delivery_scheduled_date"] == ("2025-02-06", "ENTITY")  # another thing with an old value
+
+
+def test_a_text_value_said_again_in_other_words_is_not_a_change():
+    from memfold.projections.fact_extraction import FactBook
+
+    book = FactBook()
+    book.put("refund_approved", "Refund status: approved pending inspection", 3)
+    book.put("refund_approved", "The refund record shows approved pending inspection", 9)
+    (fact,) = book.facts()  # one current value, in its latest words, no lineage
+    assert fact.value == "The refund record shows approved pending inspection" and fact.superseded_by is None
+    assert fact.stated_in == 3  # first stated there
+    book.put("refund_approved", "The refund record shows not approved pending inspection", 12)  # negated: a change
+    book.put("order_status", "parcel awaiting courier pickup today", 13)
+    book.put("order_status", "parcel awaiting courier pickup on 2025-02-12", 14)  # a number added: a change
+    book.put("refund_condition", "provided the item is returned unused", 14)
+    book.put("refund_condition", "provided the item is returned in its original packaging", 15)  # a new last word
+    book.put("item", "Halden standing desk", 15)
+    book.put("item", "Halden sitting desk", 16)  # a name, not a sentence: a change
+    current = {f.key: f.value for f in book.facts() if f.superseded_by is None}
+    assert current == {"refund_approved": "The refund record shows not approved pending inspection",
+                       "order_status": "parcel awaiting courier pickup on 2025-02-12", "item": "Halden sitting desk",
+                       "refund_condition": "provided the item is returned in its original packaging"}
+    assert len(book.facts()) == 8
+
+
 def test_a_keyword_key_far_from_its_value_changes_only_when_the_message_says_so():
     first = ("user", "The deadline for the grant report is April 15.")
     filler = [("assistant", f"Here is tip {i} for your plan.") for i in range(12)]
@@ -532,7 +568,7 @@ def test_narrative_says_who_wants_what_what_was_agreed_and_the_state_then_the_da
     assert "Current state: order status cancelled" in opener
     assert lines[0] == "[2024-03-01]"  # the statements, under the date they were made
     assert "- (0) user: Hi, my name is Maria Lopez. \u2026 I'd like to cancel order #1234, it hasn't shipped yet." in lines
-    assert out.model == "offline-salience-30" and len(out.prompt_hash) == 64
+    assert out.model == "offline-salience-31" and len(out.prompt_hash) == 64
     assert out.tokens_in > 0 and out.tokens_out > TOKENS.count(out.text)
 
 
