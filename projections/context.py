@@ -19,7 +19,10 @@ Order: [system prompt][memory system messages][recalled older messages]
    can be long: ten 800-token answers would leave recall nothing). The plan's
    verbatim messages (those the memory does not cover yet) take the rest,
    newest first; what does not fit is trimmed from the oldest.
-3. What is left goes to older messages (*recall*): first the ones most
+3. What is left goes to older messages (*recall*). When no verbatim message
+   is left (the memory covers every turn before the current one), the
+   newest turns come first, whole, while they fit in :data:`RECENT_SHARE`
+   of the room (at most :data:`RECENT_MAX` tokens). Then the ones most
    relevant to the query (a recalled question brings its answer, a recalled
    answer its question, when they fit; a long one comes as an excerpt of its
    passages holding the query's words, :mod:`.excerpt`), then the newest
@@ -84,6 +87,12 @@ OVERVIEW_TOKENS = 60
 ORDER_QUERY = re.compile(r"\b(?:in (?:what|which) order|order in which)\b", re.I)
 ORDER_ROOM = 4000
 OVERVIEW_RANK = 128
+# When the memory covers every turn before the current message (sliding_window's summary of its
+# window, caught up), recall first takes the newest turns whole, newest first, up to RECENT_SHARE of
+# its room and at most RECENT_MAX tokens: a reply to "yes, do that" needs the turn it answers, and
+# a summary keeps only a selection of its window's statements. A turn too long for that stops it.
+RECENT_SHARE = 0.25
+RECENT_MAX = 300
 # Memory messages of ``- key: value`` lines: trimmed a fact at a time, after the digests. A facts memory
 # ("memory:facts", hierarchical's) is never capped for recall; the key facts a text memory carries
 # beside its text ("memory:key_facts": rolling's, topics') are, with the digests, the fact asked about last.
@@ -212,7 +221,8 @@ def assemble(
             exclude.add(current.index)
         contiguous = plan.verbatim_indices is None
         before = kept_messages[0].index if kept_messages and contiguous else upper
-        recalled = _Recall(older, count_tokens, exclude, upper, remaining).run(query or "", before)
+        floor = min(int(remaining * RECENT_SHARE), RECENT_MAX) if recalling and not kept_messages else 0
+        recalled = _Recall(older, count_tokens, exclude, upper, remaining).run(query or "", before, floor)
     out = head + recalled
     out.extend(_message(m, "verbatim") for m in kept_messages)
     if current is not None:
@@ -335,8 +345,10 @@ class _Recall:
         self.excerpted: set[int] = set()
         self.seen: set[str] = set()  # index terms of what is recalled so far (excerpts skip passages repeating them)
 
-    def run(self, query: str, before: int) -> list[ContextMessage]:
+    def run(self, query: str, before: int, floor: int = 0) -> list[ContextMessage]:
         """Return the recalled messages, in index order, each day's first one dated."""
+        if floor > 0:
+            self._latest(before, floor)
         if query.strip():
             self._relevant(query)
         self._newest(before)
@@ -469,6 +481,15 @@ class _Recall:
                 neighbour = None
             if neighbour is not None:
                 self._take(neighbour, terms, size)
+
+    def _latest(self, before: int, floor: int) -> None:
+        """Take the newest messages before ``before`` whole, newest first, while they fit in ``floor`` tokens."""
+        rest = self.remaining - min(self.remaining, floor)
+        self.remaining -= rest
+        for group in reversed(tool_groups(self.older.newest(before, self.remaining))):
+            if not self._free(group) or not _complete(group) or not self._take(group):
+                break
+        self.remaining += rest
 
     def _newest(self, before: int) -> None:
         for _ in range(FILL_ROUNDS):

@@ -70,6 +70,26 @@ def test_budget_left_after_memory_goes_to_older_messages_newest_first_without_qu
     assert used <= 600 < used + following.tokens + COUNT(date_prefix(following))  # full: the next one would not fit
 
 
+def test_a_memory_covering_every_turn_still_leaves_the_last_exchange_in_the_context():
+    """sliding_window's summary caught up: no verbatim turn left, the query matches many old turns."""
+    planted = {i: f"My sister Dana called about the Lisbon flat, part {i}, and the lease on it." for i in range(20, 120, 4)}
+    planted.update({196: "It's quite bulky, can I send it in two boxes?",
+                    197: "Two boxes are fine, the courier just needs both labels.",
+                    198: "Remind me, what did Dana say about the Lisbon lease?",
+                    199: "She said the lease on the Lisbon flat runs to June.",
+                    200: "And what did Dana say about the flat before that?"})
+    messages = chat(201, planted)
+    out = context(messages, plan_after(200), budget=500, query=None)
+    assert [m.kind for m in out][-1] == "current" and not [m for m in out if m.kind == "verbatim"]
+    recalled = [m.index for m in out if m.kind == "recalled"]
+    assert {196, 197, 198, 199} <= set(recalled), recalled  # the last turns first, whole
+    assert any(i < 120 for i in recalled)  # and the relevant old ones with the rest
+    assert recalled == sorted(recalled) and sum(m.tokens for m in out) <= 500
+    # With turns the memory does not cover, those are the recent ones: nothing is taken twice.
+    gap = context(messages, plan_after(196), budget=500, query=None)
+    assert [m.index for m in gap if m.kind == "verbatim"] == [196, 197, 198, 199]
+
+
 def test_relevant_messages_are_recalled_with_their_neighbour_dated_and_in_order():
     planted = {40: "Where should I go for my sister Dana's birthday dinner?",
                41: "Try the Lisbon tram tour and then dinner at Cervejaria Ramiro.",
