@@ -196,7 +196,8 @@ def bench_recall_read(root: Path, long: int, reads: int, budget: int, dense: str
     *typical*, a question made of 2-5 words of a random earlier message; *low-vocabulary*,
     4 of the conversation's 12 most common words (each in thousands of messages: the case
     that makes BM25 score the most postings); and *overview*, "in what order did I bring up
-    ... across our conversations?" (below 2,500 tokens of room it ranks 128 hits, not 64). With ``dense`` (an embedder kind), recall fuses
+    ... across our conversations?" (a question about the order: below 4,000 tokens of room, so
+    at the default budget too, it ranks 128 hits, not 64). With ``dense`` (an embedder kind), recall fuses
     BM25 with that embedder's ranking; every query is new, so each read embeds its query once.
     """
     from collections import Counter
