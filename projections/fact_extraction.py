@@ -821,6 +821,12 @@ def _extract_topic(text: str, book: FactBook, source: int | None) -> None:
 
 
 
+# "is asking", "was calling", "is waiting for me": what a person does while the user types, not a
+# fact about them; one naming a place, a person or a number ("is moving to Lisbon", "is starting
+# school on 3 September") is kept.
+_MOMENTARY = re.compile(r"(?:is|was|'s|’s)\s+(?:just\s+|still\s+)?\w+ing\b(?![^\n]*(?:\b[A-Z][a-z]|\d))")
+
+
 def _extract_first_person(text: str, sentences: list[tuple[int, int]], book: FactBook, source: int | None) -> None:
     """Read the user's statements about themselves: where they live, their people, plans, preferences, decisions.
 
@@ -841,6 +847,8 @@ def _extract_first_person(text: str, sentences: list[tuple[int, int]], book: Fac
                     continue
                 if groups.get("value") and len(value.split()) <= 2:
                     value = _listed_on(sentence, m.end("value"), value)
+                if groups.get("relation") and groups.get("value") and _MOMENTARY.match(value):
+                    continue  # "my partner is asking who I'm typing to": what they do right now
                 name = key.format(**{k: _slug(v) for k, v in groups.items() if v and k in ("subject", "relation")})
                 if name.endswith("_"):
                     book.put_numbered(name.rstrip("_"), value, source, category)

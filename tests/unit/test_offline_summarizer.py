@@ -536,6 +536,18 @@ def test_a_text_value_said_again_in_other_words_is_not_a_change():
     assert len(book.facts()) == 8
 
 
+def test_what_a_relative_is_doing_right_now_is_no_fact_about_them():
+    facts = facts_of(conversation(
+        ("user", "Sorry, my partner is asking who I'm typing to."),
+        ("user", "My boss is waiting for my report."),
+        ("user", "My sister is moving to Lisbon next month."),
+        ("user", "My wife is a nurse."),
+    ))
+    assert "partner" not in facts and "boss" not in facts
+    assert facts["sister"] == ("is moving to Lisbon next month", "ENTITY")  # a place: a fact
+    assert facts["wife"] == ("is a nurse", "ENTITY")
+
+
 def test_a_keyword_key_far_from_its_value_changes_only_when_the_message_says_so():
     first = ("user", "The deadline for the grant report is April 15.")
     filler = [("assistant", f"Here is tip {i} for your plan.") for i in range(12)]
@@ -568,7 +580,7 @@ def test_narrative_says_who_wants_what_what_was_agreed_and_the_state_then_the_da
     assert "Current state: order status cancelled" in opener
     assert lines[0] == "[2024-03-01]"  # the statements, under the date they were made
     assert "- (0) user: Hi, my name is Maria Lopez. \u2026 I'd like to cancel order #1234, it hasn't shipped yet." in lines
-    assert out.model == "offline-salience-31" and len(out.prompt_hash) == 64
+    assert out.model == "offline-salience-32" and len(out.prompt_hash) == 64
     assert out.tokens_in > 0 and out.tokens_out > TOKENS.count(out.text)
 
 
