@@ -241,7 +241,8 @@ def fit_memory(
     theirs: the oldest fact line first (a date line goes with its last fact;
     the newest fact stays), the one naming fewest of the query's ``terms``
     first when there are terms. When no message can lose more, the last one
-    is dropped whole. Digests go first because a fact line holds one value
+    is dropped whole; so is one left with a header over nothing (a line
+    ending in ``:``, "Earlier topics of this conversation:"). Digests go first because a fact line holds one value
     in a few tokens while a digest line is a sentence whose values the facts
     mostly hold already: measured 2026-11-26, hierarchical at 600 tokens,
     all planted facts in the context 78 -> 89% (seed 23) and 85 -> 92%
@@ -249,8 +250,19 @@ def fit_memory(
     """
     if sum(m.tokens for m in memory) <= room:
         return memory
+    return [m for m in _fit_slots(memory, room, count_tokens, terms) if m is not None]
+
+
+def _fit_slots(
+    memory: list[ContextMessage], room: int, count_tokens: Callable[[str], int], terms: frozenset[str]
+) -> list[ContextMessage | None]:
+    """:func:`fit_memory`'s trimming, each message in its slot: None where a message was dropped whole.
+
+    A message trimmed down to a header over nothing ("Earlier topics of this
+    conversation:") is dropped: it would spend tokens saying nothing.
+    """
     parts = [_memory_units(m) for m in memory]
-    out = list(memory)
+    out: list[ContextMessage | None] = list(memory)
     relevance: dict[str, int] = {}  # fact line -> query terms it names, each line analysed once
 
     def named(line: str) -> int:
@@ -259,15 +271,20 @@ def fit_memory(
             n = relevance[line] = len(terms.intersection(analyze(line)))
         return n
 
-    while out and sum(m.tokens for m in out) > room:
-        cut = [i for i, m in enumerate(out) if _can_drop(parts[i], m.kind)]
+    while sum(m.tokens for m in out if m is not None) > room:
+        live = [i for i, m in enumerate(out) if m is not None]
+        if not live:
+            break
+        cut = [i for i in live if _can_drop(parts[i], out[i].kind)]
         if not cut:
-            parts.pop()
-            out.pop()
+            out[live[-1]] = None  # no message can lose more: the last one goes whole
             continue
         digests = [j for j in cut if out[j].kind not in FACT_KINDS]
         i = max(digests or cut, key=lambda j: (out[j].tokens, j))
         _drop_unit(parts[i], out[i].kind, named if terms else None)
+        if len(parts[i]) == 1 and parts[i][0].rstrip().endswith(":"):  # a header over nothing says nothing
+            out[i] = None
+            continue
         sep = "\n" if "\n" in out[i].content else " "
         content = sep.join(parts[i])
         out[i] = ContextMessage("system", content, out[i].kind, count_tokens(content) + MESSAGE_OVERHEAD)
@@ -292,10 +309,10 @@ def cap_digests(
     digests = [i for i, m in enumerate(memory) if m.kind != "memory:facts"]
     if sum(memory[i].tokens for i in digests) <= cap:
         return memory
-    fitted = fit_memory([memory[i] for i in digests], cap, count_tokens, terms)
+    fitted = _fit_slots([memory[i] for i in digests], cap, count_tokens, terms)
     out: list[ContextMessage | None] = list(memory)
-    for k, i in enumerate(digests):  # fit_memory drops whole messages from the end only
-        out[i] = fitted[k] if k < len(fitted) else None
+    for k, i in enumerate(digests):
+        out[i] = fitted[k]
     return [m for m in out if m is not None]
 
 

@@ -12,7 +12,7 @@ from memfold.engine.events import ToolCall
 from memfold.engine.ports import ContextPlan, MemoryMessage, MessageRecord
 from memfold.engine.tokens import MESSAGE_OVERHEAD, counter
 from memfold.projections import retrieval
-from memfold.projections.context import LEAD_SHARES, assemble, date_prefix
+from memfold.projections.context import LEAD_SHARES, assemble, cap_digests, date_prefix, fit_memory
 from memfold.projections.excerpt import EXCERPT_TOKENS
 from memfold.projections.retrieval import OlderFromProjection, SearchIndex, analyze
 
@@ -502,3 +502,20 @@ def test_a_topics_key_facts_share_the_digests_cap_and_go_last_the_asked_one_kept
     assert all(m.kind != "memory:topics" or m.tokens < digest.tokens for m in memory)  # the digest went first
     assert "- note_0: the weather was grey again today" not in memory[0].content  # then facts the query does not name
     assert any(m.kind == "recalled" for m in out) and sum(m.tokens for m in out) <= budget
+
+
+def test_a_memory_message_trimmed_to_its_header_is_dropped_whole():
+    """topics at a small budget: "Earlier topics of this conversation:" over no topic says nothing."""
+    from memfold.engine.ports import ContextMessage
+
+    def message(text: str, kind: str) -> ContextMessage:
+        return ContextMessage("system", text, kind, COUNT(text) + MESSAGE_OVERHEAD)
+
+    facts = message("[2025-09-21]\n- order_id: ORD-95092-8\n- refund_amount: £116.75", "memory:key_facts")
+    topics = message("Earlier topics of this conversation:\n- returns: the label and the pickup window\n"
+                     "- delivery: the courier, the tracking number and the neighbour", "memory:topics")
+    summary = message("The user wants the refund before the weekend.", "memory:summary")
+    room = facts.tokens + summary.tokens + 2
+    for fitted in (fit_memory([facts, topics, summary], room, COUNT), cap_digests([facts, topics, summary], room, COUNT)):
+        assert [m.kind for m in fitted] == ["memory:key_facts", "memory:summary"]  # no header-only message, order kept
+        assert fitted[0] == facts and fitted[1] == summary
