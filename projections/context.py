@@ -242,9 +242,9 @@ def fit_memory(
     the newest fact stays), the one naming fewest of the query's ``terms``
     first when there are terms. When no message can lose more, the last one
     is dropped whole; so is one left with a header over nothing (a line
-    ending in ``:``, "Earlier topics of this conversation:"). Digests go first because a fact line holds one value
-    in a few tokens while a digest line is a sentence whose values the facts
-    mostly hold already: measured 2026-11-26, hierarchical at 600 tokens,
+    ending in ``:``, "Earlier topics of this conversation:"). Digests go
+    first because a fact line holds one value in a few tokens while a digest
+    line is a sentence whose values the facts mostly hold already: measured 2026-11-26, hierarchical at 600 tokens,
     all planted facts in the context 78 -> 89% (seed 23) and 85 -> 92%
     (seed 11), the asked fact unchanged (96% and 100%), BEAM unchanged.
     """
@@ -363,7 +363,11 @@ class _Recall:
         self.seen: set[str] = set()  # index terms of what is recalled so far (excerpts skip passages repeating them)
 
     def run(self, query: str, before: int, floor: int = 0) -> list[ContextMessage]:
-        """Return the recalled messages, in index order, each day's first one dated."""
+        """Return the recalled messages, in index order, each day's first one dated.
+
+        First the newest turns before ``before``, whole, within ``floor`` tokens
+        (:meth:`_latest`); then the ones relevant to ``query``; then the newest not yet in.
+        """
         if floor > 0:
             self._latest(before, floor)
         if query.strip():
