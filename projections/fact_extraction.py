@@ -100,7 +100,7 @@ SAME_SUBJECT_SPAN = 10
 RESTATED_SHARE = 0.5
 RESTATED_TERMS = 4
 RESTATED_TAIL = 3
-_BARE_KEY = re.compile(r"(amount|date)(?:_\d+){0,2}")
+_BARE_KEY = re.compile(rf"({'|'.join(GENERIC_KEYS)})(?:_\d+){{0,2}}")
 
 
 def bare_stem(key: str) -> str | None:
@@ -454,6 +454,11 @@ def _keyword_key(rules: list[tuple[re.Pattern[str], str]], sentence: str, pos: i
     return after[1] if after is not None else default
 
 
+def _with_kind(noun: str, suffix: str) -> str:
+    """Return ``noun`` as a key of ``suffix``'s kind: "deductible" -> "deductible_amount"; "fee" stays "fee"."""
+    return noun if noun.endswith((suffix.strip("_"), "total", "cost", "fee", "price")) else noun + suffix
+
+
 def _subject_key(sentence: str, pos: int, suffix: str) -> str | None:
     """Return a key from the head noun of the clause the value at ``pos`` completes, or None.
 
@@ -469,7 +474,7 @@ def _subject_key(sentence: str, pos: int, suffix: str) -> str | None:
         noun = words[-2]
     if noun in NOT_SUBJECTS or noun in ("date", "day", "new", "old", "sum"):
         return None
-    return noun if noun.endswith((suffix.strip("_"), "total", "cost", "fee", "price")) else noun + suffix
+    return _with_kind(noun, suffix)
 
 
 _JSON_KEY_RE = re.compile(r'"(?P<key>[A-Za-z][A-Za-z0-9 _-]{1,40})"\s*:\s*"?\s*$')
@@ -483,7 +488,7 @@ def _json_key(sentence: str, pos: int, suffix: str) -> str | None:
     noun = _slug(m.group("key"))
     if not noun or noun in ("value", "amount", "date", "data", "result"):
         return None
-    return noun if noun.endswith((suffix.strip("_"), "total", "cost", "fee", "price")) else noun + suffix
+    return _with_kind(noun, suffix)
 
 
 class _Spans:
