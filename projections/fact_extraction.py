@@ -725,6 +725,9 @@ _OPENER = re.compile(
 )
 
 
+_ACCEPTING = re.compile(r"\bdeal\b|\btake\b", re.I)
+
+
 def _decision(sentence: str, book: FactBook, source: int | None, previous: str | None) -> None:
     m = DECISION_VERB_RE.search(sentence) or DECISION_PHRASE_RE.search(sentence)
     if m is None:
@@ -733,15 +736,18 @@ def _decision(sentence: str, book: FactBook, source: int | None, previous: str |
         return  # "if approved, ..." is a condition; "If it comes to that, we agreed ..." is still a decision
     if m.re is DECISION_VERB_RE and _PASSIVE_BEFORE.search(sentence, 0, m.start()):
         return  # "the commit will be rejected", "its chances of being accepted": what may happen, not a decision
-    verb = m.group("verb").lower() if m.re is DECISION_VERB_RE else "chosen"
-    verb = DECISION_VERBS.get(verb, verb)
+    if m.re is DECISION_VERB_RE:
+        verb = DECISION_VERBS.get(m.group("verb").lower(), m.group("verb").lower())
+    else:  # "Deal." and "I'll take it" accept an offer; "let's go with ..." chooses
+        verb = "accepted" if _ACCEPTING.search(m.group(0)) else "chosen"
     subject = _nearest_subject(sentence, m.start())
     value = _statement(sentence)
     if len(sentence.split()) > DECISION_CLAUSE_WORDS:
         value = _statement(_clause_around(sentence, m.start(), m.end()))
     if (len(sentence.split()) < 5 or _POINTING.match(sentence, m.end())) and previous:
-        # "Deal, agreed." names nothing: it agrees to what the other side just said.
-        subject = subject or _nearest_subject(previous, len(previous))
+        # "Deal, agreed." names nothing: it agrees to what the other side just said, named by what
+        # that offer names first ("I've set up a refund of 310.40 EUR. One condition: ... the item ...").
+        subject = subject or _nearest_subject(previous, 0)
         value = f"{value} (re: {clip(_OPENER.sub('', previous), 120)})"
     if subject:
         book.put(f"{subject}_{verb}", value, source, "DECISION")
@@ -797,14 +803,18 @@ def _conditions(sentence: str, book: FactBook, source: int | None) -> None:
 
 
 
+# A state as the condition of something else: "a refund within 14 days provided the item is returned".
+_PROVIDED = re.compile(r"\b(?:provided|providing|as long as|so long as|assuming|on condition)\b", re.I)
+
+
 def _states(sentence: str, book: FactBook, source: int | None) -> None:
     for m in STATUS_RE.finditer(sentence):
         before = sentence[max(0, m.start() - 40) : m.start()]
         if not AUX_RE.search(before):
             continue  # "I want it cancelled" asks for a state; "it has been cancelled" reports one
         clause = _clause_before(sentence, m.start())
-        if HYPOTHETICAL_RE.search(clause) or NOBODY_RE.search(clause):
-            continue  # "if it is delivered", "so nothing is lost"
+        if HYPOTHETICAL_RE.search(clause) or NOBODY_RE.search(clause) or _PROVIDED.search(clause):
+            continue  # "if it is delivered", "so nothing is lost", "provided the item is returned unused"
         status = m.group("status").lower().replace("canceled", "cancelled")
         if NEGATION_RE.search(before[-25:]):
             status = f"not {status}"
