@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from memfold.engine.events import Fact, ToolCall
 from memfold.engine.ports import MessageRecord, SummaryInput
 from memfold.engine.tokens import counter
-from memfold.projections.fact_extraction import extract_facts
+from memfold.projections.fact_extraction import FactBook, extract_facts
 from memfold.projections.offline_summarizer import OfflineSummarizer
 
 T0 = datetime(2024, 3, 1, 12, 0, tzinfo=UTC)
@@ -151,6 +151,25 @@ def test_an_offer_that_leaves_the_choice_to_the_listener_does_not_replace_a_cond
     assert not [k for k, (_, category) in facts.items() if category == "CONDITION" and k != "refund_condition"]
     kept = facts_of(conversation(("assistant", "No refund unless the item is returned unused.")))
     assert kept["refund_condition"] == ("No refund unless the item is returned unused", "CONDITION")
+
+
+def test_an_unnamed_condition_about_something_else_replaces_the_last_without_a_was():
+    book = FactBook()
+    book.put_unnamed_condition("You'll get an email once it's paid out", 28)
+    book.put_unnamed_condition("Any sturdy box works, as long as the display is protected", 50)
+    (only,) = book.entries()
+    assert (only.key, only.value, only.history) == ("condition", "Any sturdy box works, as long as the display is protected", [])
+    book.put_unnamed_condition("Any sturdy box works, as long as the display is protected", 60)  # said again
+    assert [(e.key, e.source) for e in book.entries()] == [("condition", 60)]
+    changed = FactBook()
+    changed.put_unnamed_condition("Returns are free as long as you ship within 14 days", 1)
+    changed.put_unnamed_condition("Returns are free as long as you ship within 30 days", 5)
+    (current,) = changed.entries()
+    assert current.key == "condition" and current.value.endswith("within 30 days")
+    assert [h.value for h in current.history] == ["Returns are free as long as you ship within 14 days"]
+    demo = facts_of(conversation(("assistant", "You'll get an email once it's paid out."),
+                                 ("assistant", "Any sturdy box works, as long as the display is protected.")))
+    assert demo["condition"] == ("Any sturdy box works, as long as the display is protected", "CONDITION")
 
 
 def test_provided_as_a_verb_or_adjective_and_advice_set_no_condition():
@@ -604,7 +623,7 @@ def test_narrative_says_who_wants_what_what_was_agreed_and_the_state_then_the_da
     assert "Current state: order status cancelled" in opener
     assert lines[0] == "[2024-03-01]"  # the statements, under the date they were made
     assert "- (0) user: Hi, my name is Maria Lopez. \u2026 I'd like to cancel order #1234, it hasn't shipped yet." in lines
-    assert out.model == "offline-salience-33" and len(out.prompt_hash) == 64
+    assert out.model == "offline-salience-34" and len(out.prompt_hash) == 64
     assert out.tokens_in > 0 and out.tokens_out > TOKENS.count(out.text)
 
 
