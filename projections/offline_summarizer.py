@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 
 from memfold.engine.events import Fact
 from memfold.engine.ports import MessageRecord, SummaryInput, SummaryOutput
-from memfold.engine.tokens import DEFAULT_ENCODING, TokenCounter, counter
+from memfold.engine.tokens import DEFAULT_ENCODING, MESSAGE_OVERHEAD, TokenCounter, counter
 
 from .fact_extraction import (
     MAX_FACTS,
@@ -273,7 +273,12 @@ class OfflineSummarizer:
         """Summarize ``request``; pure and deterministic, never over ``token_cap``/``char_cap``."""
         model, phash = self.identity(request)
         names = tool_names(request.messages)  # once, not once per message: quadratic in a long conversation
-        tokens_in = self._tokens.total(message_text(m, names) for m in request.messages)
+        # A plain message's text is its content, counted once at append (``tokens``, with MESSAGE_OVERHEAD).
+        tokens_in = sum(
+            m.tokens - MESSAGE_OVERHEAD if m.tokens > MESSAGE_OVERHEAD and m.role != "tool" and not m.tool_calls
+            else self._tokens.count(message_text(m, names))
+            for m in request.messages
+        )
         tokens_in += self._tokens.count(request.existing_summary or "")
         tokens_in += self._tokens.count(render_facts(request.existing_facts))
         if request.kind == "facts":

@@ -28,7 +28,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from memfold.engine.ports import MessageRecord
-from memfold.engine.tokens import TokenCounter
+from memfold.engine.tokens import MESSAGE_OVERHEAD, TokenCounter
 
 from .fact_extraction import clip, sentence_spans
 from .fact_patterns import CODE_BLOCK_RE, DATE_RE
@@ -89,14 +89,37 @@ class Statement:
     tokens: int
 
 
+# Statements per message, kept in a bounded cache: a message never changes, and a sliding window
+# summarizes it again in every window it is part of (each statement is counted with tiktoken, which
+# was the offline summarizer's largest cost). Cleared when full: memory stays flat.
+_STATEMENTS: dict[tuple[str, str, int, str, str], tuple[str, tuple[Statement, ...]]] = {}
+_STATEMENTS_MAX = 8192
+
+
 def statements_of(message: MessageRecord, tokens: TokenCounter) -> list[Statement]:
     """Return the statements of ``message``: sentences and bullet lines, code blocks left out, long ones cut at clauses."""
+    key = (message.tenant_id, message.conversation_id, message.index, message.event_id, tokens.encoding_name)
+    found = _STATEMENTS.get(key)
+    if found is not None and found[0] == message.content:
+        return list(found[1])
     day = message.occurred_at.date().isoformat() if message.occurred_at is not None else None
-    return statements_from_text(message.content, message.index, message.role, day, tokens)
+    known = message.tokens - MESSAGE_OVERHEAD if message.tokens > MESSAGE_OVERHEAD else None
+    out = statements_from_text(message.content, message.index, message.role, day, tokens, known)
+    if len(_STATEMENTS) >= _STATEMENTS_MAX:
+        _STATEMENTS.clear()
+    _STATEMENTS[key] = (message.content, tuple(out))
+    return out
 
 
-def statements_from_text(text: str, index: int, role: str, day: str | None, tokens: TokenCounter) -> list[Statement]:
-    """Return the statements of a text said by ``role`` in message ``index`` on ``day``."""
+def statements_from_text(
+    text: str, index: int, role: str, day: str | None, tokens: TokenCounter, known: int | None = None
+) -> list[Statement]:
+    """Return the statements of a text said by ``role`` in message ``index`` on ``day``.
+
+    ``known`` is the token count of ``text`` when the caller has it (a message's, counted at
+    append): a statement that is the whole text is not counted again.
+    """
+    whole = text if known is not None else None  # exactly the text counted: no surrounding whitespace
     text = CODE_BLOCK_RE.sub("\n", text)
     out: list[Statement] = []
     for s, e in sentence_spans(text):
@@ -105,7 +128,7 @@ def statements_from_text(text: str, index: int, role: str, day: str | None, toke
             if len(_WORD.findall(part)) < MIN_WORDS:
                 continue
             part = clip(part, MAX_STATEMENT_CHARS)
-            out.append(Statement(index, role, day, len(out), part, tokens.count(part)))
+            out.append(Statement(index, role, day, len(out), part, known if part == whole else tokens.count(part)))
     return out
 
 
