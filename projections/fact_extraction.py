@@ -837,6 +837,10 @@ def _conditions(sentence: str, book: FactBook, source: int | None) -> None:
 _PROVIDED = re.compile(r"\b(?:provided|providing|as long as|so long as|assuming|on condition)\b", re.I)
 
 
+# "Refund status: pending", "the return's status is now": the status is that subject's.
+_STATUS_OF = re.compile(r"\b(\w+)(?:'s|’s)?\s+status(?:\s+is|\s*:)?\s*(?:(?:now|currently|still)\s+)?$", re.I)
+
+
 def _states(sentence: str, book: FactBook, source: int | None) -> None:
     for m in STATUS_RE.finditer(sentence):
         before = sentence[max(0, m.start() - 40) : m.start()]
@@ -848,7 +852,10 @@ def _states(sentence: str, book: FactBook, source: int | None) -> None:
         status = m.group("status").lower().replace("canceled", "cancelled")
         if NEGATION_RE.search(before[-25:]):
             status = f"not {status}"
-        subject = _nearest_subject(clause, len(clause), before_only=True)
+        named = _STATUS_OF.search(before)  # "Refund status: pending": the status of what it names
+        subject = SUBJECTS.get(named.group(1).lower()) if named else None
+        if subject is None:
+            subject = _nearest_subject(clause, len(clause), before_only=True)
         if subject is None:
             subject = "order" if book.get("order_id") else None
         book.put(f"{subject}_status" if subject else "status", status, source, "STATE")

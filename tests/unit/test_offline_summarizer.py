@@ -381,6 +381,14 @@ def test_a_state_as_the_condition_of_an_offer_is_no_state():
     assert later["order_status"] == ("delivered", "STATE")
 
 
+def test_a_status_named_by_its_subject_is_that_subjects():
+    facts = facts_of(conversation(
+        ("user", "Hi, my order #18066 arrived broken."),
+        ("assistant", "Yes, the parcel is in the courier's system, currently label created. Refund status: pending return."),
+    ))
+    assert facts["refund_status"] == ("pending", "STATE") and "order_status" not in facts  # not the order's
+
+
 def test_tool_calls_and_results_are_read_and_summarized():
     msgs = conversation(
         ("user", "Where is order #777?"),
@@ -623,7 +631,7 @@ def test_narrative_says_who_wants_what_what_was_agreed_and_the_state_then_the_da
     assert "Current state: order status cancelled" in opener
     assert lines[0] == "[2024-03-01]"  # the statements, under the date they were made
     assert "- (0) user: Hi, my name is Maria Lopez. \u2026 I'd like to cancel order #1234, it hasn't shipped yet." in lines
-    assert out.model == "offline-salience-34" and len(out.prompt_hash) == 64
+    assert out.model == "offline-salience-35" and len(out.prompt_hash) == 64
     assert out.tokens_in > 0 and out.tokens_out > TOKENS.count(out.text)
 
 
