@@ -148,12 +148,24 @@ def asks(query: str) -> bool:
     return first is not None and first.group() in QUESTION_WORDS
 
 
+# A preface announcing a question ("One more question:", "Quick question,", "Oh, and another
+# thing -") is not what the question is about: as query words, "question" recalled "Random
+# question: are you a real person?". Only at the start of a query: BEAM's questions, and a
+# question *about* questions, keep the word (dropped everywhere, BEAM lost 0.4 points).
+_PREFACE = re.compile(
+    r"^\W*(?:(?:oh|and|also|ok|okay|sorry|hmm|so|alright)\W+)*"
+    r"(?:one more|another|a quick|quick|random|last|small|a)\s+(?:question|thing)\b\s*[:,.!-]+",
+    re.I,
+)
+
+
 def query_terms(query: str) -> list[str]:
     """Return the index terms of a query: :func:`analyze` minus the words about the conversation itself.
 
-    Those words (QUERY_META_WORDS) stay when the query has nothing else.
+    Those words (QUERY_META_WORDS) stay when the query has nothing else; so
+    does a leading preface (:data:`_PREFACE`).
     """
-    terms = analyze(query)
+    terms = analyze(_PREFACE.sub("", query, count=1)) or analyze(query)
     kept = [t for t in terms if t not in _QUERY_META]
     return kept or terms
 

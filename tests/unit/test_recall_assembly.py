@@ -349,6 +349,18 @@ def test_words_about_the_conversation_itself_do_not_rank():
     assert sorry.ranked("Sorry, wait, when am I flying out again?", 5) == [40]
 
 
+def test_a_question_announced_first_is_recalled_by_what_it_asks():
+    # The demo's refund chat: "One more question:" had recalled "Random question: are you a bot?".
+    chat_ = older(chat(100, {20: "Random question: are you a real person or a bot?",
+                             40: "Your refund is 293.45 EUR, approved pending inspection."}))
+    query = "One more question: how much is the refund again?"
+    assert retrieval.query_terms(query) == ["much", "refund"]
+    assert chat_.ranked(query, 5) == [40]
+    # Only a leading preface goes: a question about questions keeps the word.
+    assert retrieval.query_terms("What question did I ask about the refund?") == ["question", "refund"]
+    assert retrieval.query_terms("Quick question.") == ["quick", "question"]  # nothing else: kept
+
+
 def test_a_query_of_common_words_scores_a_bounded_head_and_still_finds_the_best_match():
     n = 3000
     messages = [msg(i, "user" if i % 2 == 0 else "assistant", f"the order and the refund of parcel {i} were fine")
