@@ -841,6 +841,14 @@ _PROVIDED = re.compile(r"\b(?:provided|providing|as long as|so long as|assuming|
 _STATUS_OF = re.compile(r"\b(\w+)(?:'s|’s)?\s+status(?:\s+is|\s*:)?\s*(?:(?:now|currently|still)\s+)?$", re.I)
 
 
+# The noun a state is said of ("the fence is damaged"); a pronoun points at the conversation's own matter.
+_OTHER_THING = re.compile(
+    r"\b([A-Za-z]+)\s+(?:is|are|was|were|has been|have been|had been|got|gets)\s+"
+    r"(?:(?:not|now|already|currently|still|just|also|finally|been)\s+)*$"
+)
+_POINTERS = frozenset("it that this everything which what who they one all there".split())
+
+
 def _states(sentence: str, book: FactBook, source: int | None) -> None:
     for m in STATUS_RE.finditer(sentence):
         before = sentence[max(0, m.start() - 40) : m.start()]
@@ -857,6 +865,9 @@ def _states(sentence: str, book: FactBook, source: int | None) -> None:
         if subject is None:
             subject = _nearest_subject(clause, len(clause), before_only=True)
         if subject is None:
+            other = _OTHER_THING.search(before)
+            if other and other.group(1).lower() not in _POINTERS:
+                continue  # "The neighbour's fence is damaged too": the state of something memfold does not track
             subject = "order" if book.get("order_id") else None
         book.put(f"{subject}_status" if subject else "status", status, source, "STATE")
 

@@ -389,6 +389,16 @@ def test_a_status_named_by_its_subject_is_that_subjects():
     assert facts["refund_status"] == ("pending", "STATE") and "order_status" not in facts  # not the order's
 
 
+def test_the_state_of_something_else_is_no_status_of_the_case():
+    facts = facts_of(conversation(
+        ("user", "I need to file a claim, the bathroom floor is flooded. My order #555 is unrelated."),
+        ("assistant", "It has been delivered, by the way."),
+        ("user", "The neighbour's fence is damaged too."),
+    ))
+    states = {k: v for k, (v, c) in facts.items() if c == "STATE"}
+    assert states == {"order_status": "delivered"}  # not "damaged": the fence is no order
+
+
 def test_tool_calls_and_results_are_read_and_summarized():
     msgs = conversation(
         ("user", "Where is order #777?"),
@@ -631,7 +641,7 @@ def test_narrative_says_who_wants_what_what_was_agreed_and_the_state_then_the_da
     assert "Current state: order status cancelled" in opener
     assert lines[0] == "[2024-03-01]"  # the statements, under the date they were made
     assert "- (0) user: Hi, my name is Maria Lopez. \u2026 I'd like to cancel order #1234, it hasn't shipped yet." in lines
-    assert out.model == "offline-salience-35" and len(out.prompt_hash) == 64
+    assert out.model == "offline-salience-36" and len(out.prompt_hash) == 64
     assert out.tokens_in > 0 and out.tokens_out > TOKENS.count(out.text)
 
 
