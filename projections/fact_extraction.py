@@ -790,8 +790,16 @@ def _comma_after(sentence: str, pos: int) -> int:
     return len(sentence) if i < 0 else i
 
 
+# "Let me know what the lights do once it's back up": a request to hear back, its "once" a time.
+_ASKING_TO_HEAR = re.compile(
+    r"^\W*(?:(?:ok(?:ay)?|great|perfect|sure|thanks)\W+)*(?:please\s+)?"
+    r"(?:let (?:me|us) know|tell me|keep me (?:posted|updated)|send me|ping me|give me a shout)\b",
+    re.I,
+)
+
+
 def _conditions(sentence: str, book: FactBook, source: int | None) -> None:
-    if HELP_REQUEST_RE.search(sentence) or EXAMPLE_RE.match(sentence):
+    if HELP_REQUEST_RE.search(sentence) or EXAMPLE_RE.match(sentence) or _ASKING_TO_HEAR.match(sentence):
         return
     opening_advice = ADVICE_OPENING_RE.match(sentence) is not None
     marker = CONDITION_MARKER_RE.search(sentence)

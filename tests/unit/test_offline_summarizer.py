@@ -399,6 +399,16 @@ def test_the_state_of_something_else_is_no_status_of_the_case():
     assert states == {"order_status": "delivered"}  # not "damaged": the fence is no order
 
 
+def test_a_request_to_hear_back_is_no_condition():
+    facts = facts_of(conversation(
+        ("assistant", "Let me know what the lights do once it's back up."),
+        ("assistant", "Please keep me posted if the error comes back."),
+    ))
+    assert not [k for k, (_, c) in facts.items() if c == "CONDITION"]
+    kept = facts_of(conversation(("assistant", "We replace the router once the diagnostics are done.")))
+    assert [c for _, (_, c) in kept.items() if c == "CONDITION"]
+
+
 def test_tool_calls_and_results_are_read_and_summarized():
     msgs = conversation(
         ("user", "Where is order #777?"),
@@ -641,7 +651,7 @@ def test_narrative_says_who_wants_what_what_was_agreed_and_the_state_then_the_da
     assert "Current state: order status cancelled" in opener
     assert lines[0] == "[2024-03-01]"  # the statements, under the date they were made
     assert "- (0) user: Hi, my name is Maria Lopez. \u2026 I'd like to cancel order #1234, it hasn't shipped yet." in lines
-    assert out.model == "offline-salience-36" and len(out.prompt_hash) == 64
+    assert out.model == "offline-salience-37" and len(out.prompt_hash) == 64
     assert out.tokens_in > 0 and out.tokens_out > TOKENS.count(out.text)
 
 
