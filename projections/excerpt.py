@@ -20,8 +20,8 @@ turns, so a long message recalled for its relevance comes as an excerpt:
   Content words, numbers, names, negations, pronouns, prepositions and
   conjunctions stay; a contraction ("can't", "it's") is kept whole. On
   BEAM's long answers this is ~7% of their tokens, spent on more passages
-  (BEAM at 4,000 tokens: 88.8 -> 89.2). The user's own turns and
-  short messages are recalled whole, never condensed;
+  (BEAM at 4,000 tokens: 88.8 -> 89.2). A message short enough to be
+  recalled whole (nearly every user turn) is never condensed;
 - a passage already shown in the same context (assistants repeat a plan or
   a code block answer after answer) is not shown again: its room goes to
   something new. Nor is a passage that mostly repeats words the context
