@@ -357,6 +357,11 @@ class FactBook:
             n += 1
         self.put(stem if n == 1 else f"{stem}_{n}", value, source, category)
 
+    def holds(self, value: str, category: str) -> bool:
+        """True when a current fact of ``category`` has ``value`` (ignoring ``#`` and spaces)."""
+        norm = _norm(clip(value, MAX_VALUE_CHARS))
+        return any(e.category == category and _norm(e.value) == norm for e in self._entries.values())
+
     def put_unnamed_condition(self, value: str, source: int | None) -> None:
         """Add a condition nothing names ("You'll get an email once it's paid out").
 
@@ -798,6 +803,11 @@ _ASKING_TO_HEAR = re.compile(
 )
 
 
+def _within(sentence: str, condition: re.Match[str], pos: int) -> bool:
+    """True when ``pos`` is inside the conditional clause ``condition`` opens (up to the next comma)."""
+    return condition.start() <= pos < _comma_after(sentence, condition.end())
+
+
 def _conditions(sentence: str, book: FactBook, source: int | None) -> None:
     if HELP_REQUEST_RE.search(sentence) or EXAMPLE_RE.match(sentence) or _ASKING_TO_HEAR.match(sentence):
         return
@@ -832,6 +842,9 @@ def _conditions(sentence: str, book: FactBook, source: int | None) -> None:
             return
         value = _statement(sentence)
         subject = _nearest_subject(sentence, found.start())
+        verb = DECISION_VERB_RE.search(sentence)
+        if verb is not None and not _within(sentence, found, verb.start()) and book.holds(value, "DECISION"):
+            return  # "If it comes to that, we agreed to replace it": an agreement with its condition, held whole already
     if value:
         if subject:
             book.put(f"{subject}_condition", value, source, "CONDITION")

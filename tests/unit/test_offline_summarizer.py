@@ -409,6 +409,16 @@ def test_a_request_to_hear_back_is_no_condition():
     assert [c for _, (_, c) in kept.items() if c == "CONDITION"]
 
 
+def test_an_agreement_with_its_condition_is_one_fact_a_decision_verb_inside_the_condition_is_not():
+    agreed = facts_of(conversation(("assistant", "If it comes to that, we agreed to replace the router under warranty.")))
+    assert agreed == {"warranty_agreed": ("If it comes to that, we agreed to replace the router under warranty", "DECISION")}
+    later = facts_of(conversation(("assistant", "We agreed to refund the delivery charge as long as the item is returned unused.")))
+    assert [c for _, (_, c) in later.items()] == ["DECISION"]
+    # "confirmed" sits in the conditional clause: the condition is the fact.
+    reship = facts_of(conversation(("assistant", "We can reship it, provided that the address is confirmed by Friday.")))
+    assert reship["address_condition"][1] == "CONDITION"
+
+
 def test_tool_calls_and_results_are_read_and_summarized():
     msgs = conversation(
         ("user", "Where is order #777?"),
@@ -651,7 +661,7 @@ def test_narrative_says_who_wants_what_what_was_agreed_and_the_state_then_the_da
     assert "Current state: order status cancelled" in opener
     assert lines[0] == "[2024-03-01]"  # the statements, under the date they were made
     assert "- (0) user: Hi, my name is Maria Lopez. \u2026 I'd like to cancel order #1234, it hasn't shipped yet." in lines
-    assert out.model == "offline-salience-37" and len(out.prompt_hash) == 64
+    assert out.model == "offline-salience-38" and len(out.prompt_hash) == 64
     assert out.tokens_in > 0 and out.tokens_out > TOKENS.count(out.text)
 
 
