@@ -206,7 +206,12 @@ def _restated(old: str, new: str) -> bool:
     # would read as the old one's restatement.
     if terms_old[-RESTATED_TAIL:] != terms_new[-RESTATED_TAIL:]:
         return False
-    return len(a & b) >= RESTATED_SHARE * len(a | b)
+    return _overlap(a, b) >= RESTATED_SHARE
+
+
+def _overlap(a: set[str], b: set[str]) -> float:
+    """Return the share of their index terms two values have in common (0 when both have none)."""
+    return len(a & b) / len(a | b) if a or b else 0.0
 
 
 def without_bare_copies(facts: Sequence[Fact]) -> list[Fact]:
@@ -347,8 +352,7 @@ class FactBook:
     def put_numbered(self, stem: str, value: str, source: int | None, category: str) -> None:
         """Add ``value`` under ``stem``, ``stem_2``, ... (the first free one) unless an equal value is there."""
         value = clip(value, MAX_VALUE_CHARS)
-        keys = [k for k in self._entries if k == stem or re.fullmatch(rf"{stem}_\d+", k)]
-        for k in keys:
+        for k in self._numbered(stem):
             if _norm(self._entries[k].value) == _norm(value):
                 self._entries[k].source = source if source is not None else self._entries[k].source
                 return
@@ -373,16 +377,20 @@ class FactBook:
         """
         value = clip(value, MAX_VALUE_CHARS)
         terms = set(analyze(value))
-        unnamed = [k for k in self._entries if k == "condition" or re.fullmatch(r"condition_\d+", k)]
+        unnamed = self._numbered("condition")
         for k in unnamed:
-            held = set(analyze(self._entries[k].value))
-            if _norm(self._entries[k].value) == _norm(value) or (terms and len(held & terms) >= UNNAMED_SAME * len(held | terms)):
+            held = self._entries[k].value
+            if _norm(held) == _norm(value) or (terms and _overlap(set(analyze(held)), terms) >= UNNAMED_SAME):
                 self.put(k, value, source, "CONDITION")
                 return
         by_said = sorted(unnamed, key=lambda k: -1 if self._entries[k].source is None else self._entries[k].source)
         for k in by_said[: max(0, len(unnamed) - UNNAMED_KEEP + 1)]:
             del self._entries[k]
         self.put_numbered("condition", value, source, "CONDITION")
+
+    def _numbered(self, stem: str) -> list[str]:
+        """Return the keys ``stem``, ``stem_2``, ... held, in the order they were added."""
+        return [k for k in self._entries if k == stem or re.fullmatch(rf"{stem}_\d+", k)]
 
     def put_bare(self, stem: str, value: str, source: int | None) -> None:
         """Add a value nothing named as a fact of message ``source`` (``date_150``), unless the book holds it already.
@@ -769,7 +777,8 @@ def _decision(sentence: str, book: FactBook, source: int | None, previous: str |
     if m.re is DECISION_VERB_RE and _PASSIVE_BEFORE.search(sentence, 0, m.start()):
         return  # "the commit will be rejected", "its chances of being accepted": what may happen, not a decision
     if m.re is DECISION_VERB_RE:
-        verb = DECISION_VERBS.get(m.group("verb").lower(), m.group("verb").lower())
+        verb = m.group("verb").lower()
+        verb = DECISION_VERBS.get(verb, verb)
     else:  # "Deal." and "I'll take it" accept an offer; "let's go with ..." chooses
         verb = "accepted" if _ACCEPTING.search(m.group(0)) else "chosen"
     subject = _nearest_subject(sentence, m.start())
