@@ -219,7 +219,9 @@ def select(
             return c.weight * c.specific * 0.5
         new = c.words - covered
         novelty = len(new) / len(c.words)
-        return c.weight * (c.specific * novelty + sum(idf[w] for w in new) / 2.0)
+        # fsum: exact, so the same whatever the set's order (a plain sum's last bit followed the hash
+        # seed, and between two near-equal statements it decided which one a summary kept).
+        return c.weight * (c.specific * novelty + math.fsum(idf[w] for w in new) / 2.0)
 
     def cost(c: _Candidate) -> float:
         return float(c.statement.tokens + line_tokens) ** COST_EXPONENT
