@@ -19,7 +19,7 @@ Prints appended messages/s, context latency p50/p99 (client-measured, over
 HTTP) and, under each phase with reads, the same reads as the service timed
 them (its ``memfold_context_seconds`` histogram: route and assembly, no HTTP
 parsing or queueing; bucket bounds), every non-2xx status by count, and per phase the CPU seconds the
-server and this load generator used (on a shared machine they compete for
+server (with its summarizer worker process) and this load generator used (on a shared machine they compete for
 the same cores: with 50 closed-loop clients, latency is about 50 / requests
 per second, so it measures throughput as much as service time). At the end:
 messages per log transaction (group commit) and the context cache's hit rate. Goals on a 2-core machine: context
@@ -65,17 +65,27 @@ def _pct(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(q * len(values)))] * 1000
 
 
-def _cpu(pid: int) -> float:
-    """CPU seconds (user + system) process ``pid`` has used so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+def _cpu(pid: int, children: bool = True) -> float:
+    """CPU seconds (user + system) process ``pid`` and (``children``) its live child processes have used so far."""
+    if not children:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    total, tick = 0.0, os.sysconf("SC_CLK_TCK")
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # gone meanwhile
+            continue
+        if stat.parent.name == str(pid) or fields[1] == str(pid):  # the process, or a child of it
+            total += (int(fields[11]) + int(fields[12])) / tick
+    return total
 
 
 async def _phase(name: str, clients: list[httpx.AsyncClient], body, args, paced: float = 0.0) -> None:
     """Run one phase; ``paced`` > 0 sends each client's requests at that rate (per second) instead of back to back."""
     statuses: Counter = Counter()
     served_before = _served(args.url)
-    cpu_server, cpu_self = _cpu(args.server_pid), _cpu(os.getpid())
+    cpu_server, cpu_self = _cpu(args.server_pid), _cpu(os.getpid(), children=False)
     context_s: list[float] = []
     appended = 0
     deadline = time.monotonic() + args.seconds
@@ -119,7 +129,7 @@ async def _phase(name: str, clients: list[httpx.AsyncClient], body, args, paced:
         line += (f"  context n={len(context_s):>6,}  {len(context_s) / seconds:>6,.0f}/s"
                  f"  p50 {_pct(context_s, 0.50):6.1f} ms  p99 {_pct(context_s, 0.99):6.1f} ms")
     line += f"  non-2xx {dict(statuses)}" if statuses else "  errors 0"
-    line += (f"  cpu: server {_cpu(args.server_pid) - cpu_server:.1f}s, generator {_cpu(os.getpid()) - cpu_self:.1f}s")
+    line += (f"  cpu: server {_cpu(args.server_pid) - cpu_server:.1f}s, generator {_cpu(os.getpid(), children=False) - cpu_self:.1f}s")
     if context_s:
         line += "\n" + " " * 20 + _served_line(served_before, _served(args.url))
     print(line, flush=True)
@@ -216,13 +226,17 @@ def main() -> int:
     p.add_argument("--lazy-ms", type=int, default=0,
                    help="hierarchical lazy_timeout_ms: how long a read may wait for a pending summary (seed default "
                         "2000; 0 answers at once with the fallback, which is what a latency target needs)")
+    p.add_argument("--summarizer-processes", type=int, default=1,
+                   help="[summarizer] processes: worker processes running the offline summarizer (0: threads of the "
+                        "service process, where summarizing competes with reads for the interpreter lock)")
     args = p.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="memfold-load-") as tmp:
         data = Path(tmp) / "data"
         port = _free_port()
         env = {**{k: v for k, v in os.environ.items() if not k.startswith("MEMFOLD_")},
-               "MEMFOLD_HIERARCHICAL__LAZY_TIMEOUT_MS": str(args.lazy_ms)}
+               "MEMFOLD_HIERARCHICAL__LAZY_TIMEOUT_MS": str(args.lazy_ms),
+               "MEMFOLD_SUMMARIZER__PROCESSES": str(args.summarizer_processes)}
         server = subprocess.Popen([MEMFOLD, "--data-dir", str(data), "serve", "--port", str(port), "--rate", "0"],
                                   env=env, stdout=subprocess.DEVNULL, stderr=(Path(tmp) / "serve.log").open("w"))
         try:
@@ -243,7 +257,7 @@ def main() -> int:
             store = ApiKeyStore(data)
             keys = [store.create(f"tenant-{c % 5}", "writer")[1] for c in range(args.clients)]
             print(f"memfold serve on {url}: {args.clients} clients, batches of {args.batch}, "
-                  f"context budget {args.budget}, lazy wait {args.lazy_ms} ms, phases <= {args.seconds:g}s / {args.requests} requests per client",
+                  f"context budget {args.budget}, lazy wait {args.lazy_ms} ms, summarizer processes {args.summarizer_processes}, phases <= {args.seconds:g}s / {args.requests} requests per client",
                   flush=True)
             args.server_pid, args.url = server.pid, url
             asyncio.run(_load(url, keys, args))

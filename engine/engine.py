@@ -1003,6 +1003,9 @@ class MemoryEngine:
         if self.store is not None:
             self.runner.stop()
             self.worker.stop()
+            closing = getattr(self.summarizer, "close", None)  # worker processes, where it has them
+            if closing is not None:
+                closing()
             if self.dense is not None:
                 self.dense.stop()
             self.store.close()

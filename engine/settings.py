@@ -141,6 +141,12 @@ class SummarizerSettings(BaseModel):
     # A prompt over this many tokens (tiktoken) drops its oldest input messages until it fits (an import's
     # first catch-up, or hierarchical's whole history, can be longer than the model's context window).
     max_input_tokens: int = Field(100_000, ge=1)
+    # The offline summarizer's calls run in this many worker processes (0: on the summarizer pool's threads,
+    # in this process), at this much lower CPU priority (nice). A process of its own keeps summarizing from
+    # holding the interpreter lock the fold and the reads need: the service's reads under load wait less.
+    # None: 1 in `memfold serve`, 0 elsewhere (a library or CLI call starts no process).
+    processes: int | None = Field(None, ge=0, le=64)
+    process_nice: int = Field(5, ge=0, le=19)
 
 
 class EmbedderSettings(BaseModel):

@@ -19,9 +19,15 @@ def build_summarizer(settings: Settings, cache_conn: Any = None) -> Summarizer:
     kind = settings.summarizer.kind
     summarizer: Summarizer
     if kind == "offline":
-        from .offline_summarizer import OfflineSummarizer
+        if settings.summarizer.processes:
+            from .summarizer_processes import ProcessSummarizer
 
-        summarizer = OfflineSummarizer(encoding=settings.encoding)
+            summarizer = ProcessSummarizer(
+                settings.encoding, settings.summarizer.processes, niceness=settings.summarizer.process_nice)
+        else:
+            from .offline_summarizer import OfflineSummarizer
+
+            summarizer = OfflineSummarizer(encoding=settings.encoding)
     elif kind == "openai":
         from .openai_summarizer import OpenAISummarizer
 

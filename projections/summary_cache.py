@@ -194,6 +194,12 @@ class CachingSummarizer:
         model, phash = self.identity(request)
         return cache_key(self.inner.name, model, phash, request)
 
+    def close(self) -> None:
+        """Close the inner summarizer, where it has anything to close (worker processes)."""
+        closing = getattr(self.inner, "close", None)
+        if closing is not None:
+            closing()
+
     def stats(self) -> dict[str, int]:
         """Return the hit/miss/error counters since this wrapper was built."""
         with self._lock:

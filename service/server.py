@@ -29,6 +29,8 @@ def serve(settings: Settings, *, host: str = "127.0.0.1", port: int = 8080, limi
     from .keys import ApiKeyStore
 
     tune_switch_interval()  # reads on the event loop wait less for the lock the folding threads hold
+    if settings.summarizer.processes is None:  # summarizing in a process of its own: see summarizer_processes
+        settings = settings.model_copy(update={"summarizer": settings.summarizer.model_copy(update={"processes": 1})})
     role = "projector" if settings.log_url().startswith("kafka://") else "embedded"
     engine = MemoryEngine(settings, role=role)
     app = None

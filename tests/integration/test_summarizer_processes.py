@@ -1,0 +1,114 @@
+"""The offline summarizer in worker processes: the same answers, a dead worker costs a retry, no orphans."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from memfold.engine.engine import MemoryEngine
+from memfold.engine.errors import SummarizerError
+from memfold.engine.events import SummaryRequested
+from memfold.engine.ingest import ingest_file
+from memfold.engine.settings import POLICY_NAMES, Settings
+from memfold.projections.offline_summarizer import OfflineSummarizer
+from memfold.projections.summarizer_processes import ProcessSummarizer
+from memfold.streams.worker import build_input
+
+SAMPLE = Path(__file__).resolve().parents[2] / "engine" / "data" / "sample.jsonl"
+
+
+def _alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie has exited: its parent is gone and nobody reaped it)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
+@pytest.fixture(scope="module")
+def ingested(tmp_path_factory):
+    """The sample ingested with every policy, the summarizer in one worker process."""
+    settings = Settings.load(None, data_dir=tmp_path_factory.mktemp("procs"), policies=POLICY_NAMES)
+    settings = settings.model_copy(update={"summarizer": settings.summarizer.model_copy(update={"processes": 1})})
+    engine = MemoryEngine(settings)
+    report = ingest_file(engine, SAMPLE, progress=False)
+    assert report.accepted > 600 and not report.rejected
+    engine.wait_idle(timeout=300)
+    yield engine
+    engine.close()
+
+
+def test_every_policy_summarizes_in_the_worker_process(ingested):
+    inner = ingested.summarizer.inner
+    assert isinstance(inner, ProcessSummarizer)
+    children = inner.pids()
+    assert len(children) == 1 and children[0] != os.getpid()
+    rows = ingested.sql("SELECT policy, status, count(*) FROM summaries GROUP BY ALL ORDER BY ALL")[1]
+    completed = {policy for policy, status, n in rows if status == "completed" and n > 0}
+    assert completed == set(POLICY_NAMES)
+    assert not [r for r in rows if r[1] == "failed"], rows
+
+
+def test_a_worker_process_answers_exactly_what_the_summarizer_answers_here(ingested):
+    requests = [r.event for p in ingested.log.partitions() for r in ingested.log.read(p, 0, limit=100_000)
+                if isinstance(r.event, SummaryRequested)]
+    inputs = [build_input(r, ingested.store, ingested.store, ingested.settings) for r in requests]
+    assert len({i.policy for i in inputs}) == len(POLICY_NAMES) and len(inputs) > 30
+    here = OfflineSummarizer(encoding=ingested.settings.encoding)
+    there = ingested.summarizer.inner
+    for request in inputs:
+        assert there.summarize(request) == here.summarize(request)
+    assert there.identity(inputs[0]) == here.identity(inputs[0])
+
+
+def test_a_killed_worker_process_costs_a_retryable_error_and_the_next_call_gets_a_new_one(ingested):
+    requests = [r.event for p in ingested.log.partitions() for r in ingested.log.read(p, 0, limit=100_000)
+                if isinstance(r.event, SummaryRequested)]
+    request = build_input(requests[0], ingested.store, ingested.store, ingested.settings)
+    summarizer = ProcessSummarizer(ingested.settings.encoding, 1)
+    try:
+        expected = summarizer.summarize(request)
+        (victim,) = summarizer.pids()
+        os.kill(victim, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        with pytest.raises(SummarizerError) as failure:
+            while time.monotonic() < deadline:  # the pool notices the death on its manager thread
+                summarizer.summarize(request)
+                time.sleep(0.05)
+        assert failure.value.retry_after == 0.0 and "summarizer process stopped" in str(failure.value)
+        assert summarizer.summarize(request) == expected
+        assert victim not in summarizer.pids()
+    finally:
+        summarizer.close()
+    with pytest.raises(SummarizerError, match="shut down"):
+        summarizer.summarize(request)
+
+
+def test_worker_processes_exit_with_a_killed_parent():
+    code = (
+        "from memfold.projections.summarizer_processes import ProcessSummarizer\n"
+        "import time\n"
+        "s = ProcessSummarizer('cl100k_base', 1)\n"
+        "print(*s.pids(), flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                              text=True)
+    try:
+        children = [int(pid) for pid in parent.stdout.readline().split()]
+        assert len(children) == 1 and all(_alive(pid) for pid in children)
+    finally:
+        parent.kill()
+        parent.wait()
+    deadline = time.monotonic() + 10
+    while any(_alive(pid) for pid in children) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(_alive(pid) for pid in children), "a summarizer worker process outlived its killed parent"
+
