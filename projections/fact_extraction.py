@@ -9,7 +9,7 @@ updates (the latest mention of a key wins). The patterns live in
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -349,6 +349,12 @@ class FactBook:
                 return
         self.put(key, value, source)
 
+    def renew(self, key: str) -> None:
+        """Move ``key`` to the end of the first-seen order: a corrected value is as new as a value first said now
+        (facts give way oldest first when a summary is short of room)."""
+        if key in self._entries:
+            self._entries[key] = self._entries.pop(key)
+
     def put_numbered(self, stem: str, value: str, source: int | None, category: str) -> None:
         """Add ``value`` under ``stem``, ``stem_2``, ... (the first free one) unless an equal value is there."""
         value = clip(value, MAX_VALUE_CHARS)
@@ -616,6 +622,20 @@ def _extract_items(text: str, book: FactBook, source: int | None) -> None:
         book.put("item", m.group("item").strip(), source, "ENTITY")
 
 
+def _amount(m: re.Match[str]) -> str:
+    """Return the amount an AMOUNT_RE match spells, in one spelling: "£4,200.70", "EUR 50", "50.00 EUR"."""
+    if m.group("sym"):
+        return f"{m.group('sym')}{m.group('n1')}"
+    if m.group("code1"):
+        return f"{m.group('code1')} {m.group('n2')}"
+    return f"{m.group('n3')} {m.group('code2')}"
+
+
+def _date(m: re.Match[str]) -> str:
+    """Return the date a DATE_RE match spells, spaces made single."""
+    return " ".join((m.group("iso") or m.group("md") or m.group("dm")).split())
+
+
 def _extract_amounts(text: str, sentences: list[tuple[int, int]], book: FactBook, source: int | None, spans: _Spans) -> None:
     for m in AMOUNT_RE.finditer(text):
         if not spans.free(m.start(), m.end()):
@@ -624,14 +644,8 @@ def _extract_amounts(text: str, sentences: list[tuple[int, int]], book: FactBook
         before, after = text[max(0, m.start() - 24) : m.start()], text[m.end() : m.end() + 16]
         if SUPERSEDED_RE.search(before) or (WAS_RE.search(before) and BEFORE_RE.search(after)):
             continue  # "(it was 310.40 EUR before)", "instead of $20": an old value, not the current one
-        if m.group("sym"):
-            value = f"{m.group('sym')}{m.group('n1')}"
-        elif m.group("code1"):
-            value = f"{m.group('code1')} {m.group('n2')}"
-        else:
-            value = f"{m.group('n3')} {m.group('code2')}"
         s, e = sentence_at(text, sentences, m.start())
-        _put_value(book, AMOUNT_KEYS, "amount", value, source, text, text[s:e], m.start() - s)
+        _put_value(book, AMOUNT_KEYS, "amount", _amount(m), source, text, text[s:e], m.start() - s, AMOUNT_RE, _amount)
 
 
 def _extract_dates(text: str, sentences: list[tuple[int, int]], book: FactBook, source: int | None, spans: _Spans) -> None:
@@ -639,16 +653,54 @@ def _extract_dates(text: str, sentences: list[tuple[int, int]], book: FactBook, 
         if not spans.free(m.start(), m.end()):
             continue
         spans.take(m.start(), m.end())
-        value = " ".join((m.group("iso") or m.group("md") or m.group("dm")).split())
+        if SUPERSEDED_RE.search(text[max(0, m.start() - 24) : m.start()]):
+            continue  # "on May 5, not May 3": a denied or an old date
         s, e = sentence_at(text, sentences, m.start())
-        _put_value(book, DATE_KEYS, "date", value, source, text, text[s:e], m.start() - s)
+        _put_value(book, DATE_KEYS, "date", _date(m), source, text, text[s:e], m.start() - s, DATE_RE, _date)
+
+
+# After a value, what makes it the correction of the value named next: "£3,347.10 per month, not
+# £4,200.70 as first quoted", "on May 5 rather than May 3", "$40 instead of the $50".
+_CORRECTING = re.compile(
+    r"(?:\s+(?:a|an|per|each)\s+\w+)?\s*,?\s*(?:not|rather than|instead of)(?:\s+(?:on|in|at|for|by|the))?\s+", re.I
+)
+
+
+def _corrects(
+    book: FactBook, pattern: re.Pattern[str], spell: Callable[[re.Match[str]], str], value: str,
+    source: int | None, sentence: str, end: int,
+) -> bool:
+    """Set ``value`` as the new value of the one key holding the value it corrects, if any; return whether it did.
+
+    "With everything included, it's £3,347.10 per month, not £4,200.70 as
+    first quoted": ``price: £4,200.70`` becomes £3,347.10, the old value in
+    its lineage, where it would otherwise stand beside a bare ``amount_54``.
+    ``end`` is where the value ends in ``sentence``. A named key holding
+    the corrected value wins over a bare one; two named ones are ambiguous.
+    """
+    said = _CORRECTING.match(sentence, end)
+    if said is None:
+        return False
+    old = pattern.match(sentence, said.end())
+    if old is None:
+        return False
+    norm = _norm(spell(old))
+    holders = [e for e in book.entries() if _norm(e.value) == norm]
+    named = [e for e in holders if bare_stem(e.key) is None]
+    candidates = named or holders
+    if len(candidates) != 1:
+        return False
+    book.put(candidates[0].key, value, source)
+    book.renew(candidates[0].key)
+    return True
 
 
 def _put_value(
     book: FactBook, rules: list[tuple[re.Pattern[str], str]], stem: str, value: str, source: int | None,
-    text: str, sentence: str, pos: int,
+    text: str, sentence: str, pos: int, pattern: re.Pattern[str], spell: Callable[[re.Match[str]], str],
 ) -> None:
-    """Keep an amount or date at ``pos`` in ``sentence``: under its keyword's key, else its subject's, else bare."""
+    """Keep an amount or date at ``pos`` in ``sentence``: under its keyword's key, else its subject's, else
+    as the new value of the one it corrects (``pattern``/``spell`` read that one), else bare."""
     key = _keyword_key(rules, sentence, pos, "")
     if key:
         book.put_named(key, value, source, sentence, text)
@@ -656,8 +708,14 @@ def _put_value(
     key = _json_key(sentence, pos, f"_{stem}") or _subject_key(sentence, pos, f"_{stem}")
     if key:
         book.put_subject(key, value, source)  # named by its own subject: a new value is that thing's new value
-    else:
+    elif not _corrects(book, pattern, spell, value, source, sentence, pos + _spelled_length(sentence, pos, pattern)):
         book.put_bare(stem, value, source)
+
+
+def _spelled_length(sentence: str, pos: int, pattern: re.Pattern[str]) -> int:
+    """Return the length of the value ``pattern`` matches at ``pos`` of ``sentence`` (0 when none does)."""
+    m = pattern.match(sentence, pos)
+    return 0 if m is None else m.end() - m.start()
 
 
 def _owner_key(text: str, pos: int, role: str, own: str, other: str, value: str, book: FactBook) -> str:

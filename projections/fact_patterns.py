@@ -95,8 +95,12 @@ DATE_RE = re.compile(
     rf"|\b(?P<md>(?:{MONTHS})\.?\s+\d{{1,2}}(?:st|nd|rd|th)?(?:,?\s+\d{{4}})?)\b"
     rf"|\b(?P<dm>\d{{1,2}}(?:st|nd|rd|th)?\s+(?:of\s+)?(?:{MONTHS})(?:,?\s+\d{{4}})?)\b"
 )
+# Said right before an amount or a date, these make it an old or a denied value, not the current one:
+# "$938.55, revised from ... instead of $1,043.75"; "it's £3,347.10 per month, not £4,200.70 as first
+# quoted"; "on May 5 rather than May 3".
 SUPERSEDED_RE = re.compile(
-    r"\b(?:instead of|previously|formerly|originally|down from|up from|compared (?:to|with)|versus|vs\.?)\s+$", re.I
+    r"\b(?:instead of|previously|formerly|originally|down from|up from|compared (?:to|with)|versus|vs\.?"
+    r"|not(?:\s+(?:on|in|at|for|by|until|till))?|rather than)\s+$", re.I
 )
 # Words that say a value changed ("the deadline moved to", "the budget is now", "revised to"). A
 # keyword key ("deadline", "budget") takes a new value in place of its old one only with one of them

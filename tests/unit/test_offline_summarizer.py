@@ -97,6 +97,33 @@ def test_amounts_with_currencies_dates_and_phone():
     assert facts["phone"] == ("+44 20 7946 0958", "ENTITY")
 
 
+def test_an_amount_or_a_date_said_as_not_the_value_is_no_fact():
+    facts = facts_of(conversation(
+        ("assistant", "With everything included, it's £3,347.10 per month, not £4,200.70 as first quoted."),
+        ("assistant", "The installer comes on May 5 rather than May 3, and not on 2025-05-04 either."),
+    ))
+    values = {value for value, _ in facts.values()}
+    assert "£3,347.10" in values and "May 5" in values
+    assert not values & {"£4,200.70", "May 3", "2025-05-04"}, facts
+
+
+def test_a_value_said_instead_of_a_held_one_is_that_facts_new_value():
+    out = SUMMARIZER.summarize(SummaryInput(policy="hierarchical", kind="facts", messages=conversation(
+        ("assistant", "For 215 seats on Team monthly, the price is £4,200.70 a month."),
+        ("user", "Finance wants the final number."),
+        ("assistant", "With everything included, it's £3,347.10 per month, not £4,200.70 as first quoted."),
+        ("assistant", "Your installation is booked for May 3."),
+        ("assistant", "Sorry, my mistake: the installer comes on May 5, not on May 3."),
+    )))
+    current = {f.key: f.value for f in out.facts if f.superseded_by is None}
+    assert current["price"] == "£3,347.10"
+    assert [(f.value, f.superseded_by) for f in out.facts if f.key == "price" and f.superseded_by] == [
+        ("£4,200.70", "£3,347.10")]
+    dated = {k: v for k, v in current.items() if "May" in v}
+    assert list(dated.values()) == ["May 5"], current  # one date: the installation's, changed
+    assert not [k for k in current if k.startswith("amount")], current
+
+
 def test_a_value_no_keyword_names_takes_the_noun_of_its_clause():
     facts = facts_of(conversation(
         ("assistant", "Okay, I've entered $4,181.05 as the claimed amount. Your deductible is $751.25. "
@@ -661,7 +688,7 @@ def test_narrative_says_who_wants_what_what_was_agreed_and_the_state_then_the_da
     assert "Current state: order status cancelled" in opener
     assert lines[0] == "[2024-03-01]"  # the statements, under the date they were made
     assert "- (0) user: Hi, my name is Maria Lopez. \u2026 I'd like to cancel order #1234, it hasn't shipped yet." in lines
-    assert out.model == "offline-salience-38" and len(out.prompt_hash) == 64
+    assert out.model == "offline-salience-39" and len(out.prompt_hash) == 64
     assert out.tokens_in > 0 and out.tokens_out > TOKENS.count(out.text)
 
 
