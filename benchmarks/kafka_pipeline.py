@@ -77,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--conversations", type=int, default=500)
     p.add_argument("--partitions", type=int, default=8)
     p.add_argument("--workers", type=int, default=1)
+    p.add_argument("--summarizer-processes", type=int, default=None,
+                   help="[summarizer] processes of each worker (default: the worker's own default)")
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="memfold-kafka-bench-") as tmp:
         root = Path(tmp)
@@ -99,7 +101,9 @@ def main(argv: list[str] | None = None) -> int:
                 settings.model_copy(update={"data_dir": root / "client"}), args.messages, args.conversations, go, report))
             client.start()
             wenv = {k: v for k, v in os.environ.items() if not k.startswith("MEMFOLD_")} | {
-                "MEMFOLD_TOPIC": topic, "MEMFOLD_PARTITIONS": str(args.partitions)}
+                "MEMFOLD_TOPIC": topic, "MEMFOLD_PARTITIONS": str(args.partitions)} | (
+                {} if args.summarizer_processes is None
+                else {"MEMFOLD_SUMMARIZER__PROCESSES": str(args.summarizer_processes)})
             for i in range(args.workers):
                 workers.append(subprocess.Popen(
                     [str(Path(sys.executable).with_name("memfold")), "worker", "--log", f"kafka://{bootstrap}",

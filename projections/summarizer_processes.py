@@ -2,18 +2,20 @@
 
 The offline summarizer is pure Python and CPU-bound (about 0.6 ms a
 message). Run on threads of the process that also folds the log and answers
-HTTP reads, it takes the interpreter lock in 5 ms slices, and a context read
-waits behind it: under a mixed load the reads' p99 was hundreds of
-milliseconds while each took about one of CPU. Here each call is shipped to
-a pool of worker processes (``[summarizer] processes``), started with
-``spawn`` (never ``fork``: the parent runs DuckDB and SQLite threads) and
-lowered in CPU priority (``[summarizer] process_nice``), so the operating
-system, not the interpreter lock, shares the cores, and the reads come first.
+HTTP reads, it holds the interpreter lock a switch interval at a time, and a
+context read waits behind it: under a paced mixed load the reads' p99 was
+hundreds of milliseconds while each took well under one of CPU. Here each
+call is shipped to a pool of worker processes (``[summarizer] processes``),
+started with ``spawn`` (never ``fork``: the parent runs DuckDB and SQLite
+threads) and lowered in CPU priority (``[summarizer] process_nice``), so the
+operating system, not the interpreter lock, shares the cores, and the reads
+come first.
 
 The answers are the same: the offline summarizer is a pure function of its
-input, whichever process runs it (a test folds every policy both ways and
-compares the projections). A worker process that dies costs the calls in
-flight a retryable :class:`SummarizerError`; the next call starts a new pool.
+input, whichever process runs it (a test compares a worker's answers with
+this process's on every summary input of the sample, all policies). A worker
+process that dies costs the calls in flight a retryable
+:class:`SummarizerError`; the next call starts a new pool.
 """
 
 from __future__ import annotations
