@@ -668,17 +668,18 @@ _CORRECTING = re.compile(
 
 def _corrects(
     book: FactBook, pattern: re.Pattern[str], spell: Callable[[re.Match[str]], str], value: str,
-    source: int | None, sentence: str, end: int,
+    source: int | None, sentence: str, pos: int,
 ) -> bool:
     """Set ``value`` as the new value of the one key holding the value it corrects, if any; return whether it did.
 
     "With everything included, it's £3,347.10 per month, not £4,200.70 as
     first quoted": ``price: £4,200.70`` becomes £3,347.10, the old value in
     its lineage, where it would otherwise stand beside a bare ``amount_54``.
-    ``end`` is where the value ends in ``sentence``. A named key holding
+    ``pos`` is where the value starts in ``sentence``. A named key holding
     the corrected value wins over a bare one; two named ones are ambiguous.
     """
-    said = _CORRECTING.match(sentence, end)
+    at = pattern.match(sentence, pos)
+    said = None if at is None else _CORRECTING.match(sentence, at.end())
     if said is None:
         return False
     old = pattern.match(sentence, said.end())
@@ -708,14 +709,8 @@ def _put_value(
     key = _json_key(sentence, pos, f"_{stem}") or _subject_key(sentence, pos, f"_{stem}")
     if key:
         book.put_subject(key, value, source)  # named by its own subject: a new value is that thing's new value
-    elif not _corrects(book, pattern, spell, value, source, sentence, pos + _spelled_length(sentence, pos, pattern)):
+    elif not _corrects(book, pattern, spell, value, source, sentence, pos):
         book.put_bare(stem, value, source)
-
-
-def _spelled_length(sentence: str, pos: int, pattern: re.Pattern[str]) -> int:
-    """Return the length of the value ``pattern`` matches at ``pos`` of ``sentence`` (0 when none does)."""
-    m = pattern.match(sentence, pos)
-    return 0 if m is None else m.end() - m.start()
 
 
 def _owner_key(text: str, pos: int, role: str, own: str, other: str, value: str, book: FactBook) -> str:
