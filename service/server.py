@@ -8,7 +8,11 @@ more workers on one data dir.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import signal
+import threading
+from collections.abc import Iterator
 
 from memfold.engine.settings import Settings
 
@@ -43,8 +47,35 @@ def serve(settings: Settings, *, host: str = "127.0.0.1", port: int = 8080, limi
                                 timeout_graceful_shutdown=5, timeout_keep_alive=60)
         server = uvicorn.Server(config)
         print(f"memfold serving {settings.data_dir} on http://{host}:{port} (API docs at /docs)", flush=True)
-        server.run()
+        with _sigterm_ends_here():
+            server.run()
     finally:
         if app is not None:
             close_app(app)
         engine.close()
+
+
+
+@contextlib.contextmanager
+def _sigterm_ends_here() -> Iterator[None]:
+    """While serving, a SIGTERM ends the process through ``serve``'s ``finally`` (the engine closed), exit status 0.
+
+    uvicorn shuts down gracefully on SIGTERM, then restores the handler it
+    found and raises the signal again. The default handler would kill the
+    process on the spot: the engine never closed (its threads, the
+    summarizer's worker process, DuckDB). With this handler found instead,
+    the raised signal becomes a ``SystemExit`` that unwinds through
+    ``serve``. Only the main thread can set handlers; elsewhere nothing changes.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def exit_(signum: int, frame: object) -> None:
+        raise SystemExit(0)
+
+    previous = signal.signal(signal.SIGTERM, exit_)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -112,3 +112,46 @@ def test_worker_processes_exit_with_a_killed_parent():
         time.sleep(0.1)
     assert not any(_alive(pid) for pid in children), "a summarizer worker process outlived its killed parent"
 
+
+
+def _children(pid: int) -> list[int]:
+    """Return the live processes whose parent is ``pid``."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[1] == str(pid) and fields[0] != "Z":
+            out.append(int(stat.parent.name))
+    return out
+
+
+def test_memfold_serve_summarizes_in_a_lower_priority_worker_process_and_stops_it(tmp_path):
+    from fixtures.memfold_service import LiveService
+
+    service = LiveService.start(tmp_path / "data", env={"MEMFOLD_POLICY": "hierarchical",
+                                                        "MEMFOLD_POLICIES": "hierarchical"})
+    try:
+        key = service.key("acme", "writer")
+        turns = [{"id": f"t{i}", "role": "user" if i % 2 == 0 else "assistant",
+                  "content": f"turn {i}: my order #{4400 + i} is late and the refund is ${10 + i}.00"} for i in range(26)]
+        with service.http(key) as http:
+            assert http.post("/v1/conversations/c1/messages", params={"wait": "true"},
+                             json={"messages": turns}).status_code == 201
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:  # 26 messages pass hierarchical's trigger (20)
+                summaries = http.get("/v1/conversations/c1/summaries").json()["summaries"]
+                if summaries and all(s["status"] != "processing" for s in summaries):
+                    break
+                time.sleep(0.05)
+        assert summaries and summaries[0]["status"] == "completed", summaries
+        workers = [pid for pid in _children(service.proc.pid)
+                   if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+        niceness = {int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[16]) for pid in workers}
+        assert workers, "memfold serve answered the summary without a worker process"
+        assert 5 in niceness, niceness  # the summarizer's worker (multiprocessing's resource tracker is not lowered)
+    finally:
+        service.stop()
+    assert service.proc.returncode == 0, service.log_path.read_text()  # SIGTERM: closed the engine, then exited
+    assert not [pid for pid in workers if _alive(pid)], "a summarizer worker outlived memfold serve"
