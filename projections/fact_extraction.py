@@ -349,11 +349,23 @@ class FactBook:
                 return
         self.put(key, value, source)
 
-    def renew(self, key: str) -> None:
-        """Move ``key`` to the end of the first-seen order: a corrected value is as new as a value first said now
-        (facts give way oldest first when a summary is short of room)."""
-        if key in self._entries:
-            self._entries[key] = self._entries.pop(key)
+    def put_correction(self, old: str, value: str, source: int | None) -> bool:
+        """Make ``value`` the new value of the one key holding ``old`` ("£3,347.10, not £4,200.70"); return whether one did.
+
+        A named key holding ``old`` wins over a bare one; two named ones are
+        ambiguous and nothing changes. The key moves to the end of the
+        first-seen order: a corrected value is as new as one first said now
+        (facts give way oldest first when a summary is short of room).
+        """
+        norm = _norm(old)
+        holders = [k for k, e in self._entries.items() if _norm(e.value) == norm]
+        candidates = [k for k in holders if bare_stem(k) is None] or holders
+        if len(candidates) != 1:
+            return False
+        key = candidates[0]
+        self.put(key, value, source)
+        self._entries[key] = self._entries.pop(key)
+        return True
 
     def put_numbered(self, stem: str, value: str, source: int | None, category: str) -> None:
         """Add ``value`` under ``stem``, ``stem_2``, ... (the first free one) unless an equal value is there."""
@@ -670,30 +682,17 @@ def _corrects(
     book: FactBook, pattern: re.Pattern[str], spell: Callable[[re.Match[str]], str], value: str,
     source: int | None, sentence: str, pos: int,
 ) -> bool:
-    """Set ``value`` as the new value of the one key holding the value it corrects, if any; return whether it did.
+    """Set ``value`` as the new value of the key holding the value it corrects, if any; return whether it did.
 
     "With everything included, it's £3,347.10 per month, not £4,200.70 as
     first quoted": ``price: £4,200.70`` becomes £3,347.10, the old value in
-    its lineage, where it would otherwise stand beside a bare ``amount_54``.
-    ``pos`` is where the value starts in ``sentence``. A named key holding
-    the corrected value wins over a bare one; two named ones are ambiguous.
+    its lineage, where it would otherwise stand beside a bare ``amount_54``
+    (:meth:`FactBook.put_correction`). ``pos`` is where the value starts in ``sentence``.
     """
     at = pattern.match(sentence, pos)
     said = None if at is None else _CORRECTING.match(sentence, at.end())
-    if said is None:
-        return False
-    old = pattern.match(sentence, said.end())
-    if old is None:
-        return False
-    norm = _norm(spell(old))
-    holders = [e for e in book.entries() if _norm(e.value) == norm]
-    named = [e for e in holders if bare_stem(e.key) is None]
-    candidates = named or holders
-    if len(candidates) != 1:
-        return False
-    book.put(candidates[0].key, value, source)
-    book.renew(candidates[0].key)
-    return True
+    old = None if said is None else pattern.match(sentence, said.end())
+    return old is not None and book.put_correction(spell(old), value, source)
 
 
 def _put_value(
