@@ -38,7 +38,10 @@ Order: [system prompt][memory system messages][recalled older messages]
    day do not repeat it (a date line costs ~8 tokens: on BEAM's 4,000-token
    contexts, 30 recalled messages over 3 to 5 days paid ~250 tokens for
    dates). An excerpt leaves out passages the context already says, in the
-   same or mostly the same words (:mod:`.excerpt`).
+   same or mostly the same words (:mod:`.excerpt`), and a turn the memory
+   quotes whole (a window summary's ``- (348) user: ...`` line) is not
+   recalled again: on BEAM's 4,000-token sliding_window contexts such
+   repeats had cost 28 tokens a context.
 
 A tool call and the tool results answering it are one unit everywhere: kept
 or dropped together; a tool result whose call is not in the context, or a
@@ -93,6 +96,9 @@ OVERVIEW_RANK = 128
 # a summary keeps only a selection of its window's statements. A turn too long for that stops it.
 RECENT_SHARE = 0.25
 RECENT_MAX = 300
+# A turn at least this long that the memory quotes whole (a window summary's "- (348) user: ..." line)
+# is not recalled again; a shorter one ("Yes, do that.") may be a coincidence of wording.
+QUOTED_CHARS = 40
 # Memory messages of ``- key: value`` lines: trimmed a fact at a time, after the digests. A facts memory
 # ("memory:facts", hierarchical's) is never capped for recall; the key facts a text memory carries
 # beside its text ("memory:key_facts": rolling's, topics') are, with the digests, the fact asked about last.
@@ -222,7 +228,8 @@ def assemble(
         contiguous = plan.verbatim_indices is None
         before = kept_messages[0].index if kept_messages and contiguous else upper
         floor = min(int(remaining * RECENT_SHARE), RECENT_MAX) if recalling and not kept_messages else 0
-        recalled = _Recall(older, count_tokens, exclude, upper, remaining).run(query or "", before, floor)
+        quoted = "\n".join(m.content for m in head if m.kind.startswith("memory:"))
+        recalled = _Recall(older, count_tokens, exclude, upper, remaining, quoted).run(query or "", before, floor)
     out = head + recalled
     out.extend(_message(m, "verbatim") for m in kept_messages)
     if current is not None:
@@ -348,8 +355,9 @@ def _drop_unit(units: list[str], kind: str, named: Callable[[str], int] | None =
 class _Recall:
     """Choose older messages for what the budget leaves: relevant units first, then the newest."""
 
-    def __init__(self, older: OlderMessages, count_tokens, exclude: set[int], upper: int, remaining: int):
+    def __init__(self, older: OlderMessages, count_tokens, exclude: set[int], upper: int, remaining: int, quoted: str = ""):
         self.older = older
+        self.quoted = quoted  # the memory's text: a turn it quotes whole is not recalled again
         self.count_tokens = count_tokens
         self.exclude = exclude
         self.upper = upper
@@ -423,6 +431,10 @@ class _Recall:
                 self.seen.update(analyze(m.content))
         return True
 
+    def _quotes(self, m: MessageRecord) -> bool:
+        """True when the memory quotes ``m`` whole already (recalling it would say it twice)."""
+        return len(m.content) >= QUOTED_CHARS and m.content.strip() in self.quoted
+
     def _free(self, group: Sequence[MessageRecord]) -> bool:
         return all(m.index not in self.chosen and m.index not in self.exclude and m.index < self.upper for m in group)
 
@@ -444,6 +456,8 @@ class _Recall:
                     return False
                 r, shown, said = cut
             else:
+                if self._quotes(m):
+                    return False
                 r = _message(m, "recalled")
                 said = None
             cost = r.tokens + self._date_cost(m)
@@ -508,6 +522,8 @@ class _Recall:
         rest = self.remaining - min(self.remaining, floor)
         self.remaining -= rest
         for group in reversed(tool_groups(self.older.newest(before, self.remaining))):
+            if len(group) == 1 and self._quotes(group[0]):
+                continue
             if not self._free(group) or not _complete(group) or not self._take(group):
                 break
         self.remaining += rest
@@ -520,7 +536,7 @@ class _Recall:
             if not batch:
                 return
             for group in reversed(tool_groups(batch)):
-                if not self._free(group):
+                if not self._free(group) or (len(group) == 1 and self._quotes(group[0])):
                     continue
                 if not self._take(group) and _complete(group):
                     return  # the newest that does not fit ends the fill (newest-first, like takeLast)

@@ -90,6 +90,24 @@ def test_a_memory_covering_every_turn_still_leaves_the_last_exchange_in_the_cont
     assert [m.index for m in gap if m.kind == "verbatim"] == [196, 197, 198, 199]
 
 
+def test_a_turn_the_memory_quotes_whole_is_not_recalled_again():
+    """A window summary quotes turns ("- (196) user: ..."); recall spends that room on other turns."""
+    planted = {196: "It's quite bulky, can I send it in two boxes to the Lisbon flat?",
+               198: "Remind me, what did Dana say about the Lisbon lease?",
+               199: "She said the lease on the Lisbon flat runs to June.",
+               200: "And what about the Lisbon flat's deposit?",
+               60: "Dana paid the Lisbon flat deposit of 900 EUR in cash."}
+    messages = chat(201, planted)
+    memory = f"Summary: the Lisbon flat.\nMessages:\n- (196) user: {planted[196]}\n- (199) assistant: runs to June"
+    quoting = context(messages, plan_after(200, memory), budget=500, query=None)
+    plain = context(messages, plan_after(200), budget=500, query=None)
+    assert 196 in [m.index for m in plain if m.kind == "recalled"]  # without the quote it is recalled
+    recalled = [m.index for m in quoting if m.kind == "recalled"]
+    assert 196 not in recalled  # quoted whole: not said twice
+    assert {197, 198, 199, 60} <= set(recalled), recalled  # 199 is quoted in part only; the fill went on past 196
+    assert sum(m.tokens for m in quoting) <= 500
+
+
 def test_relevant_messages_are_recalled_with_their_neighbour_dated_and_in_order():
     planted = {40: "Where should I go for my sister Dana's birthday dinner?",
                41: "Try the Lisbon tram tour and then dinner at Cervejaria Ramiro.",
