@@ -503,8 +503,8 @@ def cmd_project(args: argparse.Namespace) -> int:
     with MemoryEngine(settings, role="projector", start=not args.until_caught_up) as engine:
         started = time.perf_counter()
         if args.until_caught_up:
-            while engine.runner.run_once() or not engine.runner.caught_up():
-                pass
+            while (engine.runner.run_once() or not engine.runner.caught_up()) and not stop.is_set():
+                pass  # a SIGTERM ends the catch-up after the batch in progress (positions are with the rows)
         else:
             while not stop.wait(args.status_every):
                 lag = _lag(engine)

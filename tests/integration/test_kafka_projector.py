@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -56,6 +58,28 @@ def _cli(*args: str, check: bool = True, **env_extra: str) -> subprocess.Complet
     return proc
 
 
+def _stopped_by_sigterm(node: Path, url: str, topic: str, env_extra: dict[str, str]) -> Path:
+    """Run ``memfold project`` in its status loop until it reports lag 0, SIGTERM it, check it closed cleanly."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMFOLD_")}
+    env |= {"MEMFOLD_POLICY": "hierarchical", "MEMFOLD_POLICIES": "hierarchical", "MEMFOLD_TOPIC": topic} | env_extra
+    proc = subprocess.Popen([MEMFOLD, "project", "--log", url, "--data-dir", str(node), "--status-every", "0.2"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 120
+        for line in proc.stdout:
+            if line.rstrip().endswith("lag 0 events") or time.monotonic() > deadline:
+                break
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0 and "Traceback" not in err, err
+    assert "projected" in out and out.rstrip().endswith("lag 0"), out
+    return node
+
+
 def _dump(path: Path) -> dict:
     store = DuckDBProjectionStore(path, read_only=True)
     try:
@@ -102,6 +126,8 @@ def test_cli_ingest_through_kafka_projects_what_embedded_ingest_projects_for_eve
     for node in nodes:
         out = _cli("project", "--log", url, "--data-dir", str(node), "--until-caught-up", MEMFOLD_TOPIC=topic, **every)
         assert "projected" in out.stdout
+    # A long-running node (as deployed) stops on SIGTERM: the engine closed, exit 0, its projection complete.
+    nodes.append(_stopped_by_sigterm(tmp_path / "node3", url, topic, every))
     embedded = tmp_path / "embedded"
     _cli("--data-dir", str(embedded), "ingest", str(jsonl), "--quiet", check=False, **every)
     reference = projection(embedded / "projections.duckdb")
