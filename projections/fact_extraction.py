@@ -25,6 +25,8 @@ from .fact_patterns import (
     ASKING_AUX_RE,
     ASKING_BEFORE_RE,
     ASKING_IF_RE,
+    ATTRIBUTIVE_BEFORE_RE,
+    ATTRIBUTIVE_RE,
     AUX_RE,
     BEFORE_RE,
     BOUNDARY,
@@ -52,6 +54,7 @@ from .fact_patterns import (
     NAME_RE,
     NEGATION_RE,
     NOBODY_RE,
+    NOT_ATTRIBUTIVE,
     NOT_ID_PREFIXES,
     NOT_NAMES,
     NOT_SUBJECTS,
@@ -78,7 +81,7 @@ from .fact_patterns import (
     WORD_ID_RE,
     WORD_KEYS,
 )
-from .retrieval import analyze
+from .retrieval import STOP_WORDS, analyze
 
 MAX_FACTS = 40
 MAX_HISTORY = 2  # earlier values kept per key
@@ -495,8 +498,10 @@ def _nearest_subject(text: str, pos: int, *, before_only: bool = False) -> str |
     return best[1] if best else None
 
 
-def _keyword_key(rules: list[tuple[re.Pattern[str], str]], sentence: str, pos: int, default: str) -> str:
-    """Return the key of the keyword nearest before ``pos`` in ``sentence`` (else the nearest after)."""
+def _keyword_key(
+    rules: list[tuple[re.Pattern[str], str]], sentence: str, pos: int, default: str, after_too: bool = True,
+) -> str:
+    """Return the key of the keyword nearest before ``pos`` in ``sentence`` (else, ``after_too``, the nearest after)."""
     before: tuple[int, str] | None = None
     after: tuple[int, str] | None = None
     for pattern, key in rules:
@@ -509,7 +514,7 @@ def _keyword_key(rules: list[tuple[re.Pattern[str], str]], sentence: str, pos: i
                     after = (m.start(), key)
     if before is not None:
         return before[1]
-    return after[1] if after is not None else default
+    return after[1] if after is not None and after_too else default
 
 
 def _with_kind(noun: str, suffix: str) -> str:
@@ -533,6 +538,28 @@ def _subject_key(sentence: str, pos: int, suffix: str) -> str | None:
     if noun in NOT_SUBJECTS or noun in ("date", "day", "new", "old", "sum"):
         return None
     return _with_kind(noun, suffix)
+
+
+def _attributive(sentence: str, start: int, end: int) -> list[str]:
+    """Return the one or two words naming what the value at ``start:end`` is the value of, or none.
+
+    "a $2,000 penalty" -> ["penalty"]; "a $500 team lunch" -> ["team",
+    "lunch"]; "the $75 could help" -> [] (:data:`NOT_ATTRIBUTIVE` words
+    cannot name a thing); "$85,000 salary" -> [] (a thing's amount comes
+    after a determiner; "$10 compared to" is no name).
+    """
+    m = ATTRIBUTIVE_RE.match(sentence, end)
+    if m is None or not _names_thing(m.group("first")) or not ATTRIBUTIVE_BEFORE_RE.search(sentence, 0, start):
+        return []
+    second = m.group("second")
+    return [m.group("first"), second] if second and _names_thing(second) else [m.group("first")]
+
+
+def _names_thing(word: str) -> bool:
+    """True when ``word`` can be (part of) the name of a thing: not a function word, verb form or adverb."""
+    if word in STOP_WORDS or word in NOT_ATTRIBUTIVE:
+        return False
+    return not (len(word) > 4 and word.endswith(("ed", "ly", "ing")))
 
 
 _JSON_KEY_RE = re.compile(r'"(?P<key>[A-Za-z][A-Za-z0-9 _-]{1,40})"\s*:\s*"?\s*$')
@@ -700,15 +727,27 @@ def _put_value(
     text: str, sentence: str, pos: int, pattern: re.Pattern[str], spell: Callable[[re.Match[str]], str],
 ) -> None:
     """Keep an amount or date at ``pos`` in ``sentence``: under its keyword's key, else its subject's, else
-    as the new value of the one it corrects (``pattern``/``spell`` read that one), else bare."""
-    key = _keyword_key(rules, sentence, pos, "")
+    as the new value of the one it corrects (``pattern``/``spell`` read that one), else bare. An amount
+    said of a thing ("a $2,000 penalty", :func:`_attributive`) with no keyword before it is that thing's."""
+    key = _keyword_key(rules, sentence, pos, "", after_too=False)
+    subject = None if key else _json_key(sentence, pos, f"_{stem}") or _subject_key(sentence, pos, f"_{stem}")
+    at = pattern.match(sentence, pos) if stem == "amount" and not key and not subject else None
+    said_of = [] if at is None else _attributive(sentence, pos, at.end())
+    if said_of:  # "a $50 gift card" is a credit, as a keyword says; "a $2,000 penalty" is a penalty
+        key = _keyword_key(rules, " ".join(said_of), 0, "")
+        if not key:  # another penalty later is another thing of that kind, kept beside (penalty_amount_2)
+            name = _with_kind("_".join(said_of), f"_{stem}")
+            book.put_numbered(name, value, source, category_for(name))
+            return
+    key = key or _keyword_key(rules, sentence, pos, "")
     if key:
         book.put_named(key, value, source, sentence, text)
         return
-    key = _json_key(sentence, pos, f"_{stem}") or _subject_key(sentence, pos, f"_{stem}")
+    key = subject
     if key:
         book.put_subject(key, value, source)  # named by its own subject: a new value is that thing's new value
-    elif not _corrects(book, pattern, spell, value, source, sentence, pos):
+        return
+    if not _corrects(book, pattern, spell, value, source, sentence, pos):
         book.put_bare(stem, value, source)
 
 

@@ -86,6 +86,24 @@ AMOUNT_KEYS = [
     (re.compile(r"\b(?:price|cost|costs|priced)\b", re.I), "price"),
 ]
 
+# The thing an amount is the amount of, said right after it with a determiner before it: "a $2,000
+# penalty", "a $500 team lunch", "that $120 mindfulness app". One or two lower-case words; a word that
+# cannot name a thing ends the name ("the $75 could help", "a $300 surcharge seems steep" -> surcharge).
+ATTRIBUTIVE_BEFORE_RE = re.compile(r"\b(?:a|an|the|my|our|your|his|her|their|this|that|its)\s+$", re.I)
+ATTRIBUTIVE_RE = re.compile(r"[ \t]+(?P<first>[a-z]{3,})(?:[ \t-]+(?P<second>[a-z]{3,}))?")
+NOT_ATTRIBUTIVE = frozenset(
+    "per each monthly annually yearly weekly daily hourly total more less extra plus minus back now then"
+    " could would should can will may might must shall was were are has had have been being did does and"
+    " but for from into onto than that the this those these with without which who what when where"
+    " thousand million billion grand worth upfront altogether overall instead already also just only"
+    " every last next first second third some any all few many much apiece cheaper dearer higher"
+    " lower short over under off one two three four five six seven eight nine ten twelve hundred"
+    " among versus within toward towards across beyond despite via since due left remaining regular"
+    " seems fits gives covers reduces means provides aligns meets plays represents involves appears goes"
+    " makes helps works sounds looks needs remains includes leaves adds brings takes comes stays allows"
+    " puts pays costs feels faster slower sooner later available spent paid".split()
+)
+
 MONTHS = (
     r"Jan(?:uary)?|Feb(?:ruary)?|Mar(?:ch)?|Apr(?:il)?|May|June?|July?|Aug(?:ust)?"
     r"|Sep(?:t(?:ember)?)?|Oct(?:ober)?|Nov(?:ember)?|Dec(?:ember)?"

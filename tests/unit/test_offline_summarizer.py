@@ -124,6 +124,26 @@ def test_a_value_said_instead_of_a_held_one_is_that_facts_new_value():
     assert not [k for k in current if k.startswith("amount")], current
 
 
+def test_an_amount_said_of_a_thing_is_that_things():
+    facts = facts_of(conversation(
+        ("user", "I reallocated tasks to avoid a $2,000 penalty, but I'm wondering how to plan ahead."),
+        ("user", "We celebrated with a $500 team lunch at The Blue Lagoon."),
+        ("user", "I rejected a $4,000 freelance offer to avoid risking my work-life balance."),
+        ("user", "I managed to avoid a $1,200 penalty by rescheduling a client call."),
+        ("user", "Attending the workshop for $75 could help, and I earn $85,000 annually."),
+        ("user", "I bought her a $50 gift card."),
+        ("user", "I saved $10 compared to May; the $30 seems steep."),
+    ))
+    assert facts["penalty_amount"] == ("$2,000", "NUMERIC")
+    assert facts["penalty_amount_2"] == ("$1,200", "NUMERIC")  # another penalty, not a change of the first
+    assert facts["team_lunch_amount"] == ("$500", "NUMERIC")
+    assert facts["freelance_offer_amount"] == ("$4,000", "NUMERIC")  # not the "balance" named after it
+    assert facts["credit_amount"] == ("$50", "NUMERIC")  # a gift card is a credit, as its keyword says
+    assert facts["amount_4"] == ("$75", "NUMERIC") and facts["amount_4_2"] == ("$85,000", "NUMERIC")  # nothing named
+    # No determiner before the amount, or a verb after it: no thing is named.
+    assert facts["amount_6"] == ("$10", "NUMERIC") and facts["amount_6_2"] == ("$30", "NUMERIC")
+
+
 def test_a_value_no_keyword_names_takes_the_noun_of_its_clause():
     facts = facts_of(conversation(
         ("assistant", "Okay, I've entered $4,181.05 as the claimed amount. Your deductible is $751.25. "
@@ -688,7 +708,7 @@ def test_narrative_says_who_wants_what_what_was_agreed_and_the_state_then_the_da
     assert "Current state: order status cancelled" in opener
     assert lines[0] == "[2024-03-01]"  # the statements, under the date they were made
     assert "- (0) user: Hi, my name is Maria Lopez. \u2026 I'd like to cancel order #1234, it hasn't shipped yet." in lines
-    assert out.model == "offline-salience-39" and len(out.prompt_hash) == 64
+    assert out.model == "offline-salience-40" and len(out.prompt_hash) == 64
     assert out.tokens_in > 0 and out.tokens_out > TOKENS.count(out.text)
 
 
