@@ -36,12 +36,15 @@ from .fact_patterns import (
     CODE_KEYS,
     CONDITION_MARKER_RE,
     CONDITION_RE,
+    DATE_AFTER_RE,
     DATE_KEYS,
+    DATE_LEAD_RE,
     DATE_RE,
     DECISION_PHRASE_RE,
     DECISION_VERB_RE,
     DECISION_VERBS,
     EMAIL_RE,
+    EVENT_NOUNS,
     EXAMPLE_RE,
     FILLER_RE,
     FIRST_PERSON_RULES,
@@ -95,6 +98,10 @@ SHORT_VALUE_CHARS = 48
 # of each stem are kept; a copy of a named fact's value under one is dropped.
 GENERIC_KEYS = ("amount", "date")
 BARE_KEEP = 4
+# Dates named by their event (``session_date``, ``lunch_date``: :func:`_dated_thing`) are kept the
+# same way, the newest EVENT_DATES_KEEP: a long conversation dates dozens of sessions and dinners, and
+# unbounded they took the room of the facts a summary keeps (BEAM at 2,000 tokens: -0.25 points).
+EVENT_DATES_KEEP = 4
 # An unnamed condition sharing this share of its index terms with one already held changes that one;
 # the UNNAMED_KEEP most recently said are kept. Measured on planted seed 23 (docs/quality.md): 2 kept
 # cost rolling 18 of 672 facts in its 600-token contexts (support chats repeat boilerplate conditions).
@@ -109,6 +116,14 @@ RESTATED_SHARE = 0.5
 RESTATED_TERMS = 4
 RESTATED_TAIL = 3
 _BARE_KEY = re.compile(rf"({'|'.join(GENERIC_KEYS)})(?:_\d+){{0,2}}")
+
+
+_EVENT_DATE_KEY = re.compile(r"(?P<event>[a-z]+)_date(?:_\d+)?")
+
+
+def _event_dated(key: str) -> bool:
+    m = _EVENT_DATE_KEY.fullmatch(key)
+    return m is not None and m.group("event") in EVENT_NOUNS
 
 
 def bare_stem(key: str) -> str | None:
@@ -453,6 +468,13 @@ class FactBook:
         else:
             self.put_numbered(key, value, source, category_for(key))
 
+    def put_event_date(self, event: str, value: str, source: int | None, sentence: str, message: str) -> None:
+        """Set ``event``'s date (``session_date``, :meth:`put_named`); only the newest :data:`EVENT_DATES_KEEP` event dates stay."""
+        self.put_named(f"{event}_date", value, source, sentence, message)
+        dated = sorted((k for k in self._entries if _event_dated(k)), key=lambda k: self._entries[k].source or -1)
+        for k in dated[: max(0, len(dated) - EVENT_DATES_KEEP)]:  # the least recently said go
+            del self._entries[k]
+
     def get(self, key: str) -> str | None:
         entry = self._entries.get(key)
         return entry.value if entry else None
@@ -553,6 +575,22 @@ def _attributive(sentence: str, start: int, end: int) -> list[str]:
         return []
     second = m.group("second")
     return [m.group("first"), second] if second and _names_thing(second) else [m.group("first")]
+
+
+def _dated_thing(sentence: str, start: int, end: int) -> str | None:
+    """Return the event the date at ``start:end`` is the date of, or None.
+
+    "my therapy session with Sara on March 10" -> "session"; "I've
+    pencilled in 21 February 2025 for the cutover" -> "cutover"; "Noted
+    January 27, 2025 as the incident date" -> "incident" (any noun there).
+    Only :data:`EVENT_NOUNS` otherwise: "We moved the plants on June 16"
+    names no event.
+    """
+    after = DATE_AFTER_RE.match(sentence, end)
+    if after is not None and (after.group("noun") in EVENT_NOUNS or (after.group("date") and _names_thing(after.group("noun")))):
+        return after.group("noun")
+    before = DATE_LEAD_RE.search(sentence, max(0, start - 80), start)
+    return before.group("noun") if before is not None and before.group("noun") in EVENT_NOUNS else None
 
 
 def _names_thing(word: str) -> bool:
@@ -731,8 +769,17 @@ def _put_value(
     said of a thing ("a $2,000 penalty", :func:`_attributive`) with no keyword before it is that thing's."""
     key = _keyword_key(rules, sentence, pos, "", after_too=False)
     subject = None if key else _json_key(sentence, pos, f"_{stem}") or _subject_key(sentence, pos, f"_{stem}")
-    at = pattern.match(sentence, pos) if stem == "amount" and not key and not subject else None
-    said_of = [] if at is None else _attributive(sentence, pos, at.end())
+    at = pattern.match(sentence, pos) if not key and not subject else None
+    if at is not None and stem == "date":
+        thing = _dated_thing(sentence, pos, at.end())
+        if thing:  # a keyword after it still names it better ("... on May 3 for the delivery")
+            named = _keyword_key(rules, sentence, pos, "")
+            if named:
+                book.put_named(named, value, source, sentence, text)
+            else:
+                book.put_event_date(thing, value, source, sentence, text)
+            return
+    said_of = [] if at is None or stem != "amount" else _attributive(sentence, pos, at.end())
     if said_of:  # "a $50 gift card" is a credit, as a keyword says; "a $2,000 penalty" is a penalty
         key = _keyword_key(rules, " ".join(said_of), 0, "")
         if not key:  # another penalty later is another thing of that kind, kept beside (penalty_amount_2)

@@ -104,6 +104,24 @@ NOT_ATTRIBUTIVE = frozenset(
     " puts pays costs feels faster slower sooner later available spent paid".split()
 )
 
+# The event a date is the date of, when no keyword names it. Before the date: an event noun
+# before "on", "for", "by" ..., over names and places between ("my therapy session with Sara on
+# March 10", "a team lunch at The Blue Lagoon on August 30"). After it: "for the cutover", or any
+# noun in "as the incident date". Only events: "moved the plants on June 16" is no plants_date.
+DATE_LEAD_RE = re.compile(r"(?:^|[^\w'])(?P<noun>[a-z]{3,})(?:\s+(?:with|at|in|from)(?:\s+(?:the\s+)?[A-Z][\w'-]*){1,4})?"
+                          r"\s+(?:on|for|by|until|till|scheduled for|set for|planned for)\s+$")
+DATE_AFTER_RE = re.compile(r"\s+(?:for|as)\s+(?:the|your|my|our)\s+(?P<noun>[a-z]{3,})(?P<date>\s+date)?\b")
+EVENT_NOUNS = frozenset(
+    """session sessions workshop workshops class classes course lesson lessons seminar webinar conference
+    summit panel talk lecture presentation pitch demo interview interviews exam test quiz audition
+    concert show screening premiere festival fair exhibition party dinner lunch breakfast brunch picnic
+    wedding birthday anniversary celebration ceremony graduation reunion trip vacation holiday getaway
+    retreat hike race marathon match game tournament launch release submission application draft outline
+    review checkup surgery consultation hearing closing cutover migration rollout deployment go-live kickoff
+    sprint milestone event events move visit inspection installation pickup handover training orientation
+    onboarding shoot recording performance rehearsal signing trial""".split()
+)
+
 MONTHS = (
     r"Jan(?:uary)?|Feb(?:ruary)?|Mar(?:ch)?|Apr(?:il)?|May|June?|July?|Aug(?:ust)?"
     r"|Sep(?:t(?:ember)?)?|Oct(?:ober)?|Nov(?:ember)?|Dec(?:ember)?"
@@ -134,6 +152,7 @@ BEFORE_RE = re.compile(r"^\s*(?:before|previously|earlier|originally)\b", re.I)
 DATE_KEYS = [
     (re.compile(r"\b(?:deliver(?:y|ed)?|arriv(?:e|al|es|ing)|ship(?:s|ped|ping)?|dispatch(?:ed)?)\b", re.I), "delivery_date"),
     (re.compile(r"\b(?:return(?:ed)?|send (?:it )?back)\b", re.I), "return_date"),
+    (re.compile(r"\b(?:depart(?:s|ing|ure)?|flight|fly(?:ing)?|flies)\b", re.I), "departure_date"),
     (re.compile(r"\brefund(?:ed)?\b", re.I), "refund_date"),
     (re.compile(r"\b(?:appointment|meeting|call|visit|schedul(?:e|ed))\b", re.I), "appointment_date"),
     (re.compile(r"\b(?:ordered|purchased|bought|placed)\b", re.I), "order_date"),

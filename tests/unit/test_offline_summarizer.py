@@ -144,6 +144,39 @@ def test_an_amount_said_of_a_thing_is_that_things():
     assert facts["amount_6"] == ("$10", "NUMERIC") and facts["amount_6_2"] == ("$30", "NUMERIC")
 
 
+def test_a_date_is_named_by_the_thing_it_is_the_date_of():
+    facts = facts_of(conversation(
+        ("assistant", "I have your booking: flight AZ420 departing March 4, 2025."),
+        ("assistant", "I've pencilled in 21 February 2025 for the cutover."),
+        ("user", "It happened on January 27, 2025. A branch fell on the car."),
+        ("assistant", "Noted January 27, 2025 as the incident date."),
+        ("user", "I'm nervous about my first therapy session with Sara on March 10."),
+        ("user", "We had a team lunch at The Blue Lagoon on August 30."),
+        ("user", "I'm aiming for 4,200 words by May 9 and I'll see you on June 2."),
+        ("user", "We moved the plants on June 16, then a pottery class on June 20 for the best results."),
+    ))
+    assert facts["departure_date"] == ("March 4, 2025", "ENTITY")
+    assert facts["cutover_date"] == ("21 February 2025", "ENTITY")  # named after the date
+    assert facts["incident_date"] == ("January 27, 2025", "ENTITY")  # and the bare copy of message 2 is gone
+    assert not [k for k, (v, _) in facts.items() if v == "January 27, 2025" and k != "incident_date"], facts
+    assert facts["session_date"] == ("March 10", "ENTITY")  # over the name between
+    assert facts["lunch_date"] == ("August 30", "ENTITY")  # over the place between
+    # Only events: a count to reach by a date, a person, the plants moved name nothing.
+    assert facts["date_6"] == ("May 9", "ENTITY") and facts["date_6_2"] == ("June 2", "ENTITY")
+    assert facts["date_7"] == ("June 16", "ENTITY") and facts["class_date"] == ("June 20", "ENTITY")
+
+
+def test_only_the_most_recently_said_event_dates_are_kept():
+    """A long chat dates many sessions and dinners: unbounded, they would crowd out the other facts."""
+    events = ["workshop", "concert", "dinner", "interview", "webinar", "picnic"]
+    chat = conversation(*[("user", f"I have a {e} with Sara on May {i + 1}.") for i, e in enumerate(events)],
+                        ("user", "Quick note: the workshop with Sara on May 1 is still on."))
+    facts = as_dict(extract_facts(chat))
+    dated = {k: v for k, (v, _) in facts.items() if k.endswith("_date")}
+    assert dated == {"workshop_date": "May 1", "interview_date": "May 4", "webinar_date": "May 5",
+                     "picnic_date": "May 6"}, dated  # said again, the workshop's stays; the concert's and dinner's go
+
+
 def test_a_value_no_keyword_names_takes_the_noun_of_its_clause():
     facts = facts_of(conversation(
         ("assistant", "Okay, I've entered $4,181.05 as the claimed amount. Your deductible is $751.25. "
@@ -607,8 +640,8 @@ def test_dates_and_amounts_nothing_names_never_replace_each_other():
         ("user", "I went hiking with Ana on May 3 and spent $40 on gear."),
         *[("assistant", f"Noted, point {i}.") for i in range(1, 6)],
         ("user", "My sister visits on May 20, and I got museum tickets for $15."),
-        ("user", "I started a pottery class on June 2."),
-        ("user", "We saw a concert on June 9."),
+        ("user", "I started pottery on June 2."),
+        ("user", "We saw Coldplay on June 9."),
         ("user", "We moved the plants on June 16."),
     )
     facts = extract_facts(chat)
@@ -708,7 +741,7 @@ def test_narrative_says_who_wants_what_what_was_agreed_and_the_state_then_the_da
     assert "Current state: order status cancelled" in opener
     assert lines[0] == "[2024-03-01]"  # the statements, under the date they were made
     assert "- (0) user: Hi, my name is Maria Lopez. \u2026 I'd like to cancel order #1234, it hasn't shipped yet." in lines
-    assert out.model == "offline-salience-40" and len(out.prompt_hash) == 64
+    assert out.model == "offline-salience-41" and len(out.prompt_hash) == 64
     assert out.tokens_in > 0 and out.tokens_out > TOKENS.count(out.text)
 
 
