@@ -40,8 +40,9 @@ Order: [system prompt][memory system messages][recalled older messages]
    dates). An excerpt leaves out passages the context already says, in the
    same or mostly the same words (:mod:`.excerpt`), and a turn the memory
    quotes whole (a window summary's ``- (348) user: ...`` line) is not
-   recalled again: on BEAM's 4,000-token sliding_window contexts such
-   repeats had cost 28 tokens a context.
+   recalled again (its answer still comes when the query ranks it): on
+   BEAM's 4,000-token sliding_window contexts such repeats had cost 28
+   tokens a context.
 
 A tool call and the tool results answering it are one unit everywhere: kept
 or dropped together; a tool result whose call is not in the context, or a
@@ -502,9 +503,13 @@ class _Recall:
                 return
             unit = unit_of.get(i)
             size = OVERVIEW_TOKENS if overview else sizes[taken] if taken < len(sizes) else EXCERPT_TOKENS
-            if unit is None or not self._take(unit, terms, size):
+            if unit is None:
                 continue
-            taken += 1
+            quoted = len(unit) == 1 and unit[0].index not in self.chosen and self._quotes(unit[0])
+            if not quoted:  # a turn the memory quotes is in the context already: its other half may not be
+                if not self._take(unit, terms, size):
+                    continue
+                taken += 1
             if overview:
                 continue  # breadth: the next user turn, not this one's answer
             # The other half of the exchange: an answer's question, a question's answer.

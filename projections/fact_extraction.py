@@ -98,10 +98,6 @@ SHORT_VALUE_CHARS = 48
 # of each stem are kept; a copy of a named fact's value under one is dropped.
 GENERIC_KEYS = ("amount", "date")
 BARE_KEEP = 4
-# Dates named by their event (``session_date``, ``lunch_date``: :func:`_dated_thing`) are kept the
-# same way, the newest EVENT_DATES_KEEP: a long conversation dates dozens of sessions and dinners, and
-# unbounded they took the room of the facts a summary keeps (BEAM at 2,000 tokens: -0.25 points).
-EVENT_DATES_KEEP = 4
 # An unnamed condition sharing this share of its index terms with one already held changes that one;
 # the UNNAMED_KEEP most recently said are kept. Measured on planted seed 23 (docs/quality.md): 2 kept
 # cost rolling 18 of 672 facts in its 600-token contexts (support chats repeat boilerplate conditions).
@@ -116,14 +112,6 @@ RESTATED_SHARE = 0.5
 RESTATED_TERMS = 4
 RESTATED_TAIL = 3
 _BARE_KEY = re.compile(rf"({'|'.join(GENERIC_KEYS)})(?:_\d+){{0,2}}")
-
-
-_EVENT_DATE_KEY = re.compile(r"(?P<event>[a-z]+)_date(?:_\d+)?")
-
-
-def _event_dated(key: str) -> bool:
-    m = _EVENT_DATE_KEY.fullmatch(key)
-    return m is not None and m.group("event") in EVENT_NOUNS
 
 
 def bare_stem(key: str) -> str | None:
@@ -468,13 +456,6 @@ class FactBook:
         else:
             self.put_numbered(key, value, source, category_for(key))
 
-    def put_event_date(self, event: str, value: str, source: int | None, sentence: str, message: str) -> None:
-        """Set ``event``'s date (``session_date``, :meth:`put_named`); only the newest :data:`EVENT_DATES_KEEP` event dates stay."""
-        self.put_named(f"{event}_date", value, source, sentence, message)
-        dated = sorted((k for k in self._entries if _event_dated(k)), key=lambda k: self._entries[k].source or -1)
-        for k in dated[: max(0, len(dated) - EVENT_DATES_KEEP)]:  # the least recently said go
-            del self._entries[k]
-
     def get(self, key: str) -> str | None:
         entry = self._entries.get(key)
         return entry.value if entry else None
@@ -765,19 +746,16 @@ def _put_value(
     text: str, sentence: str, pos: int, pattern: re.Pattern[str], spell: Callable[[re.Match[str]], str],
 ) -> None:
     """Keep an amount or date at ``pos`` in ``sentence``: under its keyword's key, else its subject's, else
-    as the new value of the one it corrects (``pattern``/``spell`` read that one), else bare. An amount
-    said of a thing ("a $2,000 penalty", :func:`_attributive`) with no keyword before it is that thing's."""
+    as the new value of the one it corrects (``pattern``/``spell`` read that one), else bare. With no
+    keyword before it, an amount said of a thing ("a $2,000 penalty", :func:`_attributive`) is that
+    thing's, and a date said of an event ("my therapy session on March 10", :func:`_dated_thing`) that event's."""
     key = _keyword_key(rules, sentence, pos, "", after_too=False)
     subject = None if key else _json_key(sentence, pos, f"_{stem}") or _subject_key(sentence, pos, f"_{stem}")
     at = pattern.match(sentence, pos) if not key and not subject else None
     if at is not None and stem == "date":
         thing = _dated_thing(sentence, pos, at.end())
         if thing:  # a keyword after it still names it better ("... on May 3 for the delivery")
-            named = _keyword_key(rules, sentence, pos, "")
-            if named:
-                book.put_named(named, value, source, sentence, text)
-            else:
-                book.put_event_date(thing, value, source, sentence, text)
+            book.put_named(_keyword_key(rules, sentence, pos, "") or f"{thing}_date", value, source, sentence, text)
             return
     said_of = [] if at is None or stem != "amount" else _attributive(sentence, pos, at.end())
     if said_of:  # "a $50 gift card" is a credit, as a keyword says; "a $2,000 penalty" is a penalty

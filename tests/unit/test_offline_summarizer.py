@@ -166,17 +166,6 @@ def test_a_date_is_named_by_the_thing_it_is_the_date_of():
     assert facts["date_7"] == ("June 16", "ENTITY") and facts["class_date"] == ("June 20", "ENTITY")
 
 
-def test_only_the_most_recently_said_event_dates_are_kept():
-    """A long chat dates many sessions and dinners: unbounded, they would crowd out the other facts."""
-    events = ["workshop", "concert", "dinner", "interview", "webinar", "picnic"]
-    chat = conversation(*[("user", f"I have a {e} with Sara on May {i + 1}.") for i, e in enumerate(events)],
-                        ("user", "Quick note: the workshop with Sara on May 1 is still on."))
-    facts = as_dict(extract_facts(chat))
-    dated = {k: v for k, (v, _) in facts.items() if k.endswith("_date")}
-    assert dated == {"workshop_date": "May 1", "interview_date": "May 4", "webinar_date": "May 5",
-                     "picnic_date": "May 6"}, dated  # said again, the workshop's stays; the concert's and dinner's go
-
-
 def test_a_value_no_keyword_names_takes_the_noun_of_its_clause():
     facts = facts_of(conversation(
         ("assistant", "Okay, I've entered $4,181.05 as the claimed amount. Your deductible is $751.25. "

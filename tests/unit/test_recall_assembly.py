@@ -106,6 +106,14 @@ def test_a_turn_the_memory_quotes_whole_is_not_recalled_again():
     assert 196 not in recalled  # quoted whole: not said twice
     assert {197, 198, 199, 60} <= set(recalled), recalled  # 199 is quoted in part only; the fill went on past 196
     assert sum(m.tokens for m in quoting) <= 500
+    # A quoted question that the query ranks first still brings its answer, which the memory does not hold.
+    planted.update({100: "Could you ship the bulky brass lamp in two separate boxes?",
+                    101: "Yes, print both labels and tape one on each."})
+    messages = chat(201, planted)
+    memory = f"Summary: a lamp.\nMessages:\n- (100) user: {planted[100]}"
+    out = context(messages, plan_after(200, memory), budget=500, query="ship the bulky brass lamp in boxes")
+    recalled = [m.index for m in out if m.kind == "recalled"]
+    assert 100 not in recalled and 101 in recalled, recalled
 
 
 def test_relevant_messages_are_recalled_with_their_neighbour_dated_and_in_order():
