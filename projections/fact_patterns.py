@@ -88,7 +88,7 @@ AMOUNT_KEYS = [
 
 # The thing an amount is the amount of, said right after it with a determiner before it: "a $2,000
 # penalty", "a $500 team lunch", "that $120 mindfulness app". One or two lower-case words; a word that
-# cannot name a thing ends the name ("the $75 could help", "a $300 surcharge seems steep" -> surcharge).
+# cannot name a thing ends the name ("a $300 repair seems steep" -> repair) or gives none ("the $75 could help").
 ATTRIBUTIVE_BEFORE_RE = re.compile(r"\b(?:a|an|the|my|our|your|his|her|their|this|that|its)\s+$", re.I)
 ATTRIBUTIVE_RE = re.compile(r"[ \t]+(?P<first>[a-z]{3,})(?:[ \t-]+(?P<second>[a-z]{3,}))?")
 NOT_ATTRIBUTIVE = frozenset(
@@ -117,7 +117,7 @@ EVENT_NOUNS = frozenset(
     concert show screening premiere festival fair exhibition party dinner lunch breakfast brunch picnic
     wedding birthday anniversary celebration ceremony graduation reunion trip vacation holiday getaway
     retreat hike race marathon match game tournament launch release submission application draft outline
-    review checkup surgery consultation hearing closing cutover migration rollout deployment go-live kickoff
+    review checkup surgery consultation hearing closing cutover migration rollout deployment kickoff
     sprint milestone event events move visit inspection installation pickup handover training orientation
     onboarding shoot recording performance rehearsal signing trial""".split()
 )
