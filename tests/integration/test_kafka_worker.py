@@ -252,3 +252,26 @@ def test_a_restarted_worker_mirrors_the_stored_positions_with_nothing_left_to_fo
     assert ends, "nothing was folded"
     assert {p: ownership.reported.get(p) for p in ends} == ends
     assert refused.failures == 0 and {p: refused.reported.get(p) for p in ends} == ends
+
+
+def test_a_member_that_joined_before_its_topic_had_partitions_owns_them_soon_after(kafka_bootstrap):
+    """The broker creates no topic on demand: a worker started before its topic joins its group owning nothing.
+
+    Once the topic appears, the member's metadata shows its partitions and it rejoins to own them (within
+    seconds: kafka-python retries the metadata of a subscribed topic it cannot find).
+    """
+    from memfold.streams.kafka_log import KafkaEventLog
+    from memfold.streams.ownership import ConsumerGroup
+
+    topic = new_topic()
+    group = ConsumerGroup(kafka_bootstrap, topic, f"memfold-worker.{topic}", timeout=20)
+    try:
+        assert group.poll(2.0) == set()  # no topic yet: nothing to own
+        KafkaEventLog(kafka_bootstrap, topic=topic, partitions=4, timeout=20).close()
+        deadline = time.monotonic() + 30
+        owned: set[int] = set()
+        while owned != {0, 1, 2, 3} and time.monotonic() < deadline:
+            owned = group.poll(0.5)
+        assert owned == {0, 1, 2, 3}, f"owning {sorted(owned)} 30s after the topic appeared"
+    finally:
+        group.close()
