@@ -359,6 +359,7 @@ class _Recall:
     def __init__(self, older: OlderMessages, count_tokens, exclude: set[int], upper: int, remaining: int, quoted: str = ""):
         self.older = older
         self.quoted = quoted  # the memory's text: a turn it quotes whole is not recalled again
+        self.quoted_at: dict[int, bool] = {}  # message index -> whether ``quoted`` holds it (the callers ask twice)
         self.count_tokens = count_tokens
         self.exclude = exclude
         self.upper = upper
@@ -433,8 +434,13 @@ class _Recall:
         return True
 
     def _quotes(self, m: MessageRecord) -> bool:
-        """True when the memory quotes ``m`` whole already (recalling it would say it twice)."""
-        return len(m.content) >= QUOTED_CHARS and m.content.strip() in self.quoted
+        """True when the memory quotes ``m`` whole already (recalling it would say it twice); searched once per message."""
+        if not self.quoted or len(m.content) < QUOTED_CHARS:
+            return False
+        found = self.quoted_at.get(m.index)
+        if found is None:
+            found = self.quoted_at[m.index] = m.content.strip() in self.quoted
+        return found
 
     def _free(self, group: Sequence[MessageRecord]) -> bool:
         return all(m.index not in self.chosen and m.index not in self.exclude and m.index < self.upper for m in group)

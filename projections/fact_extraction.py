@@ -501,10 +501,8 @@ def _nearest_subject(text: str, pos: int, *, before_only: bool = False) -> str |
     return best[1] if best else None
 
 
-def _keyword_key(
-    rules: list[tuple[re.Pattern[str], str]], sentence: str, pos: int, default: str, after_too: bool = True,
-) -> str:
-    """Return the key of the keyword nearest before ``pos`` in ``sentence`` (else, ``after_too``, the nearest after)."""
+def _keywords_around(rules: list[tuple[re.Pattern[str], str]], sentence: str, pos: int) -> tuple[str, str]:
+    """Return the keys of the keywords nearest before and nearest after ``pos`` in ``sentence`` ("" where none)."""
     before: tuple[int, str] | None = None
     after: tuple[int, str] | None = None
     for pattern, key in rules:
@@ -515,9 +513,13 @@ def _keyword_key(
             elif m.start() >= pos:
                 if after is None or m.start() < after[0]:
                     after = (m.start(), key)
-    if before is not None:
-        return before[1]
-    return after[1] if after is not None and after_too else default
+    return (before[1] if before else ""), (after[1] if after else "")
+
+
+def _keyword_key(rules: list[tuple[re.Pattern[str], str]], sentence: str, pos: int, default: str) -> str:
+    """Return the key of the keyword nearest before ``pos`` in ``sentence`` (else the nearest after)."""
+    before, after = _keywords_around(rules, sentence, pos)
+    return before or after or default
 
 
 def _with_kind(noun: str, suffix: str) -> str:
@@ -726,16 +728,15 @@ _CORRECTING = re.compile(
 
 def _corrects(
     book: FactBook, pattern: re.Pattern[str], spell: Callable[[re.Match[str]], str], value: str,
-    source: int | None, sentence: str, pos: int,
+    source: int | None, sentence: str, at: re.Match[str] | None,
 ) -> bool:
     """Set ``value`` as the new value of the key holding the value it corrects, if any; return whether it did.
 
     "With everything included, it's £3,347.10 per month, not £4,200.70 as
     first quoted": ``price: £4,200.70`` becomes £3,347.10, the old value in
     its lineage, where it would otherwise stand beside a bare ``amount_54``
-    (:meth:`FactBook.put_correction`). ``pos`` is where the value starts in ``sentence``.
+    (:meth:`FactBook.put_correction`). ``at`` is ``pattern``'s match of the value in ``sentence``.
     """
-    at = pattern.match(sentence, pos)
     said = None if at is None else _CORRECTING.match(sentence, at.end())
     old = None if said is None else pattern.match(sentence, said.end())
     return old is not None and book.put_correction(spell(old), value, source)
@@ -749,13 +750,13 @@ def _put_value(
     as the new value of the one it corrects (``pattern``/``spell`` read that one), else bare. With no
     keyword before it, an amount said of a thing ("a $2,000 penalty", :func:`_attributive`) is that
     thing's, and a date said of an event ("my therapy session on March 10", :func:`_dated_thing`) that event's."""
-    key = _keyword_key(rules, sentence, pos, "", after_too=False)
+    key, after = _keywords_around(rules, sentence, pos)
     subject = None if key else _json_key(sentence, pos, f"_{stem}") or _subject_key(sentence, pos, f"_{stem}")
     at = pattern.match(sentence, pos) if not key and not subject else None
     if at is not None and stem == "date":
         thing = _dated_thing(sentence, pos, at.end())
         if thing:  # a keyword after it still names it better ("... on May 3 for the delivery")
-            book.put_named(_keyword_key(rules, sentence, pos, "") or f"{thing}_date", value, source, sentence, text)
+            book.put_named(after or f"{thing}_date", value, source, sentence, text)
             return
     said_of = [] if at is None or stem != "amount" else _attributive(sentence, pos, at.end())
     if said_of:  # "a $50 gift card" is a credit, as a keyword says; "a $2,000 penalty" is a penalty
@@ -764,15 +765,14 @@ def _put_value(
             name = _with_kind("_".join(said_of), f"_{stem}")
             book.put_numbered(name, value, source, category_for(name))
             return
-    key = key or _keyword_key(rules, sentence, pos, "")
+    key = key or after
     if key:
         book.put_named(key, value, source, sentence, text)
         return
-    key = subject
-    if key:
-        book.put_subject(key, value, source)  # named by its own subject: a new value is that thing's new value
+    if subject:
+        book.put_subject(subject, value, source)  # named by its own subject: a new value is that thing's new value
         return
-    if not _corrects(book, pattern, spell, value, source, sentence, pos):
+    if not _corrects(book, pattern, spell, value, source, sentence, at):
         book.put_bare(stem, value, source)
 
 

@@ -55,7 +55,6 @@ def serve(settings: Settings, *, host: str = "127.0.0.1", port: int = 8080, limi
         engine.close()
 
 
-
 @contextlib.contextmanager
 def _sigterm_ends_here() -> Iterator[None]:
     """While serving, a SIGTERM ends the process through ``serve``'s ``finally`` (the engine closed), exit status 0.
