@@ -33,6 +33,8 @@ from memfold.engine.errors import ConfigError, LogUnavailableError
 
 log = logging.getLogger("memfold.ownership")
 
+METADATA_MAX_AGE_MS = 5_000  # how stale the group leader's view of the topic's partitions may get
+
 
 class PartitionOwnership(Protocol):
     """Tells a worker which partitions it owns right now."""
@@ -112,6 +114,12 @@ class ConsumerGroup:
                 # A fold step is short, but a backlog batch on a loaded machine may not be:
                 # losing the group over a slow step would only cost a rebalance.
                 max_poll_interval_ms=300_000,
+                # The group leader assigns from its metadata. A member that joined while the topic was
+                # still being created can get an empty assignment, and kafka-python asks to rejoin only
+                # when a metadata refresh shows the partitions: at its default age (5 minutes) such a
+                # member owned nothing for minutes (seen once in the Kafka projector test). 5 s bounds
+                # that wait; the request is a few hundred bytes.
+                metadata_max_age_ms=METADATA_MAX_AGE_MS,
                 request_timeout_ms=max(int(timeout * 1000), session_ms + 5000),
                 bootstrap_timeout_ms=int(timeout * 1000),
                 reconnect_backoff_max_ms=1000,

@@ -275,3 +275,37 @@ def test_a_member_that_joined_before_its_topic_had_partitions_owns_them_soon_aft
         assert owned == {0, 1, 2, 3}, f"owning {sorted(owned)} 30s after the topic appeared"
     finally:
         group.close()
+
+
+def test_a_member_takes_up_partitions_added_to_its_topic_within_seconds(kafka_bootstrap):
+    """The group rejoins when a metadata refresh shows other partitions: refreshed every few seconds, not minutes.
+
+    memfold never grows a topic (a conversation's partition is its key's hash modulo the count); growing one
+    here is the way to change the leader's metadata after the group formed. The same refresh ends the wait
+    of a member whose leader assigned from metadata taken while the topic was still being created (an empty
+    assignment, kept until the next refresh: kafka-python's default age is 5 minutes, and the Kafka projector
+    test once saw its worker own nothing for 120 s). Without the shorter age this test fails.
+    """
+    from kafka.admin import KafkaAdminClient, NewPartitions
+
+    from memfold.streams.kafka_log import KafkaEventLog
+    from memfold.streams.ownership import ConsumerGroup
+
+    topic = new_topic()
+    KafkaEventLog(kafka_bootstrap, topic=topic, partitions=2, timeout=20).close()
+    group = ConsumerGroup(kafka_bootstrap, topic, f"memfold-worker.{topic}", timeout=20)
+    admin = KafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+    try:
+        deadline = time.monotonic() + 30
+        owned: set[int] = set()
+        while owned != {0, 1} and time.monotonic() < deadline:
+            owned = group.poll(0.5)
+        assert owned == {0, 1}, f"owning {sorted(owned)} of a 2-partition topic after 30 s"
+        admin.create_partitions({topic: NewPartitions(total_count=4)})
+        deadline = time.monotonic() + 30
+        while owned != {0, 1, 2, 3} and time.monotonic() < deadline:
+            owned = group.poll(0.5)
+        assert owned == {0, 1, 2, 3}, f"owning {sorted(owned)} 30 s after the topic grew to 4 partitions"
+    finally:
+        admin.close()
+        group.close()
