@@ -27,12 +27,15 @@ def serve(settings: Settings, *, host: str = "127.0.0.1", port: int = 8080, limi
     import uvicorn
 
     from memfold.engine.engine import MemoryEngine
-    from memfold.engine.runtime import tune_switch_interval
+    from memfold.engine.runtime import tune_gc, tune_switch_interval
 
     from .app import close_app, create_app
     from .keys import ApiKeyStore
 
     tune_switch_interval()  # reads on the event loop wait less for the lock the folding threads hold
+    # A full collection walks every recall index and hot tail the service holds (100-200 ms, measured
+    # with gc.callbacks under benchmarks/service_load.py), and every request waits it out.
+    tune_gc()
     if settings.summarizer.processes is None:  # summarizing in a process of its own: see summarizer_processes
         settings = settings.model_copy(update={"summarizer": settings.summarizer.model_copy(update={"processes": 1})})
     role = "projector" if settings.log_url().startswith("kafka://") else "embedded"
