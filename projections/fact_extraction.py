@@ -827,8 +827,8 @@ def _extract_sentence_facts(
     """
     for s, e in sentences:
         sentence = text[s:e].strip()
-        if not sentence or _is_question(sentence):
-            continue
+        if not sentence or _is_question(sentence) or sentence.endswith(":"):
+            continue  # a lead-in ("This is confirmed by the fact that:"): what it announces follows
         if role == "assistant" and MARKDOWN_RE.search(sentence):
             continue  # a tutorial's bullet or `code` explains in general; it agrees or reports nothing
         _decision(sentence, book, source, previous)

@@ -382,7 +382,8 @@ PROVIDED_NOT_RE = re.compile(
 # An "if" that asks rather than sets a condition: "I'm wondering if this will work", "let me know if".
 ASKING_IF_RE = re.compile(
     r"\b(?:wonder(?:ing|ed)?|not sure|unsure|know|see|check(?:ing)?|ask(?:ing|ed)?|curious|doubt(?:ful)?|question"
-    r"|decide|deciding|tell me|confirm|determine|find out|figure out|evaluate|assess|test)\s+$",
+    r"|decide|deciding|tell me|confirm(?:ing)?|determin(?:e|ing)|find out|figure out|evaluat(?:e|ing)|assess(?:ing)?"
+    r"|test(?:ing)?|verif(?:y|ying)|validat(?:e|ing)|understand(?:ing)?|clarify(?:ing)?)\s+$",
     re.I,
 )
 # An "if" about the listener's wishes or doubts offers something; it sets no condition ("if you're

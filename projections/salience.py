@@ -41,6 +41,16 @@ QUESTION_WEIGHT = 0.7
 COST_EXPONENT = 0.75  # below 1: a long statement full of specifics beats two short ones that say less
 
 _MARKUP = re.compile(r"^\s*(?:#{1,6}\s+|[-*+•]\s+|\d{1,2}[.)]\s+|>\s*)|\*\*|__|`")
+# A turn's thanks or assent ("Makes sense, thanks for breaking it down!"): with fewer than
+# ACKNOWLEDGMENT_WORDS content words after it and nothing specific, the statement says nothing to keep.
+_ACKNOWLEDGMENT = re.compile(
+    r"^\W*(?:(?:ok(?:ay)?|great|perfect|awesome|cool|nice|wonderful|excellent|yes|yeah|sure|thanks?|"
+    r"thank you(?: so much| very much)?|(?:that )?makes (?:a lot of |total )?sense|sounds (?:good|great|perfect|"
+    r"like a (?:good |great |solid )?plan)|got it|i see|that helps|that's (?:helpful|great|perfect|clear))\b[\s,.!]*)+",
+    re.I,
+)
+ACKNOWLEDGMENT_WORDS = 3
+_CONNECTIVE = re.compile(r"(?:and|but|so|which|because|while|although|since)\s", re.I)
 _CLAUSE = re.compile(r";\s+|,\s+(?=(?:and|but|so|which|because|while|although|since)\s)", re.I)
 _WORD = re.compile(r"[A-Za-z][A-Za-z'’-]*|\d+(?:[.,:/-]\d+)*")
 _NUMBER = re.compile(r"(?<![\w.])\d+(?:[.,:/]\d+)*(?:\s?(?:%|ms|s|k|m|gb|mb|kb|x|h|hrs?|hours?|days?|weeks?|months?|years?|"
@@ -151,7 +161,10 @@ def _split_long(sentence: str) -> list[str]:
         parts.extend((current, tail))
     else:
         parts.append(f"{current}, {tail}" if current else tail)
-    return [p.strip(" ,") for p in parts if p.strip(" ,")]
+    parts = [p.strip(" ,") for p in parts if p.strip(" ,")]
+    # A piece opening with its connective ("which seems crucial ...", "and how it applies ...") continues
+    # the clause before it: marked, it reads as the part of a sentence it is.
+    return [f"… {p}" if i and _CONNECTIVE.match(p) else p for i, p in enumerate(parts)]
 
 
 def content_words(text: str) -> set[str]:
@@ -265,7 +278,11 @@ def _features(text: str, role: str) -> tuple[frozenset[str], float, float]:
     still holds their message, so each is analysed once.
     """
     weight = ROLE_WEIGHT.get(role, 0.3) * (QUESTION_WEIGHT if text.rstrip().endswith("?") else 1.0)
-    return frozenset(content_words(text)), _specificity(text, role), weight
+    words, specific = frozenset(content_words(text)), _specificity(text, role)
+    ack = _ACKNOWLEDGMENT.match(text)
+    if ack and not specific and len(content_words(text[ack.end():])) < ACKNOWLEDGMENT_WORDS:
+        weight = 0.0  # never chosen: its value is 0
+    return words, specific, weight
 
 
 def _position(s: Statement) -> tuple[int, int]:

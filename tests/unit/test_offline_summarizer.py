@@ -968,3 +968,24 @@ def test_same_input_same_output_across_processes_and_hash_seeds():
     assert runs[0] == runs[1]
     local = [SUMMARIZER.summarize(SummaryInput(policy="p", kind=k, messages=REFUND_CHAT, token_cap=200)) for k in ("facts", "text")]
     assert runs[0] == [[o.text, [f.model_dump(mode="json") for f in o.facts], o.prompt_hash] for o in local]
+
+
+def test_a_lead_in_to_a_list_and_a_check_whether_set_no_decision_or_condition():
+    """Seen on BEAM: "decision: This is confirmed by the fact that:" and a condition made of "I'm trying to verify if ...".
+
+    A sentence ending in a colon announces what follows; its own words hold no decision or condition. Checking,
+    verifying or understanding whether something holds asks about it, as "not sure if" does.
+    """
+    facts = facts_of(conversation(
+        ("assistant", "This is confirmed by the fact that:"),
+        ("user", "We agreed on the following:"),
+        ("user", "I'm trying to verify if P(heart or queen) = P(heart) + P(queen) is correct for a draw without replacement"),
+        ("user", "I want to understand if the refund covers the shipping for my order #4411"),
+        ("user", "I'm verifying whether the replacement ships before Friday"),
+    ))
+    assert not [k for k, (_, c) in facts.items() if c in ("DECISION", "CONDITION")], facts
+    kept = facts_of(conversation(
+        ("user", "We agreed on the following: the refund covers shipping."),
+        ("assistant", "If the parcel is not delivered by Friday, we will reship it at no cost."),
+    ))
+    assert [c for _, (_, c) in kept.items() if c in ("DECISION", "CONDITION")] == ["DECISION", "CONDITION"]

@@ -41,3 +41,34 @@ def test_a_one_sentence_message_uses_its_count_from_append_and_a_message_seen_be
     assert statements_of(two, tokens) == first and tokens.calls == counted  # the cache: no count, the same statements
     edited = MessageRecord(**{**{f: getattr(two, f) for f in two.__dataclass_fields__}, "content": "Cracked desk, order 18066."})
     assert [s.text for s in statements_of(edited, tokens)] == ["Cracked desk, order 18066."]  # other text: split anew
+
+
+def test_a_run_on_sentence_cut_at_its_clauses_marks_the_pieces_that_continue_it():
+    """A piece opening with "which", "and", "because" ... continues the clause before it: it reads "… which ..."."""
+    tokens = TokenCounter()
+    head = "I have been studying probability every evening for the last three months with a tutor from the college"
+    run_on = (f"{head}, which seems crucial for my growth as a 44-year-old colour technologist from Port Michael "
+              "who works with paint batches every single day, and I prefer step-by-step explanations with "
+              "concrete examples like coin tosses and dice rolls to grasp the fundamentals of dependent events.")
+    assert len(run_on) > 300
+    parts = [s.text for s in statements_of(message(7, run_on, tokens), tokens)]
+    assert parts[0].startswith("I have been studying") and not parts[0].startswith("…")
+    assert len(parts) > 1 and all(p.startswith("… ") for p in parts[1:]), parts
+    assert "which seems crucial" in parts[0] and parts[1].startswith("… and I prefer step-by-step")
+    assert [s.tokens for s in statements_of(message(8, run_on, tokens), tokens)] == [tokens.count(p) for p in parts]
+
+
+def test_thanks_and_assent_are_never_chosen_but_a_thanks_that_goes_on_is():
+    from memfold.projections.salience import select
+
+    tokens = TokenCounter()
+    texts = [
+        "Makes sense, thanks for breaking it down!",
+        "Sounds like a plan, thanks.",
+        "Thanks! I'll start by listing all my assets and naming Douglas as the executor.",
+        "Great, the review went well and the team approved the March launch.",
+    ]
+    statements = [s for i, t in enumerate(texts) for s in statements_of(message(20 + i, t, tokens), tokens)]
+    chosen = [s.text for s in select(statements, None)]
+    # No budget limit: everything with something to say, nothing else ("Thanks!" alone is too short a sentence).
+    assert chosen == ["I'll start by listing all my assets and naming Douglas as the executor.", texts[3]]
