@@ -351,6 +351,12 @@ def _drop_unit(units: list[str], kind: str, named: Callable[[str], int] | None =
             del units[j]
         return
     del units[-1]
+    # A heading left last heads nothing: "Messages:" and the date line of statements trimmed away.
+    while len(units) > 1 and _HEADING.match(units[-1]):
+        del units[-1]
+
+
+_HEADING = re.compile(r"\s*(?:[^\n]*:|\[\d{4}-\d{2}-\d{2}\])\s*$")
 
 
 class _Recall:

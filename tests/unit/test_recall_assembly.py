@@ -559,3 +559,18 @@ def test_a_memory_message_trimmed_to_its_header_is_dropped_whole():
     for fitted in (fit_memory([facts, topics, summary], room, COUNT), cap_digests([facts, topics, summary], room, COUNT)):
         assert [m.kind for m in fitted] == ["memory:key_facts", "memory:summary"]  # no header-only message, order kept
         assert fitted[0] == facts and fitted[1] == summary
+
+
+def test_a_digest_trimmed_from_its_end_keeps_no_heading_over_nothing():
+    """A window summary cut to its first lines: "Messages:" and a date line with their statements gone go too."""
+    from memfold.engine.ports import ContextMessage
+
+    text = ("[Previous context: Key facts:\n- order_id: #18066 (msg 221)\n- refund_amount: 293.45 EUR (msg 221)\n"
+            "Summary: The user (Mira Adeyemi) has a problem with order #18066.\nMessages:\n[2025-02-04]\n"
+            "- (2) user: Long story short, the panel is cracked.\n- (12) user: I'll print the label at the library tomorrow.]")
+    summary = ContextMessage("system", text, "memory:summary", COUNT(text) + MESSAGE_OVERHEAD)
+    kept_lines = text.split("\n")[:4]
+    room = COUNT("\n".join(kept_lines)) + MESSAGE_OVERHEAD + 3  # the summary line fits, "Messages:" could too
+    for fitted in (fit_memory([summary], room, COUNT), cap_digests([summary], room, COUNT)):
+        assert [m.content for m in fitted] == ["\n".join(kept_lines)]
+        assert fitted[0].tokens == COUNT(fitted[0].content) + MESSAGE_OVERHEAD <= room
