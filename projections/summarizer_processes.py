@@ -36,9 +36,10 @@ from .offline_summarizer import OfflineSummarizer
 _CHILD: OfflineSummarizer | None = None
 
 
-def _start_child(encoding: str, niceness: int, parent: int) -> None:
-    """Initializer of a worker process: lower its priority, outlive no parent, build its summarizer."""
+def _start_child(encoding: str, niceness: int, parent: int, started) -> None:
+    """Initializer of a worker process: report its pid on ``started``, lower its priority, outlive no parent."""
     global _CHILD
+    started.put(os.getpid())
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the parent stops us
     if niceness:
         try:
@@ -77,6 +78,8 @@ class ProcessSummarizer:
         self.niceness = niceness
         self._local = OfflineSummarizer(encoding=encoding)  # identity() only: no call runs here
         self._pool: ProcessPoolExecutor | None = None
+        self._started = None  # the pool's workers put their pids here as they start (a SimpleQueue)
+        self._pids: set[int] = set()  # the pids read from it so far
         self._lock = threading.Lock()
         self._closed = False
 
@@ -102,17 +105,23 @@ class ProcessSummarizer:
             if self._closed:
                 raise SummarizerError("the summarizer processes are shut down")
             if self._pool is None:
+                context = multiprocessing.get_context("spawn")
+                self._started, self._pids = context.SimpleQueue(), set()
                 self._pool = ProcessPoolExecutor(
-                    self.processes, mp_context=multiprocessing.get_context("spawn"),
-                    initializer=_start_child, initargs=(self.encoding, self.niceness, os.getpid()),
+                    self.processes, mp_context=context,
+                    initializer=_start_child, initargs=(self.encoding, self.niceness, os.getpid(), self._started),
                 )
             return self._pool
 
     def pids(self) -> list[int]:
         """Return the ids of the worker processes running now (the pool starts them as calls need them; at least one)."""
         pool = self._executor()
-        pool.submit(int).result()  # the pool starts its processes on demand
-        return sorted(pool._processes)  # noqa: SLF001 (the executor has no public accessor)
+        pool.submit(int).result()  # the pool starts its processes on demand; each reports as it starts
+        with self._lock:
+            started = self._started if self._pool is pool else None
+            while started is not None and not started.empty():
+                self._pids.add(started.get())
+            return sorted(self._pids)
 
     def close(self) -> None:
         """Stop the worker processes (calls in flight finish first). Idempotent."""
