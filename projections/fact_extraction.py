@@ -288,6 +288,10 @@ class FactBook:
         if at is not None:
             self._dates[source] = at
 
+    def said_on(self, source: int | None) -> datetime | None:
+        """Return when message ``source`` was written (None when unknown)."""
+        return None if source is None else self._dates.get(source)
+
     def put(
         self, key: str, value: str, source: int | None, category: str | None = None,
         stated_at: datetime | None = None, stated_in: int | None = None,
@@ -772,8 +776,31 @@ def _put_value(
     if subject:
         book.put_subject(subject, value, source)  # named by its own subject: a new value is that thing's new value
         return
+    if stem == "date" and at is not None and _on_the_day(at, book.said_on(source)):
+        return  # "my current focus on April 5, 2024", said that day: the message's own date, no fact
     if not _corrects(book, pattern, spell, value, source, sentence, at):
         book.put_bare(stem, value, source)
+
+
+_MONTH_NUMBERS = {m: i for i, m in enumerate(
+    ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"), start=1)}
+
+
+def _on_the_day(m: re.Match[str], said: datetime | None) -> bool:
+    """True when the date a DATE_RE match spells is the day ``said`` (a date without a year: its month and day)."""
+    if said is None:
+        return False
+    if m.group("iso"):
+        return m.group("iso") == said.date().isoformat()
+    spelled = (m.group("md") or m.group("dm")).lower()
+    month = re.search(r"[a-z]{3}", spelled.replace("of ", ""))
+    numbers = [int(n) for n in re.findall(r"\d+", spelled)]
+    if month is None or not numbers:
+        return False
+    day = numbers[0]
+    year = numbers[1] if len(numbers) > 1 else None
+    return (_MONTH_NUMBERS.get(month.group(0)) == said.month and day == said.day
+            and (year is None or year == said.year))
 
 
 def _owner_key(text: str, pos: int, role: str, own: str, other: str, value: str, book: FactBook) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -989,3 +990,20 @@ def test_a_lead_in_to_a_list_and_a_check_whether_set_no_decision_or_condition():
         ("assistant", "If the parcel is not delivered by Friday, we will reship it at no cost."),
     ))
     assert [c for _, (_, c) in kept.items() if c in ("DECISION", "CONDITION")] == ["DECISION", "CONDITION"]
+
+
+def test_a_date_nothing_names_said_on_that_very_day_is_no_fact():
+    """BEAM: "considering my current focus on April 5, 2024", written on April 5, 2024, was kept as date_138."""
+    day = datetime(2024, 4, 5, 9, 0, tzinfo=UTC)
+    chat = conversation(
+        ("user", "I'm now ready to tackle permutations, considering my current focus on April 5, 2024"),
+        ("user", "What about 2024-04-05 and the 5th of April? And on April 19 I will know more."),
+        ("user", "I read about it on April 5, 2023 in a book."),
+    )
+    chat = tuple(dataclasses.replace(m, occurred_at=day) for m in chat)
+    facts = facts_of(chat)
+    assert sorted(v for k, (v, _) in facts.items() if k.startswith("date")) == ["April 19", "April 5, 2023"]
+    named = facts_of(tuple(dataclasses.replace(m, occurred_at=day) for m in conversation(
+        ("user", "My deadline is April 5, 2024."),
+    )))
+    assert named["deadline"][0] == "April 5, 2024"  # a named date of that day is still the deadline
