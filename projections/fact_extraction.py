@@ -505,10 +505,21 @@ def _nearest_subject(text: str, pos: int, *, before_only: bool = False) -> str |
     return best[1] if best else None
 
 
-def _keywords_around(rules: list[tuple[re.Pattern[str], str]], sentence: str, pos: int) -> tuple[str, str]:
-    """Return the keys of the keywords nearest before and nearest after ``pos`` in ``sentence`` ("" where none)."""
+# A keyword after a value names it unless another value follows the keyword this closely: "today is
+# January 10 and you have until February 1" - "until" is February 1's deadline, not January 10's.
+KEYWORD_INTRODUCES_CHARS = 24
+
+
+def _keywords_around(
+    rules: list[tuple[re.Pattern[str], str]], sentence: str, pos: int, value: re.Pattern[str] | None = None,
+) -> tuple[str, str]:
+    """Return the keys of the keywords nearest before and nearest after ``pos`` in ``sentence`` ("" where none).
+
+    With ``value`` (the pattern of the value at ``pos``), a keyword after it that another such value
+    follows within :data:`KEYWORD_INTRODUCES_CHARS` introduces that one, and is not returned.
+    """
     before: tuple[int, str] | None = None
-    after: tuple[int, str] | None = None
+    after: tuple[int, int, str] | None = None
     for pattern, key in rules:
         for m in pattern.finditer(sentence):
             if m.end() <= pos:
@@ -516,8 +527,10 @@ def _keywords_around(rules: list[tuple[re.Pattern[str], str]], sentence: str, po
                     before = (m.end(), key)
             elif m.start() >= pos:
                 if after is None or m.start() < after[0]:
-                    after = (m.start(), key)
-    return (before[1] if before else ""), (after[1] if after else "")
+                    after = (m.start(), m.end(), key)
+    if after is not None and value is not None and value.search(sentence, after[1], after[1] + KEYWORD_INTRODUCES_CHARS):
+        after = None
+    return (before[1] if before else ""), (after[2] if after else "")
 
 
 def _keyword_key(rules: list[tuple[re.Pattern[str], str]], sentence: str, pos: int, default: str) -> str:
@@ -754,7 +767,7 @@ def _put_value(
     as the new value of the one it corrects (``pattern``/``spell`` read that one), else bare. With no
     keyword before it, an amount said of a thing ("a $2,000 penalty", :func:`_attributive`) is that
     thing's, and a date said of an event ("my therapy session on March 10", :func:`_dated_thing`) that event's."""
-    key, after = _keywords_around(rules, sentence, pos)
+    key, after = _keywords_around(rules, sentence, pos, pattern)
     subject = None if key else _json_key(sentence, pos, f"_{stem}") or _subject_key(sentence, pos, f"_{stem}")
     at = pattern.match(sentence, pos) if not key and not subject else None
     if at is not None and stem == "date":

@@ -16,7 +16,7 @@ from memfold.engine.events import Fact, ToolCall
 from memfold.engine.ports import MessageRecord, SummaryInput
 from memfold.engine.tokens import counter
 from memfold.projections.fact_extraction import FactBook, extract_facts
-from memfold.projections.offline_summarizer import OfflineSummarizer
+from memfold.projections.offline_summarizer import RULES_VERSION, OfflineSummarizer
 
 T0 = datetime(2024, 3, 1, 12, 0, tzinfo=UTC)
 TOKENS = counter()
@@ -731,7 +731,7 @@ def test_narrative_says_who_wants_what_what_was_agreed_and_the_state_then_the_da
     assert "Current state: order status cancelled" in opener
     assert lines[0] == "[2024-03-01]"  # the statements, under the date they were made
     assert "- (0) user: Hi, my name is Maria Lopez. \u2026 I'd like to cancel order #1234, it hasn't shipped yet." in lines
-    assert out.model == "offline-salience-41" and len(out.prompt_hash) == 64
+    assert out.model == RULES_VERSION and len(out.prompt_hash) == 64  # the model label names the rules that wrote it
     assert out.tokens_in > 0 and out.tokens_out > TOKENS.count(out.text)
 
 
@@ -1007,3 +1007,20 @@ def test_a_date_nothing_names_said_on_that_very_day_is_no_fact():
         ("user", "My deadline is April 5, 2024."),
     )))
     assert named["deadline"][0] == "April 5, 2024"  # a named date of that day is still the deadline
+
+
+def test_a_keyword_after_a_date_that_introduces_the_next_date_names_that_one():
+    """BEAM: "Assuming today is January 10 and you have until February 1" gave "deadline: February 1 (was: January 10)"."""
+    book = FactBook()
+    chat = conversation(
+        ("assistant", "Assuming today is March 10 and you have until April 1 to meet your goal, you have 22 days."),
+        ("user", "The parcel comes on May 3 for the delivery window."),
+    )
+    from memfold.projections.fact_extraction import read_message
+
+    for m in chat:
+        read_message(m, book)
+    facts = [(f.key, f.value, f.superseded_by) for f in book.facts()]
+    assert ("deadline", "April 1", None) in facts
+    assert not [f for f in facts if f[0] == "deadline" and f[1] == "March 10"]  # no lineage through the other date
+    assert ("delivery_date", "May 3", None) in facts  # a keyword after its own date still names it
