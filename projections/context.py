@@ -290,7 +290,7 @@ def _fit_slots(
         digests = [j for j in cut if out[j].kind not in FACT_KINDS]
         i = max(digests or cut, key=lambda j: (out[j].tokens, j))
         _drop_unit(parts[i], out[i].kind, named if terms else None)
-        if len(parts[i]) == 1 and parts[i][0].rstrip().endswith(":"):  # a header over nothing says nothing
+        if len(parts[i]) == 1 and _HEADING.match(parts[i][0]):  # a heading over nothing says nothing
             out[i] = None
             continue
         sep = "\n" if "\n" in out[i].content else " "
@@ -337,6 +337,10 @@ def _can_drop(units: list[str], kind: str) -> bool:
     return len(units) > 1
 
 
+# A line that heads what follows it: "Messages:", "Earlier topics of this conversation:", "[2025-02-04]".
+_HEADING = re.compile(r"\s*(?:[^\n]*:|\[\d{4}-\d{2}-\d{2}\])\s*$")
+
+
 def _drop_unit(units: list[str], kind: str, named: Callable[[str], int] | None = None) -> None:
     """Drop the least valuable unit of a memory message: its oldest fact (and a date line left empty), else its last.
 
@@ -354,9 +358,6 @@ def _drop_unit(units: list[str], kind: str, named: Callable[[str], int] | None =
     # A heading left last heads nothing: "Messages:" and the date line of statements trimmed away.
     while len(units) > 1 and _HEADING.match(units[-1]):
         del units[-1]
-
-
-_HEADING = re.compile(r"\s*(?:[^\n]*:|\[\d{4}-\d{2}-\d{2}\])\s*$")
 
 
 class _Recall:
