@@ -725,7 +725,11 @@ def _extract_amounts(text: str, sentences: list[tuple[int, int]], book: FactBook
         _put_value(book, AMOUNT_KEYS, "amount", _amount(m), source, text, text[s:e], m.start() - s, AMOUNT_RE, _amount)
 
 
-def _extract_dates(text: str, sentences: list[tuple[int, int]], book: FactBook, source: int | None, spans: _Spans) -> None:
+def _extract_dates(
+    text: str, sentences: list[tuple[int, int]], book: FactBook, source: int | None, spans: _Spans, bare: bool = True,
+) -> None:
+    """Read the dates of ``text``; ``bare`` False keeps only those something names (a tutorial's worked example
+    "the probability that it will rain on February 15, given that it rained on February 14" dates nothing)."""
     for m in DATE_RE.finditer(text):
         if not spans.free(m.start(), m.end()):
             continue
@@ -733,7 +737,7 @@ def _extract_dates(text: str, sentences: list[tuple[int, int]], book: FactBook, 
         if SUPERSEDED_RE.search(text[max(0, m.start() - 24) : m.start()]):
             continue  # "on May 5, not May 3": a denied or an old date
         s, e = sentence_at(text, sentences, m.start())
-        _put_value(book, DATE_KEYS, "date", _date(m), source, text, text[s:e], m.start() - s, DATE_RE, _date)
+        _put_value(book, DATE_KEYS, "date", _date(m), source, text, text[s:e], m.start() - s, DATE_RE, _date, bare)
 
 
 # After a value, what makes it the correction of the value named next: "£3,347.10 per month, not
@@ -762,11 +766,13 @@ def _corrects(
 def _put_value(
     book: FactBook, rules: list[tuple[re.Pattern[str], str]], stem: str, value: str, source: int | None,
     text: str, sentence: str, pos: int, pattern: re.Pattern[str], spell: Callable[[re.Match[str]], str],
+    bare: bool = True,
 ) -> None:
     """Keep an amount or date at ``pos`` in ``sentence``: under its keyword's key, else its subject's, else
     as the new value of the one it corrects (``pattern``/``spell`` read that one), else bare. With no
     keyword before it, an amount said of a thing ("a $2,000 penalty", :func:`_attributive`) is that
-    thing's, and a date said of an event ("my therapy session on March 10", :func:`_dated_thing`) that event's."""
+    thing's, and a date said of an event ("my therapy session on March 10", :func:`_dated_thing`) that event's.
+    With ``bare`` False a value nothing names is not kept."""
     key, after = _keywords_around(rules, sentence, pos, pattern)
     subject = None if key else _json_key(sentence, pos, f"_{stem}") or _subject_key(sentence, pos, f"_{stem}")
     at = pattern.match(sentence, pos) if not key and not subject else None
@@ -791,7 +797,7 @@ def _put_value(
         return
     if stem == "date" and at is not None and _on_the_day(at, book.said_on(source)):
         return  # "my current focus on April 5, 2024", said that day: the message's own date, no fact
-    if not _corrects(book, pattern, spell, value, source, sentence, at):
+    if not _corrects(book, pattern, spell, value, source, sentence, at) and bare:
         book.put_bare(stem, value, source)
 
 
@@ -1220,11 +1226,11 @@ def read_message(message: MessageRecord, book: FactBook, previous: str | None = 
         _extract_items(text, book, source)
     if message.role == "assistant" and len(text) > TUTORIAL_CHARS:
         _skip_tutorial_lines(text, spans)
+    tutorial = message.role == "assistant" and len(text) > TUTORIAL_CHARS
     if has_digit:
-        _extract_dates(text, sentences, book, source, spans)
+        _extract_dates(text, sentences, book, source, spans, bare=not tutorial)
         _extract_amounts(text, sentences, book, source, spans)
     if message.role in ("user", "assistant", "summary"):
-        tutorial = message.role == "assistant" and len(text) > TUTORIAL_CHARS
         _extract_sentence_facts(text, sentences, message.role, book, source, previous, tutorial)
     if message.role == "user":
         _extract_first_person(text, sentences, book, source)

@@ -1024,3 +1024,17 @@ def test_a_keyword_after_a_date_that_introduces_the_next_date_names_that_one():
     assert ("deadline", "April 1", None) in facts
     assert not [f for f in facts if f[0] == "deadline" and f[1] == "March 10"]  # no lineage through the other date
     assert ("delivery_date", "May 3", None) in facts  # a keyword after its own date still names it
+
+
+def test_a_long_answers_worked_example_dates_nothing_but_its_named_dates_stay():
+    """BEAM: an assistant's 1,500-character explanation gave date_69 from "given that it rained on February 14, 2024"."""
+    filler = "Conditional probability is the probability of an event given that another event has already occurred. " * 10
+    answer = (f"{filler}In your case, we want the probability that it will rain on March 15, 2024, given that it "
+              "rained on March 14, 2024. Your exam deadline is still April 2, 2024.")
+    assert len(answer) > 1000
+    facts = facts_of(conversation(("assistant", answer)))
+    dates = {k: v for k, (v, c) in facts.items() if c == "DATE" or k.endswith("date") or k.startswith("date")}
+    assert not [k for k in dates if k.startswith("date")], dates  # no bare date from the example
+    assert facts["deadline"][0] == "April 2, 2024"
+    short = facts_of(conversation(("assistant", "It rained on March 14, 2024, so the pitch was closed.")))
+    assert [v for k, (v, _) in short.items() if k.startswith("date")] == ["March 14, 2024"]  # a short reply still records it
