@@ -237,8 +237,7 @@ class DenseIndex:
             "embedder": [self.name] * len(items), "idx": pa.array([k[2] for k, _ in items], pa.int64()),
             "content_hash": hashes, "vector": pa.array([known[h] for h in hashes], pa.list_(pa.float32())),
         })
-        # The store's write lock: no insert while a batch, an erase or a file swap is being written.
-        with self.store._write_lock:
+        with self.store.write_lock():  # no insert while a batch, an erase or a file swap is being written
             try:
                 cur.register("_dense_batch", batch)
                 cur.execute(

@@ -221,6 +221,13 @@ class DuckDBProjectionStore:
             self._open.wait(15.0)
         return self._con.cursor()
 
+    def write_lock(self) -> threading.Lock:
+        """Return the lock every write of this store holds: a writer beside the projector (the dense index) takes it too.
+
+        While it is held no batch, erase or file swap is written.
+        """
+        return self._write_lock
+
     def close(self) -> None:
         """Checkpoint and close the store; further calls fail.
 
