@@ -440,6 +440,10 @@ class _Recall:
                 self.seen.update(analyze(m.content))
         return True
 
+    def _quoted(self, group: Sequence[MessageRecord]) -> bool:
+        """True when ``group`` is one turn the memory quotes whole (see :meth:`_quotes`)."""
+        return len(group) == 1 and self._quotes(group[0])
+
     def _quotes(self, m: MessageRecord) -> bool:
         """True when the memory quotes ``m`` whole already (recalling it would say it twice); searched once per message."""
         if not self.quoted or len(m.content) < QUOTED_CHARS:
@@ -518,7 +522,7 @@ class _Recall:
             size = OVERVIEW_TOKENS if overview else sizes[taken] if taken < len(sizes) else EXCERPT_TOKENS
             if unit is None:
                 continue
-            quoted = len(unit) == 1 and unit[0].index not in self.chosen and self._quotes(unit[0])
+            quoted = unit[0].index not in self.chosen and self._quoted(unit)
             if not quoted:  # a turn the memory quotes is in the context already: its other half may not be
                 if not self._take(unit, terms, size):
                     continue
@@ -540,7 +544,7 @@ class _Recall:
         rest = self.remaining - min(self.remaining, floor)
         self.remaining -= rest
         for group in reversed(tool_groups(self.older.newest(before, self.remaining))):
-            if len(group) == 1 and self._quotes(group[0]):
+            if self._quoted(group):
                 continue
             if not self._free(group) or not _complete(group) or not self._take(group):
                 break
@@ -554,7 +558,7 @@ class _Recall:
             if not batch:
                 return
             for group in reversed(tool_groups(batch)):
-                if not self._free(group) or (len(group) == 1 and self._quotes(group[0])):
+                if not self._free(group) or self._quoted(group):
                     continue
                 if not self._take(group) and _complete(group):
                     return  # the newest that does not fit ends the fill (newest-first, like takeLast)

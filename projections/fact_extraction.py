@@ -812,7 +812,7 @@ def _on_the_day(m: re.Match[str], said: datetime | None) -> bool:
     if m.group("iso"):
         return m.group("iso") == said.date().isoformat()
     spelled = (m.group("md") or m.group("dm")).lower()
-    month = re.search(r"[a-z]{3}", spelled.replace("of ", ""))
+    month = re.search(r"[a-z]{3}", spelled)  # "15th of february": "th" and "of" are too short to match
     numbers = [int(n) for n in re.findall(r"\d+", spelled)]
     if month is None or not numbers:
         return False
@@ -1224,9 +1224,9 @@ def read_message(message: MessageRecord, book: FactBook, previous: str | None = 
     if has_digit:
         _extract_ids(text, book, source, spans)
         _extract_items(text, book, source)
-    if message.role == "assistant" and len(text) > TUTORIAL_CHARS:
-        _skip_tutorial_lines(text, spans)
     tutorial = message.role == "assistant" and len(text) > TUTORIAL_CHARS
+    if tutorial:
+        _skip_tutorial_lines(text, spans)
     if has_digit:
         _extract_dates(text, sentences, book, source, spans, bare=not tutorial)
         _extract_amounts(text, sentences, book, source, spans)

@@ -50,8 +50,10 @@ _ACKNOWLEDGMENT = re.compile(
     re.I,
 )
 ACKNOWLEDGMENT_WORDS = 3
-_CONNECTIVE = re.compile(r"(?:and|but|so|which|because|while|although|since)\s", re.I)
-_CLAUSE = re.compile(r";\s+|,\s+(?=(?:and|but|so|which|because|while|although|since)\s)", re.I)
+# The words a run-on sentence's clauses open with: it is cut before them, and a piece opening with one is marked.
+_CONNECTIVES = r"(?:and|but|so|which|because|while|although|since)\s"
+_CONNECTIVE = re.compile(_CONNECTIVES, re.I)
+_CLAUSE = re.compile(rf";\s+|,\s+(?={_CONNECTIVES})", re.I)
 _WORD = re.compile(r"[A-Za-z][A-Za-z'’-]*|\d+(?:[.,:/-]\d+)*")
 _NUMBER = re.compile(r"(?<![\w.])\d+(?:[.,:/]\d+)*(?:\s?(?:%|ms|s|k|m|gb|mb|kb|x|h|hrs?|hours?|days?|weeks?|months?|years?|"
                      r"minutes?|mins?|seconds?|km|kg|lbs?|miles?|users?|commits?))?\b", re.I)
