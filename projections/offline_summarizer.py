@@ -114,7 +114,7 @@ def fit(text: str, tokens: TokenCounter, token_cap: int | None, char_cap: int | 
     """Return ``text`` cut (at a word boundary when possible) so it fits both caps; never over."""
     if char_cap is not None and len(text) > char_cap:
         text = _cut_chars(text, char_cap)
-    if token_cap is None or tokens.count(text) <= token_cap:
+    if token_cap is None or tokens.count_lines(text) <= token_cap:
         return text
     budget = token_cap
     while budget > 0:
@@ -122,7 +122,7 @@ def fit(text: str, tokens: TokenCounter, token_cap: int | None, char_cap: int | 
         if " " in cut.strip() and not text.startswith(cut + " "):
             cut = cut[: cut.rstrip().rfind(" ")].rstrip()
         cut = cut.rstrip()
-        if tokens.count(cut) <= token_cap and (char_cap is None or len(cut) <= char_cap):
+        if tokens.count_lines(cut) <= token_cap and (char_cap is None or len(cut) <= char_cap):
             return cut
         budget -= 1
     return ""
@@ -136,7 +136,7 @@ def _cut_chars(text: str, char_cap: int) -> str:
 
 
 def _fits(text: str, tokens: TokenCounter, token_cap: int | None, char_cap: int | None) -> bool:
-    return (char_cap is None or len(text) <= char_cap) and (token_cap is None or tokens.count(text) <= token_cap)
+    return (char_cap is None or len(text) <= char_cap) and (token_cap is None or tokens.count_lines(text) <= token_cap)
 
 
 # --------------------------------------------------------------------------- statements as lines
@@ -220,7 +220,7 @@ def _parse_summary(text: str | None, tokens: TokenCounter) -> _Parsed:
         elif section == _SECTION_MESSAGES and (m := _MESSAGE_LINE.match(line)):
             idx, role = int(m.group("idx")), m.group("role")
             for order, part in enumerate(m.group("rest").split(_JOIN)):
-                statements.append(Statement(idx, role, day, order, part, tokens.count(part)))
+                statements.append(Statement(idx, role, day, order, part, tokens.count_lines(part)))
     return _Parsed(facts, statements, earlier)
 
 
@@ -229,11 +229,11 @@ def _message_statements(message: MessageRecord, names: dict[str, str], tokens: T
     day = message.occurred_at.date().isoformat() if message.occurred_at is not None else None
     if message.role == "tool":
         text = clip(f"result {tool_label(message, names)}: {message.content}", MAX_LINE_CHARS)
-        return [Statement(message.index, "tool", day, 0, text, tokens.count(text))]
+        return [Statement(message.index, "tool", day, 0, text, tokens.count_lines(text))]
     if message.tool_calls:
         calls = ", ".join(f"{c.name}({c.arguments})" for c in message.tool_calls)
         text = clip(f"called {calls}", MAX_LINE_CHARS)
-        head = [Statement(message.index, message.role, day, 0, text, tokens.count(text))]
+        head = [Statement(message.index, message.role, day, 0, text, tokens.count_lines(text))]
         rest = statements_from_text(message.content, message.index, message.role, day, tokens)
         return head + [Statement(s.index, s.role, s.day, s.order + 1, s.text, s.tokens) for s in rest]
     return statements_of(message, tokens)
@@ -276,18 +276,18 @@ class OfflineSummarizer:
         # A plain message's text is its content, counted once at append (``tokens``, with MESSAGE_OVERHEAD).
         tokens_in = sum(
             m.tokens - MESSAGE_OVERHEAD if m.tokens > MESSAGE_OVERHEAD and m.role != "tool" and not m.tool_calls
-            else self._tokens.count(message_text(m, names))
+            else self._tokens.count_lines(message_text(m, names))
             for m in request.messages
         )
-        tokens_in += self._tokens.count(request.existing_summary or "")
-        tokens_in += self._tokens.count(render_facts(request.existing_facts))
+        tokens_in += self._tokens.count_lines(request.existing_summary or "")
+        tokens_in += self._tokens.count_lines(render_facts(request.existing_facts))
         if request.kind == "facts":
             text, facts = self._facts(request)
-            tokens_out = self._tokens.count(text) + self._tokens.count(render_facts(facts))
+            tokens_out = self._tokens.count_lines(text) + self._tokens.count_lines(render_facts(facts))
         else:
             text, carried, listed = self._text(request)
             facts = carried if _carries(request) else listed
-            tokens_out = self._tokens.count(text)
+            tokens_out = self._tokens.count_lines(text)
         return SummaryOutput(
             text=text, facts=facts, model=model, prompt_hash=phash, tokens_in=tokens_in, tokens_out=tokens_out
         )
@@ -301,7 +301,7 @@ class OfflineSummarizer:
         opener = fit(narrative(book, request.messages), self._tokens, tc, cc)
         names = tool_names(request.messages)
         pool = [s for m in request.messages for s in _message_statements(m, names, self._tokens)]
-        lines_budget = None if tc is None else tc - self._tokens.count(opener) - 1
+        lines_budget = None if tc is None else tc - self._tokens.count_lines(opener) - 1
         chars_budget = None if cc is None else cc - len(opener) - 1
         chosen = self._fill(pool, lines_budget, chars_budget, lambda st: "\n".join(render_lines(st)))
         lines = render_lines(chosen)
@@ -359,7 +359,7 @@ class OfflineSummarizer:
         entries = self._fit_facts(all_entries, tc, cc, share, carried)
         story = _first_sentence(narrative(book, messages))
         head = _render_text(entries, story, None, [])
-        lines_tc = None if tc is None else tc - tokens.count(head) - 2
+        lines_tc = None if tc is None else tc - tokens.count_lines(head) - 2
         lines_cc = None if cc is None else cc - len(head) - 2
 
         def render(st: Sequence[Statement]) -> str:
@@ -392,7 +392,7 @@ class OfflineSummarizer:
         chosen = select(pool, tc, cc, line_tokens=LINE_TOKENS, line_chars=LINE_CHARS)
         for _ in range(2):
             text = rendered(chosen)
-            slack_t = None if tc is None else tc - self._tokens.count(text)
+            slack_t = None if tc is None else tc - self._tokens.count_lines(text)
             slack_c = None if cc is None else cc - len(text)
             if (slack_t is not None and slack_t < 12) or (slack_c is not None and slack_c < 48) or (slack_t is None and slack_c is None):
                 break
@@ -421,7 +421,7 @@ class OfflineSummarizer:
             gone = {id(e) for e in order[:k]}
             kept = [x for x in entries if id(x) not in gone]
             block = _render_text(kept, "", None, [])
-            if (tc is None or self._tokens.count(block) <= tc * share) and (cc is None or len(block) <= cc * share):
+            if (tc is None or self._tokens.count_lines(block) <= tc * share) and (cc is None or len(block) <= cc * share):
                 return kept
         return []
 
