@@ -1204,11 +1204,100 @@ def retracted_stems(text: str, role: str) -> list[str]:
 _DIGIT = re.compile(r"\d")
 
 
+# ----------------------------------------------------------------------------- reading a message again
+#
+# A summary reads every message it covers, and the next version reads most of them again (a sliding
+# window's catch-up, hierarchical's whole history, a replay with other settings): reading is nearly
+# all of the offline summarizer's time there. What reading a message does to a book is the calls it
+# makes on it, and it makes the same calls as long as the book answers them the same: the extractors
+# are pure functions of the message, ``previous`` and the book's answers. So the calls of a reading
+# are kept (its *trace*), and the next reading of the same message makes them again on the new book,
+# checking each answer against the kept one. All equal: done, exactly as reading it would have left
+# the book. One differs: every call up to it is the one reading would have made too, so reading runs
+# from the start with those calls' answers handed back instead of made again, then goes on for real.
+
+_TRACES: dict[tuple, tuple[tuple[str, tuple, tuple, object], ...]] = {}
+# Traces kept (then all forgotten, and kept again as messages are read): a few MB of tuples.
+TRACES_MAX = 20_000
+_PLAIN = (str, int, float, bool, type(None), datetime)
+
+
+def _plain(value: object) -> bool:
+    """True for a value a trace can keep and compare: immutable scalars, and lists/tuples of them."""
+    if isinstance(value, (list, tuple)):
+        return all(isinstance(v, _PLAIN) for v in value)
+    return isinstance(value, _PLAIN)
+
+
+class _TracedBook:
+    """A :class:`FactBook` seen through while a message is read: every call is made and kept with its answer.
+
+    ``made`` are calls already made on the book (with their answers) by a trace that stopped matching:
+    the first ``len(made)`` calls get those answers back and are not made again.
+    """
+
+    __slots__ = ("_book", "_made", "calls", "keepable")
+
+    def __init__(self, book: FactBook, made: Sequence[tuple[str, tuple, tuple, object]] = ()) -> None:
+        self._book = book
+        self._made = made
+        self.calls: list[tuple[str, tuple, tuple, object]] = []
+        self.keepable = True
+
+    def __getattr__(self, name: str) -> Callable[..., object]:
+        method = getattr(self._book, name)
+
+        def call(*args: object, **kwargs: object) -> object:
+            named = tuple(sorted(kwargs.items())) if kwargs else ()
+            k = len(self.calls)
+            if k < len(self._made):
+                made_name, made_args, made_kwargs, answer = self._made[k]
+                if (made_name, made_args, made_kwargs) != (name, args, named):
+                    raise RuntimeError(f"reading a message again diverged at call {k}: {name} after {made_name}")
+            else:
+                answer = method(*args, **kwargs)
+            if self.keepable and not (_plain(args) and _plain(tuple(kwargs.values())) and _plain(answer)):
+                self.keepable = False
+            self.calls.append((name, args, named, list(answer) if isinstance(answer, list) else answer))
+            return answer
+
+        return call
+
+
+def _again(trace: Sequence[tuple[str, tuple, tuple, object]], book: FactBook) -> tuple[list, bool]:
+    """Make ``trace``'s calls on ``book`` while each answers as it did; return the calls made and whether all did."""
+    made = []
+    for name, args, named, answer in trace:
+        now = getattr(book, name)(*args, **dict(named))
+        made.append((name, args, named, now))
+        if now != answer:
+            return made, False
+    return made, True
+
+
 def read_message(message: MessageRecord, book: FactBook, previous: str | None = None) -> None:
     """Fold one message's facts into ``book``: retractions first, then every extractor, latest wins.
 
-    ``previous`` is the other side's last message: a bare "Deal, agreed." refers to it.
+    ``previous`` is the other side's last message: a bare "Deal, agreed." refers to it. A message
+    read before is read again from its trace (above), with the same result.
     """
+    calls = tuple(c.arguments for c in message.tool_calls) if message.tool_calls else None
+    key = (message.content, message.role, message.index, message.occurred_at, calls, previous)
+    made: Sequence[tuple[str, tuple, tuple, object]] = ()
+    trace = _TRACES.get(key)
+    if trace is not None:
+        made, whole = _again(trace, book)
+        if whole:
+            return
+    traced = _TracedBook(book, made)
+    _read(message, traced, previous)  # type: ignore[arg-type]  # a FactBook to the extractors
+    if traced.keepable:
+        if len(_TRACES) >= TRACES_MAX:
+            _TRACES.clear()
+        _TRACES[key] = tuple(traced.calls)
+
+
+def _read(message: MessageRecord, book: FactBook, previous: str | None) -> None:
     text = CODE_BLOCK_RE.sub("\n", message.content)  # code is not what anyone said: no facts in it
     if message.tool_calls:
         text = f"{text}\n" + "\n".join(c.arguments for c in message.tool_calls)
