@@ -19,9 +19,9 @@ DEFAULT_ENCODING = "cl100k_base"
 # Chat formatting cost of one message (OpenAI cookbook: 3 per message + 1 for the role name).
 MESSAGE_OVERHEAD = 4
 # TokenCounter.count_lines remembers this many line counts (then starts over), each line up to
-# LINE_MEMO_CHARS long (a longer one is counted every time): at most a few MB of strings.
-LINE_MEMO_SIZE = 50_000
-LINE_MEMO_CHARS = 2_000
+# LINE_MEMO_CHARS long (a longer one is counted every time): at most 20 M characters of lines.
+LINE_MEMO_SIZE = 20_000
+LINE_MEMO_CHARS = 1_000
 # The encodings whose split pattern keeps every piece within a line (checked for each: test_token_lines).
 # Not GPT-2's (r50k/p50k): there "a \nb" splits as "a", " ", "\n", "b" but "a \n" alone as "a", " \n".
 LINE_ADDITIVE_ENCODINGS = frozenset({"cl100k_base"})

@@ -9,6 +9,7 @@ updates (the latest mention of a key wins). The patterns live in
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -1217,8 +1218,12 @@ _DIGIT = re.compile(r"\d")
 # from the start with those calls' answers handed back instead of made again, then goes on for real.
 
 _TRACES: dict[tuple, tuple[tuple[str, tuple, tuple, object], ...]] = {}
-# Traces kept (then all forgotten, and kept again as messages are read): a few MB of tuples.
+# Traces kept, and characters of message text their keys hold (a message and the one before it):
+# past either, all are forgotten and kept again as messages are read. At most tens of MB.
 TRACES_MAX = 20_000
+TRACES_MAX_CHARS = 8_000_000
+_traces_chars = 0
+_TRACES_LOCK = threading.Lock()  # the summarizer's threads read messages at once
 _PLAIN = (str, int, float, bool, type(None), datetime)
 
 
@@ -1291,10 +1296,28 @@ def read_message(message: MessageRecord, book: FactBook, previous: str | None = 
             return
     traced = _TracedBook(book, made)
     _read(message, traced, previous)  # type: ignore[arg-type]  # a FactBook to the extractors
-    if traced.keepable:
-        if len(_TRACES) >= TRACES_MAX:
+    chars = len(message.content) + len(previous or "")
+    if traced.keepable and chars <= TRACES_MAX_CHARS // 100:
+        _keep(key, tuple(traced.calls), chars)
+
+
+def forget_traces() -> None:
+    """Forget every trace kept: the next reading of each message is made in full."""
+    global _traces_chars
+    with _TRACES_LOCK:
+        _TRACES.clear()
+        _traces_chars = 0
+
+
+def _keep(key: tuple, trace: tuple[tuple[str, tuple, tuple, object], ...], chars: int) -> None:
+    global _traces_chars
+    with _TRACES_LOCK:
+        if len(_TRACES) >= TRACES_MAX or _traces_chars + chars > TRACES_MAX_CHARS:
             _TRACES.clear()
-        _TRACES[key] = tuple(traced.calls)
+            _traces_chars = 0
+        if key not in _TRACES:
+            _traces_chars += chars
+        _TRACES[key] = trace
 
 
 def _read(message: MessageRecord, book: FactBook, previous: str | None) -> None:

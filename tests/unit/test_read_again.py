@@ -66,7 +66,7 @@ EXISTING = [
        st.lists(st.sampled_from(range(len(EXISTING))), min_size=5, max_size=5))
 def test_reading_again_from_traces_gives_the_facts_reading_gives(versions, existing):
     """Each version reads some turns into a book that starts from other facts, as summary versions do."""
-    fact_extraction._TRACES.clear()
+    fact_extraction.forget_traces()
     for v, picks in enumerate(versions):
         messages = [message(i, *TURNS[i]) for i in sorted(set(picks))]
         base = EXISTING[existing[v]]
@@ -83,7 +83,7 @@ def test_a_trace_is_replayed_whole_when_the_book_answers_alike_and_resumed_where
         return made, whole
 
     monkeypatch.setattr(fact_extraction, "_again", again)
-    fact_extraction._TRACES.clear()
+    fact_extraction.forget_traces()
     cancel = message(6, *TURNS[6])  # "Cancel the order please": the user's request, unless the book holds one
     assert read([cancel], (), again=True) == read([cancel], (), again=False)
     assert outcomes == []  # first reading: made for real, its trace kept
@@ -100,7 +100,7 @@ def test_a_reading_whose_calls_cannot_be_kept_is_made_every_time(monkeypatch):
     class Answer:  # a mutable answer: a trace could not compare it
         pass
 
-    fact_extraction._TRACES.clear()
+    fact_extraction.forget_traces()
     monkeypatch.setattr(FactBook, "note_date", lambda self, source, at: Answer())
     read([message(2, *TURNS[2])], (), again=True)
     assert fact_extraction._TRACES == {}
@@ -111,3 +111,16 @@ def test_a_reading_that_diverges_from_the_calls_already_made_says_so():
     traced = fact_extraction._TracedBook(book, made=[("get", ("order_id",), (), None)])
     with pytest.raises(RuntimeError, match="diverged at call 0"):
         traced.put("order_id", "1", 0)
+
+
+def test_traces_hold_a_bounded_amount_of_message_text(monkeypatch):
+    monkeypatch.setattr(fact_extraction, "TRACES_MAX_CHARS", 20_000)
+    fact_extraction.forget_traces()
+    read([message(0, "user", "My order number is 18066-B. " * 4)], (), again=True)
+    assert len(fact_extraction._TRACES) == 1
+    read([message(1, "user", "My order number is 18066-B. " * 40)], (), again=True)  # over a hundredth: not kept
+    assert len(fact_extraction._TRACES) == 1
+    for i in range(2, 300):  # 112 characters each: the budget is spent after 178 and all start over
+        read([message(i, "user", f"My order number is {18000 + i}-B. " * 4)], (), again=True)
+    assert 0 < len(fact_extraction._TRACES) < 178
+    assert fact_extraction._traces_chars <= 20_000
