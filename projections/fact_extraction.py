@@ -1138,10 +1138,10 @@ def _third_person(text: str) -> str:
     return text
 
 
-def _extract_request(text: str, book: FactBook, source: int | None) -> None:
+def _extract_request(text: str, sentences: list[tuple[int, int]], book: FactBook, source: int | None) -> None:
     if book.get("user_request") is not None:
         return
-    for s, e in sentence_spans(text):
+    for s, e in sentences:
         m = REQUEST_RE.search(text[s:e])
         if m is None or ASKING_AUX_RE.search(text[s:e][: m.start()]):
             continue  # "Do I need the box?" asks, it does not request
@@ -1164,8 +1164,8 @@ def _extract_request(text: str, book: FactBook, source: int | None) -> None:
         return
 
 
-def _retract(text: str, role: str, book: FactBook) -> None:
-    for stem in retracted_stems(text, role):
+def _retract(text: str, role: str, book: FactBook, sentences: list[tuple[int, int]]) -> None:
+    for stem in retracted_stems(text, role, sentences):
         book.retract(stem)
 
 
@@ -1174,17 +1174,18 @@ def retracts(stem: str, key: str) -> bool:
     return key == stem or key.startswith(stem + "_")
 
 
-def retracted_stems(text: str, role: str) -> list[str]:
+def retracted_stems(text: str, role: str, sentences: list[tuple[int, int]] | None = None) -> list[str]:
     """Return the key stems a user's message takes back ("please forget my phone number" -> ``phone``).
 
     A fact whose key is a stem or starts with ``stem_`` is retracted
     (:func:`retracts`). Only the user retracts; a question or a
     negated verb ("please don't cancel the refund") retracts nothing.
+    ``sentences`` are ``sentence_spans(text)`` when the caller has them.
     """
     if role != "user":
         return []
     stems: list[str] = []
-    for s, e in sentence_spans(text):
+    for s, e in sentences if sentences is not None else sentence_spans(text):
         sentence = text[s:e]
         if _is_question(sentence):
             continue
@@ -1224,21 +1225,25 @@ TRACES_MAX = 20_000
 TRACES_MAX_CHARS = 8_000_000
 _traces_chars = 0
 _TRACES_LOCK = threading.Lock()  # the summarizer's threads read messages at once
-_PLAIN = (str, int, float, bool, type(None), datetime)
+_PLAIN = frozenset({str, int, float, bool, type(None), datetime})
 
 
-def _plain(value: object) -> bool:
-    """True for a value a trace can keep and compare: immutable scalars, and lists/tuples of them."""
-    if isinstance(value, (list, tuple)):
-        return all(isinstance(v, _PLAIN) for v in value)
-    return isinstance(value, _PLAIN)
+def _plain(values: tuple | list) -> bool:
+    """True when every value is one a trace can keep and compare: immutable scalars, and lists/tuples of them."""
+    for v in values:
+        kind = type(v)
+        if kind in _PLAIN or ((kind is tuple or kind is list) and all(type(x) in _PLAIN for x in v)):
+            continue
+        return False
+    return True
 
 
 class _TracedBook:
     """A :class:`FactBook` seen through while a message is read: every call is made and kept with its answer.
 
     ``made`` are calls already made on the book (with their answers) by a trace that stopped matching:
-    the first ``len(made)`` calls get those answers back and are not made again.
+    the first ``len(made)`` calls get those answers back and are not made again. Each public method of
+    FactBook is one of this class's (below), so a call costs no attribute lookup on a miss.
     """
 
     __slots__ = ("_book", "_made", "calls", "keepable")
@@ -1249,24 +1254,31 @@ class _TracedBook:
         self.calls: list[tuple[str, tuple, tuple, object]] = []
         self.keepable = True
 
-    def __getattr__(self, name: str) -> Callable[..., object]:
-        method = getattr(self._book, name)
+    def _call(self, name: str, args: tuple, kwargs: dict[str, object]) -> object:
+        named = tuple(sorted(kwargs.items())) if kwargs else ()
+        k = len(self.calls)
+        if k < len(self._made):
+            made_name, made_args, made_kwargs, answer = self._made[k]
+            if (made_name, made_args, made_kwargs) != (name, args, named):
+                raise RuntimeError(f"reading a message again diverged at call {k}: {name} after {made_name}")
+        else:
+            answer = getattr(self._book, name)(*args, **kwargs)
+        if self.keepable and not (_plain(args) and _plain(tuple(kwargs.values())) and _plain((answer,))):
+            self.keepable = False
+        self.calls.append((name, args, named, list(answer) if isinstance(answer, list) else answer))
+        return answer
 
-        def call(*args: object, **kwargs: object) -> object:
-            named = tuple(sorted(kwargs.items())) if kwargs else ()
-            k = len(self.calls)
-            if k < len(self._made):
-                made_name, made_args, made_kwargs, answer = self._made[k]
-                if (made_name, made_args, made_kwargs) != (name, args, named):
-                    raise RuntimeError(f"reading a message again diverged at call {k}: {name} after {made_name}")
-            else:
-                answer = method(*args, **kwargs)
-            if self.keepable and not (_plain(args) and _plain(tuple(kwargs.values())) and _plain(answer)):
-                self.keepable = False
-            self.calls.append((name, args, named, list(answer) if isinstance(answer, list) else answer))
-            return answer
 
-        return call
+def _traced(name: str) -> Callable[..., object]:
+    def call(self: _TracedBook, *args: object, **kwargs: object) -> object:
+        return self._call(name, args, kwargs)
+
+    call.__name__ = name
+    return call
+
+
+for _name in [n for n in vars(FactBook) if not n.startswith("_") and callable(vars(FactBook)[n])]:
+    setattr(_TracedBook, _name, _traced(_name))
 
 
 def _again(trace: Sequence[tuple[str, tuple, tuple, object]], book: FactBook) -> tuple[list, bool]:
@@ -1327,8 +1339,8 @@ def _read(message: MessageRecord, book: FactBook, previous: str | None) -> None:
     source = message.index if message.index >= 0 else None
     if source is not None:
         book.note_date(source, message.occurred_at)
-    _retract(text, message.role, book)
     sentences = sentence_spans(text)
+    _retract(text, message.role, book, sentences)
     spans = _Spans()
     # Every id, item, date, amount and phone pattern needs a digit: most chat lines have none.
     has_digit = _DIGIT.search(text) is not None
@@ -1347,7 +1359,7 @@ def _read(message: MessageRecord, book: FactBook, previous: str | None) -> None:
     if message.role == "user":
         _extract_first_person(text, sentences, book, source)
         _extract_topic(text, book, source)
-        _extract_request(text, book, source)
+        _extract_request(text, sentences, book, source)
 
 
 def extract_facts(messages: Sequence[MessageRecord], existing: Iterable[Fact] = ()) -> tuple[Fact, ...]:

@@ -1,0 +1,59 @@
+"""Patterns compiled behind a first-character lookahead (fact_patterns.fast_start) match exactly as their bodies do."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from memfold.projections.fact_patterns import FAST_STARTS
+
+# Pieces the patterns start or go on with, their case variants, and the characters Python's re
+# folds to ASCII letters under IGNORECASE (İ ı ſ K: "i", "s" and "k" match them).
+PIECES = ["my name is", "I'm called", "call me", "The name is", "I'm", "im", "i am", "This is", "it's", "Its",
+          "Hi", "hello there", "HEY", "here", "Ann", "Lee", "Ann Lee here", "Dana Whitfield", "order", "Ticket",
+          "ORDER number", "ref", "is", ":", "#", "18066", "ORD-88231", "AB12C3", "$", "€", "£", "¥", "₹", "USD",
+          "eur", "EUR", "1,200.50", "42", "dollars", "pounds", "shipped", "Cancelled", "canceled", "out for delivery",
+          "ON HOLD", "delivered", "v2.4.1", "v", "#18066", "#", "&#123", "tracking number", "TRACKING", "1Z999AA10123",
+          "SN-49VH-1453", "AES-256", "_", "2025-03-15", "March 4th, 2025", "4 of March", "May", "Sept", "June",
+          "İ", "ı", "ſ", "K", "\u00a0", " ", "  ", ".", "!", "?", ",", "\n", "-", "'", "’", "x", "٣"]
+TEXT = st.lists(st.sampled_from(PIECES), max_size=24).map(" ".join) | st.lists(st.sampled_from(PIECES), max_size=24).map("".join)
+SAMPLES = [
+    "Hi, my name is Dana Whitfield and my order number is 18066-B.",
+    "I'm Ann Lee. Ann Lee here, calling about ticket 4471.",
+    "The refund of 310.40 EUR and a $1,200 fee; USD 50 back, 20 dollars more.",
+    "Your order has shipped, the claim was cancelled and the invoice INV-2231 is pending.",
+    "İt's Kelvin here. ſhipped? Booking ref: AB12C3.",
+    "Firmware v2.4.1 fixed it; tracking number: 1Z999AA10123456784; order #18066; serial SN-49VH-1453.",
+    "The cutover is on 2025-03-15, not March 4th, 2025 or the 4th of March.",
+]
+
+
+def _pairs():
+    return [pytest.param(compiled, re.compile(body, flags), id=compiled.pattern[:24]) for compiled, body, flags in FAST_STARTS]
+
+
+def _matches(pattern: re.Pattern[str], text: str):
+    return [(m.span(), m.groupdict()) for m in pattern.finditer(text)]
+
+
+def test_the_whole_text_scans_are_the_ones_compiled_so():
+    assert len(FAST_STARTS) == 9  # amounts, dates, names, prefixed ids, word ids, versions, tracking, #ids, states
+
+
+@pytest.mark.parametrize("fast, plain", _pairs())
+def test_samples_match_alike(fast, plain):
+    found = [_matches(fast, s) for s in SAMPLES]
+    assert found == [_matches(plain, s) for s in SAMPLES]
+    assert any(found)  # each pattern finds something in the samples: the comparison is not of empty lists
+
+
+@pytest.mark.parametrize("fast, plain", _pairs())
+@settings(max_examples=1500, deadline=None)
+@given(text=TEXT)
+def test_generated_text_matches_alike(fast, plain, text):
+    assert _matches(fast, text) == _matches(plain, text)
+    assert [m.span() for m in (fast.search(text, i) for i in range(0, len(text), 7)) if m] == \
+        [m.span() for m in (plain.search(text, i) for i in range(0, len(text), 7)) if m]
