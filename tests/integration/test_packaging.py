@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -11,11 +12,23 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def _checkout_copy(dest: Path) -> Path:
+    """Copy the files git tracks to ``dest``: setuptools writes build/ and *.egg-info beside the source it builds."""
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, check=True, capture_output=True).stdout
+    for name in filter(None, tracked.decode().split("\0")):
+        if (ROOT / name).is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, dest / name)
+    return dest
+
+
 def test_wheel_contains_only_memfold_packages_and_runs(tmp_path):
+    source = _checkout_copy(tmp_path / "source")
     subprocess.run(
-        [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(tmp_path), str(ROOT)],
+        [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(tmp_path), str(source)],
         check=True, capture_output=True, text=True, cwd=tmp_path,
     )
+    assert (source / "build").is_dir()  # setuptools' scratch went to the copy, not the checkout
     wheel = next(tmp_path.glob("memfold-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
     top = {n.split("/")[0] for n in names}
