@@ -1281,13 +1281,24 @@ for _name in [n for n in vars(FactBook) if not n.startswith("_") and callable(va
     setattr(_TracedBook, _name, _traced(_name))
 
 
+def _same(now: object, then: object) -> bool:
+    """True when an answer is the kept one: equal, of the same type, and a time in the same zone.
+
+    Equality alone is not enough: 1 == True and 12:00 UTC == 13:00 +01:00, but an extractor may
+    read the type of an answer or the date of a time.
+    """
+    if type(now) is not type(then) or now != then:
+        return False
+    return not isinstance(now, datetime) or now.utcoffset() == then.utcoffset()  # type: ignore[union-attr]
+
+
 def _again(trace: Sequence[tuple[str, tuple, tuple, object]], book: FactBook) -> tuple[list, bool]:
     """Make ``trace``'s calls on ``book`` while each answers as it did; return the calls made and whether all did."""
     made = []
     for name, args, named, answer in trace:
         now = getattr(book, name)(*args, **dict(named))
         made.append((name, args, named, now))
-        if now != answer:
+        if not _same(now, answer):
             return made, False
     return made, True
 

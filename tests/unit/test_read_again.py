@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 from hypothesis import given, settings
@@ -124,3 +124,11 @@ def test_traces_hold_a_bounded_amount_of_message_text(monkeypatch):
         read([message(i, "user", f"My order number is {18000 + i}-B. " * 4)], (), again=True)
     assert 0 < len(fact_extraction._TRACES) < 178
     assert fact_extraction._traces_chars <= 20_000
+
+
+def test_an_answer_equal_in_value_but_not_in_type_or_zone_is_not_the_same():
+    utc = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
+    lisbon_summer = utc.astimezone(timezone(timedelta(hours=1)))
+    assert utc == lisbon_summer and not fact_extraction._same(lisbon_summer, utc)
+    assert 1 == True and not fact_extraction._same(1, True)  # noqa: E712
+    assert fact_extraction._same(["order_id"], ["order_id"]) and fact_extraction._same(None, None)
