@@ -20,7 +20,7 @@ import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import (
     AlreadyRetractedError,
@@ -37,6 +37,9 @@ from .positions import Position
 from .settings import Settings
 from .tokens import counter as token_counter
 from .validation import validate_message
+
+if TYPE_CHECKING:
+    from memfold.projections.store import Changes
 
 log = logging.getLogger("memfold.engine")
 
@@ -209,6 +212,7 @@ class MemoryEngine:
         self.policies = fold_contexts(settings)
         self.projector = Projector(self.store, self.policies, self.counter)
         self.summarizer = build_summarizer(settings, cache_conn=self.store)
+        self.projector.listeners.append(self._on_erasure)
         inputs = self._summary_inputs(self.projector)
         self.worker = SummarizerWorker(
             self.log, inputs, inputs, self.summarizer, settings, on_appended=self._wake,
@@ -778,10 +782,33 @@ class MemoryEngine:
             if self.store.erase(tenant_id, conversation_id):
                 self.store.compact()
             self.projector.tail.drop((tenant_id, conversation_id))
+        self._drop_text_caches()  # again: a summary in flight until now may have read its messages
         from .replaying import erase_in_replays
 
         erase_in_replays(self.settings.data_dir, tenant_id, conversation_id)
         return position
+
+    def _on_erasure(self, changes: Changes) -> None:
+        """After the projection folded a forget of a conversation that had text: empty the text caches.
+
+        On every node that folds the deletion (a worker, a projector node, the
+        process that forgot), as :meth:`forget` does once more when it returns.
+        """
+        if changes.erased:
+            self._drop_text_caches()
+
+    def _drop_text_caches(self) -> None:
+        """Empty what this process keeps of conversations' text for speed.
+
+        All of it (these caches are not kept per conversation): analysed
+        excerpts, and the summarizer's traces, statements and line counts.
+        """
+        from memfold.projections.excerpt import forget_analysed
+
+        forget_analysed()
+        dropping = getattr(self.summarizer, "drop_text_caches", None)
+        if dropping is not None:
+            dropping()
 
     def rebuild(self, timeout: float = 600.0) -> None:
         """Fold the projection again from the log *beside* the live one, swap it in, return when idle.

@@ -101,6 +101,10 @@ class TokenCounter:
             total += n
         return total
 
+    def forget_lines(self) -> None:
+        """Drop the line counts :meth:`count_lines` remembers (the lines are text of conversations)."""
+        self._line_counts.clear()
+
     def count_many(self, texts: Sequence[str]) -> list[int]:
         """Return token counts for many texts.
 

@@ -162,6 +162,12 @@ def plain(text: str) -> str:
     return _EMPHASIS.sub("", _EMPHASIS_INSIDE.sub(" ", text))
 
 
+def forget_analysed() -> None:
+    """Drop every message analysed so far (their text): erasure empties the caches that hold text."""
+    with _LOCK:
+        _CACHE.clear()
+
+
 def analysed(m: MessageRecord) -> Analysed:
     """Return ``m`` cut into passages (of its :func:`plain` text) with their terms (cached per message; a hit must have the same text)."""
     key = (m.tenant_id, m.conversation_id, m.index, m.event_id)

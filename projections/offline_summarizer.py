@@ -32,12 +32,13 @@ from .fact_extraction import (
     FactEntry,
     clip,
     entry_facts,
+    forget_traces,
     read_all,
     read_message,
     sentence_spans,
 )
 from .prompts import PROMPT_VERSION, message_text, prompt_hash, render_facts, tool_label, tool_names
-from .salience import Statement, rank, select, statements_from_text, statements_of
+from .salience import Statement, forget_statements, rank, select, statements_from_text, statements_of
 
 # Bump when a rule changes what the summarizer outputs: it is part of prompt_hash, hence of the cache key.
 RULES_VERSION = "offline-salience-45"
@@ -268,6 +269,16 @@ class OfflineSummarizer:
     def identity(self, request: SummaryInput) -> tuple[str, str]:
         """Return (model, prompt_hash) this summarizer answers ``request`` with, before calling it."""
         return MODEL, prompt_hash(RULES_VERSION, PROMPT_VERSION, request.kind)
+
+    def drop_text_caches(self) -> None:
+        """Empty the caches that keep conversation text for speed in this process (erasure calls it).
+
+        The fact book's traces, the messages' statements and the line counts of
+        summaries: they are rebuilt as messages are read again.
+        """
+        forget_traces()
+        forget_statements()
+        self._tokens.forget_lines()
 
     def summarize(self, request: SummaryInput) -> SummaryOutput:
         """Summarize ``request``; pure and deterministic, never over ``token_cap``/``char_cap``."""

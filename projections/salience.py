@@ -108,6 +108,11 @@ _STATEMENTS: dict[tuple[str, str, int, str, str], tuple[str, tuple[Statement, ..
 _STATEMENTS_MAX = 8192
 
 
+def forget_statements() -> None:
+    """Drop every message's statements kept so far (their text): erasure empties the caches that hold text."""
+    _STATEMENTS.clear()
+
+
 def statements_of(message: MessageRecord, tokens: TokenCounter) -> list[Statement]:
     """Return the statements of ``message``: sentences and bullet lines, code blocks left out, long ones cut at clauses."""
     key = (message.tenant_id, message.conversation_id, message.index, message.event_id, tokens.encoding_name)

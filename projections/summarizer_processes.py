@@ -91,7 +91,11 @@ class ProcessSummarizer:
         """Summarize ``request`` in a worker process; the same answer the offline summarizer gives here."""
         pool = self._executor()
         try:
-            return pool.submit(_summarize_in_child, request).result()
+            try:
+                future = pool.submit(_summarize_in_child, request)
+            except RuntimeError:  # retired by drop_text_caches() between _executor() and submit: the next pool
+                future = self._executor().submit(_summarize_in_child, request)
+            return future.result()
         except BrokenProcessPool as exc:
             with self._lock:
                 if self._pool is pool:
@@ -122,6 +126,18 @@ class ProcessSummarizer:
             while started is not None and not started.empty():
                 self._pids.add(started.get())
             return sorted(self._pids)
+
+    def drop_text_caches(self) -> None:
+        """Empty the caches that keep conversation text (erasure calls it): the worker processes' are theirs.
+
+        The pool is retired without waiting (calls in flight finish, then its
+        processes exit) and the next call starts new processes, with empty caches.
+        """
+        self._local.drop_text_caches()
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=False)
 
     def close(self) -> None:
         """Stop the worker processes (calls in flight finish first). Idempotent."""

@@ -194,6 +194,12 @@ class CachingSummarizer:
         model, phash = self.identity(request)
         return cache_key(self.inner.name, model, phash, request)
 
+    def drop_text_caches(self) -> None:
+        """Empty the inner summarizer's caches of conversation text, where it keeps any (erasure calls it)."""
+        dropping = getattr(self.inner, "drop_text_caches", None)
+        if dropping is not None:
+            dropping()
+
     def close(self) -> None:
         """Close the inner summarizer, where it has anything to close (worker processes)."""
         closing = getattr(self.inner, "close", None)

@@ -43,6 +43,14 @@ def _files_with(root: Path, needle: str) -> list[str]:
     return hits
 
 
+def _cached_text(engine: MemoryEngine) -> str:
+    """Return what this process's text caches hold, as text: excerpts, traces, statements, summary line counts."""
+    from memfold.projections import excerpt, fact_extraction, salience
+
+    line_counts = engine.summarizer.inner._tokens._line_counts  # the offline summarizer, behind the summary cache
+    return repr((excerpt._CACHE, list(fact_extraction._TRACES), salience._STATEMENTS, list(line_counts))).lower()
+
+
 def _engine(data: Path, **kw) -> MemoryEngine:
     return MemoryEngine(Settings.load(None, data_dir=data, **LOW_TRIGGER, **kw))
 
@@ -65,9 +73,15 @@ def test_forget_leaves_no_trace_of_the_text_and_keeps_the_others(tmp_path):
         cache_rows = engine.sql("SELECT count(*) FROM llm_cache WHERE conversation_id = 'secret'")[1][0][0]
         assert cache_rows > 0
 
+        from memfold.projections.excerpt import analysed
+
+        analysed(engine.history("secret")[0])  # as a recall read excerpting it would (these turns are too short)
+        assert secret in _cached_text(engine) and kept in _cached_text(engine)
+
         engine.forget("secret", reason="user request")
 
         assert _files_with(data, secret) == []
+        assert secret not in _cached_text(engine)  # nor does this process keep it in memory for speed
         assert engine.history("secret") == []
         assert engine.summaries("secret") == []
         assert engine.sql("SELECT count(*) FROM llm_cache WHERE conversation_id = 'secret'")[1][0][0] == 0
@@ -219,3 +233,18 @@ def test_two_nodes_share_a_kafka_key_store_and_a_forget_on_one_shreds_on_both(tm
         finally:
             b.close()
     assert _files_with(a_dir, secret) == [] and _files_with(b_dir, secret) == []
+
+
+def test_a_node_that_folds_another_process_s_forget_empties_its_text_caches(tmp_path):
+    from memfold.engine.events import ConversationDeleted, ConversationDeletedPayload, utcnow
+    from memfold.engine.ids import new_event_id
+
+    secret = _plant()
+    with _engine(tmp_path / "data") as engine:
+        _talk(engine, "secret", secret)
+        engine.wait_idle(60)
+        assert secret in _cached_text(engine)
+        deleted = ConversationDeleted(event_id=new_event_id(), tenant_id="default", conversation_id="secret",
+                                      occurred_at=utcnow(), payload=ConversationDeletedPayload(reason=None))
+        engine.wait_for(engine.log.append([deleted])[0], 30)  # appended as another process's forget does
+        assert secret not in _cached_text(engine)

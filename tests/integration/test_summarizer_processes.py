@@ -91,6 +91,26 @@ def test_a_killed_worker_process_costs_a_retryable_error_and_the_next_call_gets_
         summarizer.summarize(request)
 
 
+def test_dropping_the_text_caches_retires_the_worker_processes_and_the_next_call_gets_new_ones(ingested):
+    """Erasure empties the caches that hold conversation text; a worker process's are emptied by ending it."""
+    requests = [r.event for p in ingested.log.partitions() for r in ingested.log.read(p, 0, limit=100_000)
+                if isinstance(r.event, SummaryRequested)]
+    request = build_input(requests[-1], ingested.store, ingested.store, ingested.settings)
+    summarizer = ProcessSummarizer(ingested.settings.encoding, 1)
+    try:
+        expected = summarizer.summarize(request)
+        (before,) = summarizer.pids()
+        summarizer.drop_text_caches()
+        deadline = time.monotonic() + 10
+        while _alive(before) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(before)
+        assert summarizer.summarize(request) == expected
+        assert before not in summarizer.pids()
+    finally:
+        summarizer.close()
+
+
 def test_worker_processes_exit_with_a_killed_parent():
     code = (
         "from memfold.projections.summarizer_processes import ProcessSummarizer\n"
