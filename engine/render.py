@@ -46,6 +46,8 @@ def print_context(messages: Sequence[ContextMessage], *, title: str, budget: int
         table.add_row(m.kind, m.role, str(m.tokens), content)
     used = sum(m.tokens for m in messages)
     table.caption = f"{len(messages)} messages, {used} tokens" + (f" of a {budget}-token budget" if budget else "")
+    if budget and used > budget:  # only the system prompt and the current message are never trimmed
+        table.caption += ": over it, because the system prompt and the current message are never cut"
     console.print(table)
 
 

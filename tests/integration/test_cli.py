@@ -75,7 +75,9 @@ def test_append_context_sql_and_schema(tmp_path):
     out = run(data, "sql", "SELECT idx, role FROM messages ORDER BY idx", "--csv").stdout
     assert list(csv.reader(io.StringIO(out))) == [["idx", "role"], ["0", "user"], ["1", "assistant"], ["2", "user"]]
     human = run(data, "context", "c1", "--budget", "40").stdout
-    assert "Thanks" in human
+    assert "Thanks" in human and "-token budget" in human and "over it" not in human
+    tiny = " ".join(run(data, "context", "c1", "--budget", "3").stdout.split())
+    assert "1 messages, 5 tokens of a 3-token budget: over it, because the system prompt and the current" in tiny
     schema = json.loads(run(data, "schema").stdout)
     assert {"MessageAppended", "SummaryProduced", "SummaryFailed", "SummaryRequested", "ConversationDeleted",
             "SettingsChanged", "ClockTicked"} <= set(schema)
