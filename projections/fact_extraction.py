@@ -49,6 +49,7 @@ from .fact_patterns import (
     EXAMPLE_RE,
     FILLER_RE,
     FIRST_PERSON_RULES,
+    FIRST_PERSON_WORD_RE,
     HASH_ID_RE,
     HELP_REQUEST_RE,
     HYPOTHETICAL_RE,
@@ -1091,7 +1092,7 @@ def _extract_first_person(text: str, sentences: list[tuple[int, int]], book: Fac
     """
     for s, e in sentences:
         sentence = text[s:e].strip()
-        if not sentence or _is_question(sentence):
+        if not sentence or not FIRST_PERSON_WORD_RE.search(sentence) or _is_question(sentence):
             continue
         for pattern, key, category in FIRST_PERSON_RULES:
             for m in pattern.finditer(sentence):

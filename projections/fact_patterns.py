@@ -513,3 +513,6 @@ FIRST_PERSON_RULES = [
     (re.compile(rf"\bmy\s+(?P<subject>(?:favou?rite|current|new|main|primary|target|monthly|weekly|daily|annual|total|first|next|final|home|work|usual)\s+(?:[a-z][\w-]*\s+)?[a-z][\w-]*)\s+(?:is|are)\s+(?:now\s+)?{VALUE}", re.I), "{subject}", "ENTITY"),
     (re.compile(rf"\bmy\s+(?P<subject>budget|goal|target|salary|rent|age|birthday|timezone|time zone|team|role|title|job|major|favou?rite\s+[a-z]+)\s+(?:is|are)\s+(?:now\s+)?{VALUE}", re.I), "{subject}", "ENTITY"),
 ]
+# Every FIRST_PERSON_RULES pattern starts at one of these words: a sentence without any is skipped
+# (held by tests/unit/test_fast_start_patterns.py on generated sentences).
+FIRST_PERSON_WORD_RE = re.compile(r"\b(?:i|my|our|we)\b", re.I)

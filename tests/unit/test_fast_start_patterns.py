@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memfold.projections.fact_patterns import FAST_STARTS
+from memfold.projections.fact_patterns import FAST_STARTS, FIRST_PERSON_RULES, FIRST_PERSON_WORD_RE
 
 # Pieces the patterns start or go on with, their case variants, and the characters Python's re
 # folds to ASCII letters under IGNORECASE (İ ı ſ K: "i", "s" and "k" match them).
@@ -57,3 +57,29 @@ def test_generated_text_matches_alike(fast, plain, text):
     assert _matches(fast, text) == _matches(plain, text)
     assert [m.span() for m in (fast.search(text, i) for i in range(0, len(text), 7)) if m] == \
         [m.span() for m in (plain.search(text, i) for i in range(0, len(text), 7)) if m]
+
+
+# Words the first-person rules open with and go on with, their case variants and the letters re folds to "i".
+FIRST_PERSON_PIECES = ["I", "i", "I'm", "I’m", "i am", "I've", "I have", "we", "We've", "my", "My", "MY", "our",
+                       "İ", "ı", "just", "moved", "relocated", "to", "Lisbon", "live", "in", "based", "work", "at",
+                       "as", "a", "nurse", "prefer", "love", "chose", "opted", "planning", "plan", "name", "is",
+                       "Ann", "sister", "Kate", "deadline", "moved to", "Friday", "favourite", "colour", "budget",
+                       "$400", ",", ".", "'", "’", "-", "myself", "iPhone", "Ohio", "we're"]
+SENTENCE = st.lists(st.sampled_from(FIRST_PERSON_PIECES), max_size=14).map(" ".join)
+
+
+def test_every_first_person_rule_match_has_a_first_person_word():
+    samples = ["I've just moved to Lisbon.", "I currently live in Porto", "I'm based in Leeds", "I work at Acme",
+               "I work as a nurse", "My project deadline is moved to Friday", "I really prefer tea",
+               "i am allergic to peanuts", "We've opted for the premium plan", "I'm planning to sell the car",
+               "I plan to visit Ohio", "My sister Kate is moving", "my favourite colour is green", "My budget is $400"]
+    for sentence in samples:
+        assert any(p.search(sentence) for p, _, _ in FIRST_PERSON_RULES), sentence  # the samples mean something
+        assert FIRST_PERSON_WORD_RE.search(sentence)
+
+
+@settings(max_examples=3000, deadline=None)
+@given(SENTENCE)
+def test_a_sentence_without_a_first_person_word_matches_no_first_person_rule(sentence):
+    if not FIRST_PERSON_WORD_RE.search(sentence):
+        assert not any(p.search(sentence) for p, _, _ in FIRST_PERSON_RULES)
