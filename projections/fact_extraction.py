@@ -1067,6 +1067,8 @@ def _states(sentence: str, book: FactBook, source: int | None) -> None:
 
 
 def _extract_topic(text: str, book: FactBook, source: int | None) -> None:
+    if book.get("topic") is not None:
+        return  # the first topic stays (put_once): no need to look for another
     for pattern, topic in TOPICS:
         if pattern.search(text):
             if topic == "cancellation":

@@ -132,3 +132,12 @@ def test_an_answer_equal_in_value_but_not_in_type_or_zone_is_not_the_same():
     assert utc == lisbon_summer and not fact_extraction._same(lisbon_summer, utc)
     assert 1 == True and not fact_extraction._same(1, True)  # noqa: E712
     assert fact_extraction._same(["order_id"], ["order_id"]) and fact_extraction._same(None, None)
+
+
+def test_the_first_topic_stays_and_a_book_holding_one_looks_for_no_other():
+    refund = message(0, "user", "I want a refund for the broken chair.")
+    address = message(2, "user", "Also please change my shipping address to 4 Elm Street.")
+    facts = {f.key: f.value for f in read([refund, address], (), again=False)}
+    assert facts["topic"] == "refund request"  # the address change came later: the first topic stays
+    facts = {f.key: f.value for f in read([address, refund], (), again=False)}
+    assert facts["topic"] == "address change"
