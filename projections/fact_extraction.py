@@ -9,6 +9,7 @@ updates (the latest mention of a key wins). The patterns live in
 from __future__ import annotations
 
 import re
+import string
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -125,14 +126,31 @@ def bare_stem(key: str) -> str | None:
 # --------------------------------------------------------------------------- sentences
 
 
+_WORD_CHARS = frozenset(string.ascii_letters + ".")
+
+
+def _word_before(text: str, start: int, end: int) -> str:
+    """Return the run of ASCII letters and dots that ends ``text[start:end]`` (before one final newline).
+
+    What ``re.search(r"([A-Za-z.]+)$", text[start:end])`` finds, without
+    copying the slice or trying the pattern at each of its positions.
+    """
+    if end > start and text[end - 1] == "\n":  # "$" matches before a final newline too
+        end -= 1
+    i = end
+    while i > start and text[i - 1] in _WORD_CHARS:
+        i -= 1
+    return text[i:end]
+
+
 def sentence_spans(text: str) -> list[tuple[int, int]]:
     """Return (start, end) spans of the sentences of ``text``; abbreviations like "no." do not end one."""
     spans: list[tuple[int, int]] = []
     start = 0
     for m in BOUNDARY.finditer(text):
         if m.group(0)[0] == ".":
-            word = re.search(r"([A-Za-z.]+)$", text[start : m.start()])
-            if word and word.group(1).lower().rstrip(".") in ABBREVIATIONS:
+            word = _word_before(text, start, m.start())
+            if word and word.lower().rstrip(".") in ABBREVIATIONS:
                 continue
         if text[start : m.start()].strip():
             spans.append((start, m.end()))

@@ -66,7 +66,7 @@ SUBJECT_RE = re.compile(r"\b(" + "|".join(sorted(SUBJECTS, key=len, reverse=True
 # Patterns scanned over whole messages, compiled with a lookahead that names every character a match
 # can start with: re then skips most positions without trying each alternative there (the same
 # matches; 1.5-2.5x faster on BEAM's messages). (compiled, body, flags) of each, for the test that
-# holds them equal to their bodies: tests/unit/test_fact_patterns.py.
+# holds them equal to their bodies: tests/unit/test_fast_patterns.py.
 FAST_STARTS: list[tuple[re.Pattern[str], str, int]] = []
 
 
@@ -514,5 +514,5 @@ FIRST_PERSON_RULES = [
     (re.compile(rf"\bmy\s+(?P<subject>budget|goal|target|salary|rent|age|birthday|timezone|time zone|team|role|title|job|major|favou?rite\s+[a-z]+)\s+(?:is|are)\s+(?:now\s+)?{VALUE}", re.I), "{subject}", "ENTITY"),
 ]
 # Every FIRST_PERSON_RULES pattern starts at one of these words: a sentence without any is skipped
-# (held by tests/unit/test_fast_start_patterns.py on generated sentences).
+# (held by tests/unit/test_fast_patterns.py on generated sentences).
 FIRST_PERSON_WORD_RE = re.compile(r"\b(?:i|my|our|we)\b", re.I)

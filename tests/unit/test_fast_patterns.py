@@ -1,4 +1,4 @@
-"""Patterns compiled behind a first-character lookahead (fact_patterns.fast_start) match exactly as their bodies do."""
+"""Fact extraction's faster forms (lookahead-led patterns, the first-person prefilter, sentence splitting) find exactly what the plain forms do."""
 
 from __future__ import annotations
 
@@ -83,3 +83,34 @@ def test_every_first_person_rule_match_has_a_first_person_word():
 def test_a_sentence_without_a_first_person_word_matches_no_first_person_rule(sentence):
     if not FIRST_PERSON_WORD_RE.search(sentence):
         assert not any(p.search(sentence) for p, _, _ in FIRST_PERSON_RULES)
+
+
+def _sentence_spans_by_regex(text: str) -> list[tuple[int, int]]:
+    """sentence_spans as it was written first: the word before a period found by a regex over the slice."""
+    from memfold.projections.fact_patterns import ABBREVIATIONS, BOUNDARY
+
+    spans: list[tuple[int, int]] = []
+    start = 0
+    for m in BOUNDARY.finditer(text):
+        if m.group(0)[0] == ".":
+            word = re.search(r"([A-Za-z.]+)$", text[start : m.start()])
+            if word and word.group(1).lower().rstrip(".") in ABBREVIATIONS:
+                continue
+        if text[start : m.start()].strip():
+            spans.append((start, m.end()))
+        start = m.end()
+    if text[start:].strip():
+        spans.append((start, len(text)))
+    return spans
+
+
+SENTENCE_PIECES = ["No", "no.", "Mr", "Mrs.", "e.g", "i.e.", "etc", "St", "vs", "approx", "Dr", "word", "é", "İ", "1",
+                   "2.5", ".", "..", "!", "?", "?!", '"', "'", ")", "]", " ", "  ", "\n", "\n\n", "\t", "\u00a0", "x.y"]
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.lists(st.sampled_from(SENTENCE_PIECES), max_size=30).map("".join))
+def test_sentence_spans_finds_the_word_before_a_period_as_the_regex_did(text):
+    from memfold.projections.fact_extraction import sentence_spans
+
+    assert sentence_spans(text) == _sentence_spans_by_regex(text)
