@@ -71,8 +71,8 @@ FAST_STARTS: list[tuple[re.Pattern[str], str, int]] = []
 
 
 def _initials(alternatives: str) -> str:
-    """Return the first letters of ``a|b|c`` words, for a lookahead's character class."""
-    return "".join(sorted({word[0] for word in alternatives.split("|")}))
+    """Return the first characters of ``a|b|c`` words, escaped for a lookahead's character class."""
+    return "".join(re.escape(c) for c in sorted({word[0] for word in alternatives.split("|")}))
 
 
 def fast_start(first: str, body: str, flags: int = 0) -> re.Pattern[str]:

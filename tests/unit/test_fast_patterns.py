@@ -98,3 +98,10 @@ def test_the_word_before_a_period_is_the_one_the_regex_finds(text, a, b):
     start, end = sorted((min(a, len(text)), min(b, len(text))))
     found = re.search(r"([A-Za-z.]+)$", text[start:end])
     assert _word_before(text, start, end) == (found.group(1) if found else "")
+
+
+def test_initials_make_a_character_class_whatever_the_words_start_with():
+    from memfold.projections.fact_patterns import _initials
+
+    klass = re.compile(f"[{_initials('order|-x|]y|^z|' + chr(92) + 'w|order')}]")
+    assert [c for c in "o-]^" + chr(92) + "ab" if klass.fullmatch(c)] == ["o", "-", "]", "^", chr(92)]
