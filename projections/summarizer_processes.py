@@ -128,12 +128,13 @@ class ProcessSummarizer:
             return sorted(self._pids)
 
     def drop_text_caches(self) -> None:
-        """Empty the caches that keep conversation text (erasure calls it): the worker processes' are theirs.
+        """Empty the caches that keep conversation text (erasure calls it): they are the worker processes'.
 
-        The pool is retired without waiting (calls in flight finish, then its
-        processes exit) and the next call starts new processes, with empty caches.
+        This process reads no message for a summary (``_local`` only answers
+        ``identity()``), so it holds none. The pool is retired without waiting
+        (calls in flight finish, then its processes exit) and the next call
+        starts new processes, with empty caches.
         """
-        self._local.drop_text_caches()
         with self._lock:
             pool, self._pool = self._pool, None
         if pool is not None:
