@@ -22,18 +22,20 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from kafka import ConsumerRebalanceListener, KafkaConsumer, TopicPartition
 from kafka.errors import KafkaError
-from kafka.structs import OffsetAndMetadata
+from kafka.structs import MemberState, OffsetAndMetadata
 
 from memfold.engine.errors import ConfigError, LogUnavailableError
 
 log = logging.getLogger("memfold.ownership")
 
 METADATA_MAX_AGE_MS = 5_000  # how stale the group leader's view of the topic's partitions may get
+STUCK_SYNC_S = 5.0  # a member that joined a generation and has no assignment for it this long joins again
 
 
 class PartitionOwnership(Protocol):
@@ -101,6 +103,8 @@ class ConsumerGroup:
         self._on_revoke = on_revoke
         self._owned: set[int] = set()
         self._lock = threading.Lock()
+        self._stable_generation = -1  # the generation of the member's last applied assignment
+        self._unsynced_since: float | None = None
         session_ms = int(session_timeout_s * 1000)
         try:
             self._consumer = KafkaConsumer(
@@ -114,17 +118,20 @@ class ConsumerGroup:
                 # A fold step is short, but a backlog batch on a loaded machine may not be:
                 # losing the group over a slow step would only cost a rebalance.
                 max_poll_interval_ms=300_000,
-                # The group leader assigns from its metadata. A member that joined while the topic was
-                # still being created can get an empty assignment, and kafka-python asks to rejoin only
-                # when a metadata refresh shows the partitions: at its default age (5 minutes) such a
-                # member owned nothing for minutes (seen once in the Kafka projector test). 5 s bounds
-                # that wait; the request is a few hundred bytes.
+                # The group leader assigns from its metadata, and kafka-python asks to rejoin only
+                # when a metadata refresh shows the topic's partitions changed (a topic created after
+                # the worker started, or grown): at its default age (5 minutes) such a member owns
+                # nothing for minutes. 5 s bounds that wait; the request is a few hundred bytes.
                 metadata_max_age_ms=METADATA_MAX_AGE_MS,
                 request_timeout_ms=max(int(timeout * 1000), session_ms + 5000),
                 bootstrap_timeout_ms=int(timeout * 1000),
                 reconnect_backoff_max_ms=1000,
             )
             self._consumer.subscribe([topic], listener=_Listener(self))
+            # Learn the topic's partitions before the first join. Otherwise the leader assigns
+            # from an empty view, and the metadata that follows starts a second rebalance, the
+            # kind kafka-python 3.0.12 can lose (see poll).
+            self._consumer.topics()
         except (KafkaError, OSError) as exc:
             raise LogUnavailableError(
                 f"cannot join consumer group {group_id!r} on {bootstrap} within {timeout}s: {exc}; "
@@ -132,13 +139,49 @@ class ConsumerGroup:
             ) from exc
 
     def poll(self, timeout: float) -> set[int]:
-        """Drive the group protocol for up to ``timeout`` seconds; return the partitions owned now."""
+        """Drive the group protocol for up to ``timeout`` seconds; return the partitions owned now.
+
+        kafka-python 3.0.12 can lose an assignment: when the leader rebalances because the
+        topic's partitions changed and a poll times out during that rebalance, the join
+        completes in the background and nothing applies its assignment. The member then
+        owns nothing and stays "rebalancing", in a generation it never got an assignment
+        for, for good. A member in that state for ``STUCK_SYNC_S`` joins the group again.
+        """
+        self._check_join()
         try:
             self._consumer.poll(timeout_ms=int(timeout * 1000), max_records=1)
         except (KafkaError, OSError) as exc:  # the coordinator moved or the broker restarts: retry next poll
             log.warning("consumer group %s: %s", self.group_id, exc)
         with self._lock:
             return set(self._owned)
+
+    def _check_join(self) -> None:
+        member = self._consumer.group_metadata()
+        if member.state == MemberState.STABLE:
+            self._stable_generation = member.generation_id
+            self._unsynced_since = None
+        elif member.state == MemberState.REBALANCING and member.generation_id > self._stable_generation:
+            # Joined a new generation, its assignment not applied yet: normally one SyncGroup round trip.
+            now = time.monotonic()
+            if self._unsynced_since is None:
+                self._unsynced_since = now
+            elif now - self._unsynced_since > STUCK_SYNC_S:
+                self._join_again(member.generation_id, now - self._unsynced_since)
+        else:
+            self._unsynced_since = None
+
+    def _join_again(self, generation: int, waited: float) -> None:
+        log.warning(
+            "consumer group %s: joined generation %d but got no assignment for %.0fs; joining again",
+            self.group_id, generation, waited,
+        )
+        self._revoked(set(self._owned))
+        self._unsynced_since = None
+        try:
+            self._consumer.unsubscribe()
+            self._consumer.subscribe([self.topic], listener=_Listener(self))
+        except (KafkaError, OSError) as exc:  # tried again after another STUCK_SYNC_S
+            log.warning("consumer group %s: joining again failed: %s", self.group_id, exc)
 
     def committed(self, positions: dict[int, int]) -> bool:
         """Commit ``positions`` of owned partitions as the group's offsets; False when the commit failed."""

@@ -254,11 +254,44 @@ def test_a_restarted_worker_mirrors_the_stored_positions_with_nothing_left_to_fo
     assert refused.failures == 0 and {p: refused.reported.get(p) for p in ends} == ends
 
 
+BUSY_POLL = 0.001  # a worker with a backlog polls its group between fold steps, 10 ms at most
+
+
+def test_a_busy_member_owns_every_partition_of_a_new_topic_at_once(kafka_bootstrap, caplog):
+    """A member that joins its group polling in short steps owns the whole topic from its first rebalance.
+
+    Left alone, kafka-python joins before it knows the topic's partitions, assigns nothing, and
+    rejoins when the metadata arrives; a poll that times out during that second rebalance loses
+    its assignment (kafka-python 3.0.12), and the member owns nothing until ``ConsumerGroup``
+    notices and joins again. ``ConsumerGroup`` fetches the topic's metadata before the first join,
+    so there is no second rebalance to lose. Without that this test fails on its first topics.
+    """
+    from memfold.streams.kafka_log import KafkaEventLog
+    from memfold.streams.ownership import ConsumerGroup
+
+    for _ in range(5):
+        topic = new_topic()
+        KafkaEventLog(kafka_bootstrap, topic=topic, partitions=4, timeout=20).close()
+        group = ConsumerGroup(kafka_bootstrap, topic, f"memfold-worker.{topic}", timeout=20)
+        try:
+            deadline = time.monotonic() + 15
+            owned: set[int] = set()
+            while owned != {0, 1, 2, 3} and time.monotonic() < deadline:
+                owned = group.poll(BUSY_POLL)
+            assert owned == {0, 1, 2, 3}, f"owning {sorted(owned)} of a new 4-partition topic after 15 s"
+        finally:
+            group.close()
+    lost = [r.getMessage() for r in caplog.records if "joining again" in r.getMessage()]
+    assert lost == [], lost
+
+
 def test_a_member_that_joined_before_its_topic_had_partitions_owns_them_soon_after(kafka_bootstrap):
     """The broker creates no topic on demand: a worker started before its topic joins its group owning nothing.
 
     Once the topic appears, the member's metadata shows its partitions and it rejoins to own them (within
-    seconds: kafka-python retries the metadata of a subscribed topic it cannot find).
+    seconds: kafka-python retries the metadata of a subscribed topic it cannot find). It polls in short
+    steps: a poll that times out during that rebalance can lose the assignment (kafka-python 3.0.12), and
+    ``ConsumerGroup`` then joins again (``STUCK_SYNC_S``). Without that this test fails.
     """
     from memfold.streams.kafka_log import KafkaEventLog
     from memfold.streams.ownership import ConsumerGroup
@@ -271,7 +304,7 @@ def test_a_member_that_joined_before_its_topic_had_partitions_owns_them_soon_aft
         deadline = time.monotonic() + 30
         owned: set[int] = set()
         while owned != {0, 1, 2, 3} and time.monotonic() < deadline:
-            owned = group.poll(0.5)
+            owned = group.poll(BUSY_POLL)
         assert owned == {0, 1, 2, 3}, f"owning {sorted(owned)} 30s after the topic appeared"
     finally:
         group.close()
@@ -281,10 +314,10 @@ def test_a_member_takes_up_partitions_added_to_its_topic_within_seconds(kafka_bo
     """The group rejoins when a metadata refresh shows other partitions: refreshed every few seconds, not minutes.
 
     memfold never grows a topic (a conversation's partition is its key's hash modulo the count); growing one
-    here is the way to change the leader's metadata after the group formed. The same refresh ends the wait
-    of a member whose leader assigned from metadata taken while the topic was still being created (an empty
-    assignment, kept until the next refresh: kafka-python's default age is 5 minutes, and the Kafka projector
-    test once saw its worker own nothing for 120 s). Without the shorter age this test fails.
+    here is the way to change the leader's metadata after the group formed (kafka-python's default
+    refresh age is 5 minutes). The member polls in short steps, as a busy worker does: a poll that times out
+    during the rebalance the growth starts can lose the assignment (``STUCK_SYNC_S``). Without the shorter
+    age, or without joining again, this test fails.
     """
     from kafka.admin import KafkaAdminClient, NewPartitions
 
@@ -304,7 +337,7 @@ def test_a_member_takes_up_partitions_added_to_its_topic_within_seconds(kafka_bo
         admin.create_partitions({topic: NewPartitions(total_count=4)})
         deadline = time.monotonic() + 30
         while owned != {0, 1, 2, 3} and time.monotonic() < deadline:
-            owned = group.poll(0.5)
+            owned = group.poll(BUSY_POLL)
         assert owned == {0, 1, 2, 3}, f"owning {sorted(owned)} 30 s after the topic grew to 4 partitions"
     finally:
         admin.close()
