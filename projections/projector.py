@@ -194,12 +194,18 @@ class Projector:
             return
         rows, states = self.store.conversations_and_states(missing)
         for key in missing:
-            self._conversations[key] = _Conversation.from_row(rows.get(key), keys[key])
+            row = rows.get(key)
+            self._conversations[key] = _Conversation.from_row(row, keys[key])
             for name, (impl, _ctx) in self.policies.items():
                 skey = (name, *key)
                 if skey not in self._states:
                     raw = states.get(skey)
                     self._states[skey] = state_codec.decode(impl.State, raw) if raw else impl.initial(*key)
+                if row is None:
+                    # A conversation the store has never seen has no facts and no topics yet: a query
+                    # each would ask for nothing (one per conversation, a tenth of a replay's time).
+                    self._facts.setdefault(skey, {})
+                    self._holdings.setdefault(skey, ({}, set()))
 
     def _active_facts(self, policy: str, tenant_id: str, conversation_id: str) -> dict[tuple[str, str], list[str | None]]:
         key = (policy, tenant_id, conversation_id)
@@ -490,7 +496,6 @@ class Projector:
             ids[kv] = rows[kv][0] if reuse else _fact_id(conv, f.key, f.value, p.summary_id)
         current = {f.key: ids[(f.key, f.value)] for f in facts if f.current}
         successor = {(f.key, f.value): ids.get((f.key, f.superseded_by)) or current.get(f.key) for f in facts if not f.current}
-        pending = _pending_facts(ch, conv)
         gone = live - {(f.key, f.value) for f in facts if f.current}
         if p.topic_id is not None:
             holdings, evicted = self._topic_holdings(conv)
@@ -501,6 +506,7 @@ class Projector:
             holdings[p.topic_id] = held
             others = set().union(*(h for t, h in holdings.items() if t != p.topic_id))
             gone = {kv for kv in gone if kv[0] in current or (kv in dropped and kv not in others)}
+        pending = _pending_facts(ch, conv) if gone else {}  # a scan of the batch's inserts: only when retiring
         for kv in sorted(gone):
             row = rows[kv]
             newer = successor.get(kv) or current.get(kv[0])
