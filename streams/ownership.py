@@ -104,7 +104,7 @@ class ConsumerGroup:
         self._owned: set[int] = set()
         self._lock = threading.Lock()
         self._stable_generation = -1  # the generation of the member's last applied assignment
-        self._unsynced_since: float | None = None
+        self._unsynced: tuple[int, float] | None = None  # (generation, since when) joined with no assignment
         session_ms = int(session_timeout_s * 1000)
         try:
             self._consumer = KafkaConsumer(
@@ -159,16 +159,18 @@ class ConsumerGroup:
         member = self._consumer.group_metadata()
         if member.state == MemberState.STABLE:
             self._stable_generation = member.generation_id
-            self._unsynced_since = None
+            self._unsynced = None
         elif member.state == MemberState.REBALANCING and member.generation_id > self._stable_generation:
             # Joined a new generation, its assignment not applied yet: normally one SyncGroup round trip.
+            # Timed per generation: a group that keeps rebalancing (members starting one after another)
+            # moves on to new generations, while the lost assignment stays in one.
             now = time.monotonic()
-            if self._unsynced_since is None:
-                self._unsynced_since = now
-            elif now - self._unsynced_since > STUCK_SYNC_S:
-                self._join_again(member.generation_id, now - self._unsynced_since)
+            if self._unsynced is None or self._unsynced[0] != member.generation_id:
+                self._unsynced = (member.generation_id, now)
+            elif now - self._unsynced[1] > STUCK_SYNC_S:
+                self._join_again(member.generation_id, now - self._unsynced[1])
         else:
-            self._unsynced_since = None
+            self._unsynced = None
 
     def _join_again(self, generation: int, waited: float) -> None:
         log.warning(
@@ -176,7 +178,8 @@ class ConsumerGroup:
             self.group_id, generation, waited,
         )
         self._revoked(set(self._owned))
-        self._unsynced_since = None
+        self._unsynced = None
+        self._stable_generation = -1  # a new member: the group may count generations from 1 again
         try:
             self._consumer.unsubscribe()
             self._consumer.subscribe([self.topic], listener=_Listener(self))
