@@ -257,6 +257,15 @@ def test_a_restarted_worker_mirrors_the_stored_positions_with_nothing_left_to_fo
 BUSY_POLL = 0.001  # a worker with a backlog polls its group between fold steps, 10 ms at most
 
 
+def _poll_until(group, want: set[int], seconds: float, step: float = BUSY_POLL) -> set[int]:
+    """Poll ``group`` in ``step``s until it owns ``want`` or ``seconds`` passed; return what it owns."""
+    deadline = time.monotonic() + seconds
+    owned: set[int] = set()
+    while owned != want and time.monotonic() < deadline:
+        owned = group.poll(step)
+    return owned
+
+
 def test_a_busy_member_owns_every_partition_of_a_new_topic_at_once(kafka_bootstrap, caplog):
     """A member that joins its group polling in short steps owns the whole topic from its first rebalance.
 
@@ -274,10 +283,7 @@ def test_a_busy_member_owns_every_partition_of_a_new_topic_at_once(kafka_bootstr
         KafkaEventLog(kafka_bootstrap, topic=topic, partitions=4, timeout=20).close()
         group = ConsumerGroup(kafka_bootstrap, topic, f"memfold-worker.{topic}", timeout=20)
         try:
-            deadline = time.monotonic() + 15
-            owned: set[int] = set()
-            while owned != {0, 1, 2, 3} and time.monotonic() < deadline:
-                owned = group.poll(BUSY_POLL)
+            owned = _poll_until(group, {0, 1, 2, 3}, 15)
             assert owned == {0, 1, 2, 3}, f"owning {sorted(owned)} of a new 4-partition topic after 15 s"
         finally:
             group.close()
@@ -301,10 +307,7 @@ def test_a_member_that_joined_before_its_topic_had_partitions_owns_them_soon_aft
     try:
         assert group.poll(2.0) == set()  # no topic yet: nothing to own
         KafkaEventLog(kafka_bootstrap, topic=topic, partitions=4, timeout=20).close()
-        deadline = time.monotonic() + 30
-        owned: set[int] = set()
-        while owned != {0, 1, 2, 3} and time.monotonic() < deadline:
-            owned = group.poll(BUSY_POLL)
+        owned = _poll_until(group, {0, 1, 2, 3}, 30)
         assert owned == {0, 1, 2, 3}, f"owning {sorted(owned)} 30s after the topic appeared"
     finally:
         group.close()
@@ -329,15 +332,10 @@ def test_a_member_takes_up_partitions_added_to_its_topic_within_seconds(kafka_bo
     group = ConsumerGroup(kafka_bootstrap, topic, f"memfold-worker.{topic}", timeout=20)
     admin = KafkaAdminClient(bootstrap_servers=kafka_bootstrap)
     try:
-        deadline = time.monotonic() + 30
-        owned: set[int] = set()
-        while owned != {0, 1} and time.monotonic() < deadline:
-            owned = group.poll(0.5)
+        owned = _poll_until(group, {0, 1}, 30, step=0.5)
         assert owned == {0, 1}, f"owning {sorted(owned)} of a 2-partition topic after 30 s"
         admin.create_partitions({topic: NewPartitions(total_count=4)})
-        deadline = time.monotonic() + 30
-        while owned != {0, 1, 2, 3} and time.monotonic() < deadline:
-            owned = group.poll(BUSY_POLL)
+        owned = _poll_until(group, {0, 1, 2, 3}, 30)
         assert owned == {0, 1, 2, 3}, f"owning {sorted(owned)} 30 s after the topic grew to 4 partitions"
     finally:
         admin.close()
