@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import string
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -1162,27 +1162,66 @@ def _third_person(text: str) -> str:
 def _extract_request(text: str, sentences: list[tuple[int, int]], book: FactBook, source: int | None) -> None:
     if book.get("user_request") is not None:
         return
-    for s, e in sentences:
-        m = REQUEST_RE.search(text[s:e])
-        if m is None or ASKING_AUX_RE.search(text[s:e][: m.start()]):
-            continue  # "Do I need the box?" asks, it does not request
-        lead = m.group("lead").lower()
-        rest = re.split(r"[,;]|\s+(?:but|because|since|as|so that)\s+", m.group("rest"))[0]
-        rest = _third_person(rest.strip().rstrip(".!?"))
-        if lead in ("can you", "could you", "would you", "please") or lead.startswith("help me"):
-            phrase = f"asked for help to {rest}" if lead.startswith("help me") else f"asked to {rest}"
-        elif lead in ("i need", "i want"):
-            phrase = f"wants {rest}"
-        elif lead == "i need to":
-            phrase = f"needs to {rest}"
-        elif lead.startswith("i have"):
-            phrase = "has " + lead.split(" ", 2)[2] + f" {rest}"
-        elif "writing about" in lead:
-            phrase = f"is writing about {rest}"
-        else:
-            phrase = f"wants to {rest}"
-        book.put("user_request", clip(phrase, 120), source)
+    for _rest, phrase in request_phrases(text, sentences):
+        book.put("user_request", phrase, source)
         return
+
+
+# A request whose object ends in one of these points back at what was said before ("make the most of it");
+# not "them": a request says "me" of the user, and reads "them" once in the third person.
+_BACK_REFERENCES = frozenset({"it", "this", "that", "these", "those", "so", "more", "there"})
+
+
+def specific_request(text: str) -> str | None:
+    """Return the first request of ``text`` that names what it is about (3+ words, not ending in "it" or "that")."""
+    for rest, phrase in request_phrases(text, sentence_spans(text), every_lead=True):
+        words = rest.split()
+        if len(words) >= 3 and words[-1].lower().strip(".,!?\"'") not in _BACK_REFERENCES:
+            return phrase
+    return None
+
+
+def request_phrases(
+    text: str, sentences: list[tuple[int, int]], every_lead: bool = False
+) -> Iterator[tuple[str, str]]:
+    """Yield (object, phrase) for what a user message asks for, the phrase in the third person ("wants to ...").
+
+    One per sentence, its first lead ("I want to", "can you", ...), a sentence whose first
+    lead follows an asking word ("Do I need ...?") skipped; ``every_lead`` yields each lead
+    of a sentence that no asking word precedes ("I want to learn, can you explain ...").
+    """
+    for s, e in sentences:
+        sentence, pos = text[s:e], 0
+        while (m := REQUEST_RE.search(sentence, pos)) is not None:
+            if ASKING_AUX_RE.search(sentence[: m.start()]):
+                if not every_lead:
+                    break  # "Do I need the box?" asks, it does not request
+            else:
+                lead = m.group("lead").lower()
+                rest = _REQUEST_END.split(m.group("rest"))[0]
+                rest = _third_person(rest.strip().rstrip(".!?"))
+                yield rest, clip(_request_phrase(lead, rest), 120)
+                if not every_lead:
+                    break
+            pos = m.start("rest")
+
+
+# Where a request's object ends: a clause break (not the comma of "$60,000") or a reason.
+_REQUEST_END = re.compile(r";|,(?!\d)|(?<!\d),|\s+(?:but|because|since|as|so that)\s+")
+
+
+def _request_phrase(lead: str, rest: str) -> str:
+    if lead in ("can you", "could you", "would you", "please") or lead.startswith("help me"):
+        return f"asked for help to {rest}" if lead.startswith("help me") else f"asked to {rest}"
+    if lead in ("i need", "i want"):
+        return f"wants {rest}"
+    if lead == "i need to":
+        return f"needs to {rest}"
+    if lead.startswith("i have"):
+        return "has " + lead.split(" ", 2)[2] + f" {rest}"
+    if "writing about" in lead:
+        return f"is writing about {rest}"
+    return f"wants to {rest}"
 
 
 def _retract(text: str, role: str, book: FactBook, sentences: list[tuple[int, int]]) -> None:

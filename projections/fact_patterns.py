@@ -468,6 +468,7 @@ NOBODY_RE = re.compile(r"\b(?:nothing|none|no one|nobody)\s+\S+\s*$", re.I)
 PRONOUNS = [
     (re.compile(r"\bmy\b", re.I), "their"),
     (re.compile(r"\bmine\b", re.I), "theirs"),
+    (re.compile(r"\bour\b", re.I), "their"),  # "make sure our company is compliant": the user's company
     (re.compile(r"\bI'm\b|\bI am\b", re.I), "they are"),
     (re.compile(r"\bI've\b", re.I), "they have"),
     (re.compile(r"\bI\b"), "they"),

@@ -36,13 +36,14 @@ from .fact_extraction import (
     read_all,
     read_message,
     sentence_spans,
+    specific_request,
 )
 from .prompts import PROMPT_VERSION, message_text, prompt_hash, render_facts, tool_label, tool_names
 from .salience import Statement, forget_statements, rank, select, statements_from_text, statements_of
 
 # Bump when a rule changes what the summarizer outputs: it is part of prompt_hash, hence of the cache key.
-RULES_VERSION = "offline-salience-45"
-MODEL = "offline-salience-45"
+RULES_VERSION = "offline-salience-46"
+MODEL = "offline-salience-46"
 MAX_LINE_CHARS = 200
 DEFAULT_TOKEN_CAP = 500
 FACTS_SHARE = 0.25  # at most this share of a text summary goes to the key facts
@@ -77,7 +78,12 @@ def narrative(book: FactBook, messages: Sequence[MessageRecord]) -> str:
     who = f"The user ({name})" if name else "The user"
     request = book.get("user_request")
     topic = book.get("topic")
-    if request:
+    latest = _latest_request(messages)
+    if request and latest and latest != request:
+        # In a long conversation the user has moved on from what they opened it for: the narrative
+        # tells what they ask now. The first request stays a fact (user_request), listed with the facts.
+        first = f"Lately, {who[0].lower()}{who[1:]} {latest}."
+    elif request:
         first = f"{who} {request}."
     elif topic:
         first = f"{who} is being helped with {topic}."
@@ -106,6 +112,24 @@ def narrative(book: FactBook, messages: Sequence[MessageRecord]) -> str:
         parts.append("tools used: " + ", ".join(tools[:4]))
     third = _end("; ".join(parts)) if parts else ""
     return " ".join(p for p in (first, second, third) if p)
+
+
+LATEST_REQUEST_SCAN = 12  # user turns searched, newest first, for the latest request
+
+
+def _latest_request(messages: Sequence[MessageRecord]) -> str | None:
+    """Return what the newest user turn that asks for something specific asks, among the last few user turns."""
+    scanned = 0
+    for m in reversed(messages):
+        if m.role != "user" or not m.content.strip():
+            continue
+        phrase = specific_request(m.content)
+        if phrase is not None:
+            return phrase
+        scanned += 1
+        if scanned >= LATEST_REQUEST_SCAN:
+            return None
+    return None
 
 
 # --------------------------------------------------------------------------- caps

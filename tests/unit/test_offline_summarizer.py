@@ -735,6 +735,40 @@ def test_narrative_says_who_wants_what_what_was_agreed_and_the_state_then_the_da
     assert out.tokens_in > 0 and out.tokens_out > TOKENS.count(out.text)
 
 
+def test_narrative_tells_the_latest_request_when_the_user_moved_on_and_the_facts_keep_the_first():
+    chat = conversation(
+        ("user", "I want to figure out what day it will be a week from January 10."),
+        ("assistant", "A week from Wednesday, January 10 is Wednesday, January 17."),
+        ("user", "Thanks! Now I'm learning probability for my job."),
+        ("assistant", "Great, where would you like to start?"),
+        ("user", "Can you explain the difference between permutations and combinations?"),
+        ("assistant", "Order matters in a permutation and not in a combination."),
+    )
+    facts = SUMMARIZER.summarize(SummaryInput(policy="hierarchical", kind="facts", messages=chat, token_cap=500))
+    assert facts.text.startswith("Lately, the user asked to explain the difference between permutations and combinations.")
+    assert as_dict(facts.facts)["user_request"][0] == "wants to figure out what day it will be a week from January 10"
+    text = SUMMARIZER.summarize(SummaryInput(policy="rolling", kind="text", messages=chat)).text
+    assert "- user_request: wants to figure out what day it will be a week from January 10 (msg 0)" in text
+    assert "Summary: Lately, the user asked to explain the difference between permutations and combinations." in text
+    # One request so far: said once.
+    first = SUMMARIZER.summarize(SummaryInput(policy="hierarchical", kind="facts", messages=chat[:2], token_cap=500))
+    assert first.text.splitlines()[0] == "The user wants to figure out what day it will be a week from January 10."
+
+
+def test_a_request_keeps_its_thousands_and_names_the_users_things_theirs_and_a_vague_one_is_passed_over():
+    from memfold.projections.fact_extraction import specific_request
+
+    said = "I want to decide how to allocate our marketing budget of $18,500, can you help?"
+    assert facts_of(conversation(("user", said)))["user_request"][0] == (
+        "wants to decide how to allocate their marketing budget of $18,500"
+    )
+    # "I want to learn" names nothing; the request after it in the same sentence does.
+    assert specific_request("I've never done these, but I want to learn, can you explain permutations to me?") == (
+        "asked to explain permutations to them"
+    )
+    assert specific_request("Thanks! I want to make the most of it.") is None
+
+
 def test_text_summary_lists_facts_and_messages_and_merges_the_previous_summary():
     first = SUMMARIZER.summarize(SummaryInput(policy="rolling", kind="text", messages=REFUND_CHAT[:3])).text
     assert first.startswith("Key facts:\n- customer_name: Maria Lopez (msg 0)\n- order_id: #1234 (msg 0)")
