@@ -42,8 +42,8 @@ from .prompts import PROMPT_VERSION, message_text, prompt_hash, render_facts, to
 from .salience import Statement, forget_statements, rank, select, statements_from_text, statements_of
 
 # Bump when a rule changes what the summarizer outputs: it is part of prompt_hash, hence of the cache key.
-RULES_VERSION = "offline-salience-46"
-MODEL = "offline-salience-46"
+RULES_VERSION = "offline-salience-47"
+MODEL = "offline-salience-47"
 MAX_LINE_CHARS = 200
 DEFAULT_TOKEN_CAP = 500
 FACTS_SHARE = 0.25  # at most this share of a text summary goes to the key facts
@@ -72,17 +72,21 @@ def _humanize(key: str) -> str:
     return key.replace("_", " ")
 
 
-def narrative(book: FactBook, messages: Sequence[MessageRecord]) -> str:
-    """Return 1-3 sentences: who wants what, what was agreed, the current state (what is known of each)."""
+def narrative(book: FactBook, messages: Sequence[MessageRecord], flow: bool = True) -> str:
+    """Return 1-4 sentences: who wants what, what was agreed, the current state (what is known of each).
+
+    In a long conversation the user has moved on from what they opened it for: when their
+    latest request differs, ``flow`` tells both ("The user wants X. Lately, they asked Y.");
+    without it (a text summary keeps the first sentence only, its key facts hold the first
+    request as ``user_request``) it tells the latest alone ("Lately, the user asked Y.").
+    """
     name = book.get("customer_name")
     who = f"The user ({name})" if name else "The user"
     request = book.get("user_request")
     topic = book.get("topic")
     latest = _latest_request(messages)
     if request and latest and latest != request:
-        # In a long conversation the user has moved on from what they opened it for: the narrative
-        # tells what they ask now. The first request stays a fact (user_request), listed with the facts.
-        first = f"Lately, {who[0].lower()}{who[1:]} {latest}."
+        first = f"{who} {request}. Lately, they {latest}." if flow else f"Lately, {who[0].lower()}{who[1:]} {latest}."
     elif request:
         first = f"{who} {request}."
     elif topic:
@@ -392,7 +396,7 @@ class OfflineSummarizer:
         share = KEPT_FACTS_SHARE if request.keep_facts else FACTS_SHARE
         carried = _carries(request)  # carried facts give way in their own order (_drop_order)
         entries = self._fit_facts(all_entries, tc, cc, share, carried)
-        story = _first_sentence(narrative(book, messages))
+        story = _first_sentence(narrative(book, messages, flow=False))
         head = _render_text(entries, story, None, [])
         lines_tc = None if tc is None else tc - tokens.count_lines(head) - 2
         lines_cc = None if cc is None else cc - len(head) - 2

@@ -735,7 +735,7 @@ def test_narrative_says_who_wants_what_what_was_agreed_and_the_state_then_the_da
     assert out.tokens_in > 0 and out.tokens_out > TOKENS.count(out.text)
 
 
-def test_narrative_tells_the_latest_request_when_the_user_moved_on_and_the_facts_keep_the_first():
+def test_narrative_tells_the_latest_request_when_the_user_moved_on_and_keeps_the_first():
     chat = conversation(
         ("user", "I want to figure out what day it will be a week from January 10."),
         ("assistant", "A week from Wednesday, January 10 is Wednesday, January 17."),
@@ -745,7 +745,10 @@ def test_narrative_tells_the_latest_request_when_the_user_moved_on_and_the_facts
         ("assistant", "Order matters in a permutation and not in a combination."),
     )
     facts = SUMMARIZER.summarize(SummaryInput(policy="hierarchical", kind="facts", messages=chat, token_cap=500))
-    assert facts.text.startswith("Lately, the user asked to explain the difference between permutations and combinations.")
+    assert facts.text.startswith(  # the flow of the conversation: what it was opened for, what is asked now
+        "The user wants to figure out what day it will be a week from January 10. "
+        "Lately, they asked to explain the difference between permutations and combinations."
+    )
     assert as_dict(facts.facts)["user_request"][0] == "wants to figure out what day it will be a week from January 10"
     text = SUMMARIZER.summarize(SummaryInput(policy="rolling", kind="text", messages=chat)).text
     assert "- user_request: wants to figure out what day it will be a week from January 10 (msg 0)" in text
