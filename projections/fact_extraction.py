@@ -1162,9 +1162,9 @@ def _third_person(text: str) -> str:
 def _extract_request(text: str, sentences: list[tuple[int, int]], book: FactBook, source: int | None) -> None:
     if book.get("user_request") is not None:
         return
-    for _rest, phrase in request_phrases(text, sentences):
-        book.put("user_request", phrase, source)
-        return
+    first = next(request_phrases(text, sentences), None)
+    if first is not None:
+        book.put("user_request", first[1], source)
 
 
 # A request whose object ends in one of these points back at what was said before ("make the most of it");

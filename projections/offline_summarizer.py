@@ -16,6 +16,7 @@ the same output.
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -84,8 +85,8 @@ def narrative(book: FactBook, messages: Sequence[MessageRecord], flow: bool = Tr
     who = f"The user ({name})" if name else "The user"
     request = book.get("user_request")
     topic = book.get("topic")
-    latest = _latest_request(messages)
-    if request and latest and latest != request:
+    latest = _latest_request(messages) if request else None  # scanned only when there is a first to compare
+    if latest and latest != request:
         first = f"{who} {request}. Lately, they {latest}." if flow else f"Lately, {who[0].lower()}{who[1:]} {latest}."
     elif request:
         first = f"{who} {request}."
@@ -123,17 +124,8 @@ LATEST_REQUEST_SCAN = 12  # user turns searched, newest first, for the latest re
 
 def _latest_request(messages: Sequence[MessageRecord]) -> str | None:
     """Return what the newest user turn that asks for something specific asks, among the last few user turns."""
-    scanned = 0
-    for m in reversed(messages):
-        if m.role != "user" or not m.content.strip():
-            continue
-        phrase = specific_request(m.content)
-        if phrase is not None:
-            return phrase
-        scanned += 1
-        if scanned >= LATEST_REQUEST_SCAN:
-            return None
-    return None
+    turns = (m.content for m in reversed(messages) if m.role == "user" and m.content.strip())
+    return next(filter(None, map(specific_request, itertools.islice(turns, LATEST_REQUEST_SCAN))), None)
 
 
 # --------------------------------------------------------------------------- caps
