@@ -177,8 +177,9 @@ def test_a_missing_row_is_reported_as_corruption(tmp_path: Path, open_file) -> N
     raw.execute("DELETE FROM events WHERE offset_no = 1")
     raw.commit()
     raw.close()
+    # Another handle reads the file: the appending one hands its own messages to its next read from memory.
     with pytest.raises(LogCorruptionError, match="expected offset 1, found 2"):
-        log.read(0, 0)
+        open_file(path, partitions=1).read(0, 0)
 
 
 def test_a_closed_log_refuses_calls(tmp_path: Path) -> None:
@@ -274,3 +275,50 @@ def test_opening_a_sqlite_log_does_not_import_kafka(tmp_path: Path) -> None:
 def _write(path: Path, data: bytes) -> Path:
     path.write_bytes(data)
     return path
+
+
+# --------------------------------------------------------------------------- messages handed to the next read
+
+
+def test_the_next_read_gets_the_appended_messages_as_the_file_holds_them(tmp_path: Path, open_file,
+                                                                        monkeypatch) -> None:
+    import memfold.streams.sqlite_log as sqlite_log
+
+    monkeypatch.setattr(sqlite_log, "RECENT_LIMIT", 25)  # the oldest are dropped: those reads go to the file
+    path = tmp_path / "events.sqlite"
+    writer = open_file(path, partitions=2)
+    batches = [[message("acme", f"c{c}", 10 * b + i, seq=99) for c in range(3) for i in range(4)] for b in range(4)]
+    batches[1][0] = batches[1][0].model_copy(update={"payload": batches[1][0].payload.model_copy(
+        update={"metadata": {"pair": (1, 2), "inf": float("inf")}})})  # JSON changes these: never handed over
+    for batch in batches:
+        writer.append(batch)
+    writer.append(batches[2][:3])  # stored already: nothing new to hand over
+    assert 0 < sum(map(len, writer._recent.values())) <= 25
+    fresh = open_file(path, partitions=2)
+    for partition in (0, 1):
+        handed = [r for start in range(0, 60, 7) for r in writer.read(partition, start, 7)]
+        stored = read_partition(fresh, partition)
+        assert [r.position for r in handed] == [r.position for r in stored]
+        assert [r.event.model_dump() for r in handed] == [r.event.model_dump() for r in stored]
+    assert not any(writer._recent.values())  # every message was taken by a read, or dropped when the file was read
+    kept = read_all(fresh)
+    assert {(r.event.conversation_id, r.event.seq) for r in kept} == {
+        (f"c{c}", s) for c in range(3) for s in range(1, 17)}  # the log's seq, never the one given
+
+
+def test_a_message_read_twice_comes_from_the_file_the_second_time(tmp_path: Path, open_file) -> None:
+    log = open_file(tmp_path / "events.sqlite", partitions=1)
+    log.append([message("acme", "c1", i) for i in range(5)])
+    first = log.read(0, 0, 3)
+    assert len(log._recent[0]) == 2
+    again = log.read(0, 0)
+    assert [r.event.model_dump() for r in again[:3]] == [r.event.model_dump() for r in first]
+    assert [r.position.offset for r in again] == [0, 1, 2, 3, 4]
+
+
+def test_messages_kept_behind_the_next_read_are_dropped(tmp_path: Path, open_file) -> None:
+    log = open_file(tmp_path / "events.sqlite", partitions=1)
+    log.append([message("acme", "c1", i) for i in range(4)])
+    log._recent[0].pop(0)  # as if a read had taken offset 0 from the file before it was kept
+    assert [r.position.offset for r in log.read(0, 2)] == [2, 3]
+    assert not log._recent[0]  # offset 1, behind the read, was dropped with it
