@@ -263,7 +263,7 @@ class SQLiteEventLog:
             return records
         with self._recent_lock:
             # Kept after a read had already taken them from the file (a commit and a read racing): of no use.
-            for offset in [o for o in itertools.takewhile(lambda o: o < start, held)]:
+            for offset in list(itertools.takewhile(lambda o: o < start, held)):
                 del held[offset]
             pop = held.pop
             for offset in range(start, start + limit):
@@ -325,6 +325,8 @@ class SQLiteEventLog:
 
     def close(self) -> None:
         """Close every connection this object opened. Idempotent."""
+        with self._recent_lock:
+            self._recent = {}
         with self._connections_lock:
             self._closed = True
             connections, self._connections = self._connections, {}

@@ -190,6 +190,11 @@ def test_a_closed_log_refuses_calls(tmp_path: Path) -> None:
         log.append([message("acme", "c1", 1)])
     with pytest.raises(LogUnavailableError, match="closed"):
         log.end_positions()
+    kept = SQLiteEventLog(tmp_path / "kept.sqlite", partitions=1)
+    kept.append([message("acme", "c1", 1)])  # held for the next read, which a closed log refuses all the same
+    kept.close()
+    with pytest.raises(LogUnavailableError, match="closed"):
+        kept.read(0, 0, 1)  # one record: the kept one alone would answer it
 
 
 # --------------------------------------------------------------------------- threads
