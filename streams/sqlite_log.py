@@ -140,7 +140,7 @@ def _json_native(value) -> bool:
     if kind is float:
         return math.isfinite(value)  # JSON has no inf or NaN
     if kind is dict:
-        return all(type(k) is str and _json_native(v) for k, v in value.items())
+        return not value or all(type(k) is str and _json_native(v) for k, v in value.items())
     if kind is list:
         return all(_json_native(v) for v in value)
     return False
