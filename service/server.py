@@ -28,6 +28,7 @@ def serve(settings: Settings, *, host: str = "127.0.0.1", port: int = 8080, limi
 
     from memfold.engine.engine import MemoryEngine
     from memfold.engine.runtime import tune_gc, tune_switch_interval
+    from memfold.streams.sqlite_log import RECENT_LIMIT
 
     from .app import close_app, create_app
     from .keys import ApiKeyStore
@@ -40,6 +41,9 @@ def serve(settings: Settings, *, host: str = "127.0.0.1", port: int = 8080, limi
         settings = settings.model_copy(update={"summarizer": settings.summarizer.model_copy(update={"processes": 1})})
     role = "projector" if settings.log_url().startswith("kafka://") else "embedded"
     engine = MemoryEngine(settings, role=role)
+    keep = getattr(engine.log, "keep_appended", None)  # the SQLite log: its projector here reads what was appended
+    if keep is not None:
+        keep(RECENT_LIMIT)
     app = None
     try:
         app = create_app(engine, ApiKeyStore(settings.data_dir), limits)

@@ -191,6 +191,7 @@ def test_a_closed_log_refuses_calls(tmp_path: Path) -> None:
     with pytest.raises(LogUnavailableError, match="closed"):
         log.end_positions()
     kept = SQLiteEventLog(tmp_path / "kept.sqlite", partitions=1)
+    kept.keep_appended(10)
     kept.append([message("acme", "c1", 1)])  # held for the next read, which a closed log refuses all the same
     kept.close()
     with pytest.raises(LogUnavailableError, match="closed"):
@@ -285,13 +286,10 @@ def _write(path: Path, data: bytes) -> Path:
 # --------------------------------------------------------------------------- messages handed to the next read
 
 
-def test_the_next_read_gets_the_appended_messages_as_the_file_holds_them(tmp_path: Path, open_file,
-                                                                        monkeypatch) -> None:
-    import memfold.streams.sqlite_log as sqlite_log
-
-    monkeypatch.setattr(sqlite_log, "RECENT_LIMIT", 25)  # the oldest are dropped: those reads go to the file
+def test_the_next_read_gets_the_appended_messages_as_the_file_holds_them(tmp_path: Path, open_file) -> None:
     path = tmp_path / "events.sqlite"
     writer = open_file(path, partitions=2)
+    writer.keep_appended(25)  # the oldest are dropped: those reads go to the file
     batches = [[message("acme", f"c{c}", 10 * b + i, seq=99) for c in range(3) for i in range(4)] for b in range(4)]
     batches[1][0] = batches[1][0].model_copy(update={"payload": batches[1][0].payload.model_copy(
         update={"metadata": {"pair": (1, 2), "inf": float("inf")}})})  # JSON changes these: never handed over
@@ -313,6 +311,7 @@ def test_the_next_read_gets_the_appended_messages_as_the_file_holds_them(tmp_pat
 
 def test_a_message_read_twice_comes_from_the_file_the_second_time(tmp_path: Path, open_file) -> None:
     log = open_file(tmp_path / "events.sqlite", partitions=1)
+    log.keep_appended(100)
     log.append([message("acme", "c1", i) for i in range(5)])
     first = log.read(0, 0, 3)
     assert len(log._recent[0]) == 2
@@ -323,7 +322,20 @@ def test_a_message_read_twice_comes_from_the_file_the_second_time(tmp_path: Path
 
 def test_messages_kept_behind_the_next_read_are_dropped(tmp_path: Path, open_file) -> None:
     log = open_file(tmp_path / "events.sqlite", partitions=1)
+    log.keep_appended(100)
     log.append([message("acme", "c1", i) for i in range(4)])
     log._recent[0].pop(0)  # as if a read had taken offset 0 from the file before it was kept
     assert [r.position.offset for r in log.read(0, 2)] == [2, 3]
     assert not log._recent[0]  # offset 1, behind the read, was dropped with it
+
+
+def test_nothing_is_kept_unless_asked(tmp_path: Path, open_file) -> None:
+    log = open_file(tmp_path / "events.sqlite", partitions=1)
+    log.append([message("acme", "c1", i) for i in range(3)])
+    assert not log._recent
+    log.keep_appended(10)
+    log.append([message("acme", "c1", i) for i in range(3, 6)])
+    assert len(log._recent[0]) == 3
+    log.keep_appended(0)  # off again: what was kept goes
+    assert not log._recent
+    assert [r.position.offset for r in log.read(0, 0)] == [0, 1, 2, 3, 4, 5]
