@@ -21,7 +21,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from .errors import EventDecodeError
-from .events import EncryptedContent, Event, Fact, MessageAppended, SummaryProduced, unchecked
+from .events import EncryptedContent, Event, Fact, MessageAppended, SummaryProduced, replaced, unchecked
 from .keystore import KeyStore
 
 ALGORITHM = "AES-256-GCM"
@@ -68,10 +68,10 @@ class Sealer:
         p = event.payload
         if isinstance(event, MessageAppended):
             sealed = self._encrypt(event, p.content.encode("utf-8"), key, nonce)
-            return _replace(event, payload=_replace(p, content=None, encrypted=sealed))
+            return replaced(event, payload=replaced(p, content=None, encrypted=sealed))
         plain = json.dumps({"text": p.text, "facts": [f.model_dump(mode="json") for f in p.facts]}).encode("utf-8")
         sealed = self._encrypt(event, plain, key, nonce)
-        return _replace(event, payload=_replace(p, text="", facts=(), encrypted=sealed))
+        return replaced(event, payload=replaced(p, text="", facts=(), encrypted=sealed))
 
     def _encrypt(self, event: Event, plain: bytes, key: tuple[str, bytes], nonce: bytes) -> EncryptedContent:
         ciphertext = self._cipher(*key).encrypt(nonce, plain, _aad(event))
@@ -107,11 +107,11 @@ class Sealer:
             ) from exc
         p = event.payload
         if isinstance(event, MessageAppended):
-            payload = _replace(p, content=plain.decode("utf-8"), encrypted=None)
+            payload = replaced(p, content=plain.decode("utf-8"), encrypted=None)
         else:
             data = json.loads(plain)
-            payload = _replace(p, text=data["text"], facts=tuple(Fact(**f) for f in data["facts"]), encrypted=None)
-        return _replace(event, payload=payload)
+            payload = replaced(p, text=data["text"], facts=tuple(Fact(**f) for f in data["facts"]), encrypted=None)
+        return replaced(event, payload=payload)
 
 
 def is_shredded(event: Event) -> bool:
@@ -124,10 +124,6 @@ def _sealable(event: Event) -> bool:
         return event.payload.encrypted is None and event.payload.content is not None
     return isinstance(event, SummaryProduced) and event.payload.encrypted is None
 
-
-def _replace(model, **changes):
-    """Return a copy of a validated frozen model with ``changes``, not validated again (3x cheaper than ``model_copy``)."""
-    return unchecked(type(model), {**model.__dict__, **changes}, model.__pydantic_fields_set__ | changes.keys())
 
 
 def _aad(event: Event) -> bytes:

@@ -34,7 +34,7 @@ from memfold.engine.errors import (
     LogUnavailableError,
     ValidationError,
 )
-from memfold.engine.events import Event, MessageAppended, decode, unchecked
+from memfold.engine.events import Event, MessageAppended, decode, replaced
 from memfold.engine.partitioner import partition_for
 from memfold.engine.positions import LogRecord, Position
 from memfold.engine.sqlite_wal import enable_wal
@@ -122,11 +122,6 @@ def encode_with_seq(event: Event, seq: int) -> str:
     if 0 <= at < text.find(',"payload":'):
         return f'{text[:at]},"seq":{seq},{text[at + len(token):]}'
     return event.with_seq(seq).encode()
-
-
-def _with_seq(event: Event, seq: int) -> Event:
-    """Return ``event`` carrying ``seq``, not validated again (it was, and ``seq`` is the log's own)."""
-    return unchecked(type(event), {**event.__dict__, "seq": seq}, event.__pydantic_fields_set__ | {"seq"})
 
 
 _NATIVE = (str, int, bool, type(None))
@@ -268,9 +263,10 @@ class SQLiteEventLog:
             excess = sum(map(len, recent.values())) - self._keep
             while excess > 0:  # the oldest of the fullest partition go first
                 held = max(recent.values(), key=len)
-                for offset in list(itertools.islice(held, excess)):
+                oldest = list(itertools.islice(held, excess))
+                for offset in oldest:
                     del held[offset]
-                excess = sum(map(len, recent.values())) - self._keep
+                excess -= len(oldest)
 
     def _take_recent(self, partition: int, start: int, limit: int) -> list[LogRecord]:
         records: list[LogRecord] = []
@@ -391,7 +387,7 @@ class SQLiteEventLog:
             )
             assigned[event_id] = Position(partition, offset)
             if self._keep and type(event) is MessageAppended and _json_native(event.payload.metadata):
-                kept.append(((partition, offset), event if event.seq == seq else _with_seq(event, seq)))
+                kept.append(((partition, offset), event if event.seq == seq else replaced(event, seq=seq)))
         conn.executemany(_INSERT_EVENT, rows)
         conn.executemany(_UPSERT_CONVERSATION, [(t, c, last_seq[(t, c)]) for t, c in conversations])
         touched_partitions = {partition for _, partition in new.values()}
