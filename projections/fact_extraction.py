@@ -951,14 +951,15 @@ _ACCEPTING = re.compile(r"\bdeal\b|\btake\b", re.I)
 
 
 def _decision(sentence: str, book: FactBook, source: int | None, previous: str | None) -> None:
-    m = DECISION_VERB_RE.search(sentence) or DECISION_PHRASE_RE.search(sentence)
+    by_verb = DECISION_VERB_RE.search(sentence)
+    m = by_verb or DECISION_PHRASE_RE.search(sentence)
     if m is None:
         return
     if HYPOTHETICAL_RE.search(_clause_before(sentence, m.start())):
         return  # "if approved, ..." is a condition; "If it comes to that, we agreed ..." is still a decision
-    if m.re is DECISION_VERB_RE and _PASSIVE_BEFORE.search(sentence, 0, m.start()):
+    if by_verb is not None and _PASSIVE_BEFORE.search(sentence, 0, m.start()):
         return  # "the commit will be rejected", "its chances of being accepted": what may happen, not a decision
-    if m.re is DECISION_VERB_RE:
+    if by_verb is not None:
         verb = m.group("verb").lower()
         verb = DECISION_VERBS.get(verb, verb)
     else:  # "Deal." and "I'll take it" accept an offer; "let's go with ..." chooses

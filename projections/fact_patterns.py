@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import re
 
+from .literal_gate import gated
+
 # --------------------------------------------------------------------------- sentences
 
 ABBREVIATIONS = ("no", "nr", "e.g", "i.e", "mr", "mrs", "ms", "dr", "st", "vs", "approx", "etc")
@@ -198,7 +200,7 @@ PHONE_RE = re.compile(
     r"(?<![\w#-])(?:\+\d[\d\s().-]{6,16}\d|\(\d{3}\)\s?\d{3}[\s.-]\d{4}|\d{3}[\s.-]\d{3}[\s.-]\d{4})(?![\w-])"
 )
 NAME_WORD = r"[A-Z][a-z'’-]+"
-NAME_RE = fast_start(
+NAME_RE = gated(fast_start(
     r"(?i:[mcith])|[.!?,]|^",  # my, i'm, call, the, this, it; hi, hello, hey; a sentence's end; the text's start
     # "my name is Ann", "call me Ann": one capitalised word is enough after an explicit phrase.
     rf"(?i:\bmy name is|\bi'?m called|\bi am called|\bcall me|\bthe name is)\s+(?P<name>{NAME_WORD}(?:\s+{NAME_WORD}){{0,2}})"
@@ -206,7 +208,7 @@ NAME_RE = fast_start(
     rf"|(?i:\bi'?m|\bi am|\bthis is|\bit'?s)\s+(?P<full>{NAME_WORD}\s+{NAME_WORD})\b(?!\s+(?:{NAME_WORD}))"
     # "Ann Lee here" at the start of a sentence.
     rf"|(?:^|[.!?,]\s+|\b(?i:hi|hello|hey|hello there)\W+)(?P<here>{NAME_WORD}\s+{NAME_WORD})\s+here\b",
-)
+), min_literal=2)
 NOT_NAMES = {"not", "no", "just", "still", "also", "here", "sorry", "good", "happy", "glad", "fine", "the", "so"}
 
 # Codes like ORD-88231, SN-49VH-1453, POL-1277149, E-1960: an upper-case prefix, a dash, 3+ digits in all.
@@ -236,13 +238,13 @@ PREFIX_KEYS = {
 ID_WORDS = (
     "order|ticket|case|incident|claim|invoice|booking|reservation|confirmation|reference|account|serial|policy|flight"
 )
-WORD_ID_RE = fast_start(
+WORD_ID_RE = gated(fast_start(
     f"[{_initials(ID_WORDS)}]",
     rf"\b(?P<word>{ID_WORDS})"
     r"(?:\s+(?:number|no\.?|num|nr\.?|id|code|reference|ref))?\s*(?:is\s+)?:?\s*"
     r"(?P<id>#?\d{3,}(?:-\d+)*|[A-Z]{1,5}-?\d{3,}(?:-\d+)*|(?-i:(?=[A-Z0-9]*\d)(?=[A-Z0-9]*[A-Z])[A-Z0-9]{5,12}))\b",
     re.I,
-)
+))
 CODE_KEYS = [
     (re.compile(r"\bserial\b", re.I), "serial_number"),
     (re.compile(r"\berror\b", re.I), "error_code"),
@@ -280,12 +282,12 @@ WORD_KEYS = {
 TRACKING_RE = fast_start("t", r"\btracking(?:\s+(?:number|no\.?|code|id))?\s*(?:is\s+)?[:#]?\s*(?P<id>[A-Z0-9]{8,})\b", re.I)
 HASH_ID_RE = fast_start("#", r"(?<![\w&])#(?P<id>\d{3,})\b")
 
-DECISION_VERB_RE = re.compile(
+DECISION_VERB_RE = gated(re.compile(
     r"\b(?P<verb>agreed|approved|confirmed|decided|accepted|authori[sz]ed|declined|denied|rejected)\b", re.I
-)
-DECISION_PHRASE_RE = re.compile(
+))
+DECISION_PHRASE_RE = gated(re.compile(
     r"\b(?:go ahead with|i'll go with|let's go with|i'll take (?:it|that|the)|^\W*(?:ok(?:ay)?,?\s+)?deal)\b", re.I
-)
+))
 DECISION_VERBS = {"authorised": "approved", "authorized": "approved", "declined": "rejected", "denied": "rejected"}
 HYPOTHETICAL_RE = re.compile(r"\b(?:if|once|when|until|whether|unless)\b", re.I)
 
@@ -294,7 +296,7 @@ STATUS_WORDS = (
     "out for delivery|in transit|on hold|shipped|delivered|cancell?ed|canceled|refunded|returned|processed"
     "|pending|escalated|resolved|closed|reopened|suspended|expired|failed|overdue|lost|damaged|delayed|active"
 )
-STATUS_RE = fast_start(f"[{_initials(STATUS_WORDS)}]", rf"\b(?P<status>{STATUS_WORDS})\b", re.I)
+STATUS_RE = gated(fast_start(f"[{_initials(STATUS_WORDS)}]", rf"\b(?P<status>{STATUS_WORDS})\b", re.I))
 AUX_RE = re.compile(
     r"(?:\b(?:is|was|has|have|had|been|are|were|got|gets|now|currently|already|still|status(?:\s+is)?)|'s|’s|n't|n’t|:)\s*"
     r"(?:(?:not|never|yet|been|now|already|currently|still|being|just|officially)\s+)*$",
@@ -340,12 +342,12 @@ REQUEST_RE = re.compile(
 )
 ASKING_AUX_RE = re.compile(r"\b(?:do|does|did|should|would|could|can|will|must|if|when|why|what|how|whether)\s+$", re.I)
 
-RETRACT_RE = re.compile(
+RETRACT_RE = gated(re.compile(
     r"\b(?P<verb>forget|ignore|disregard|scratch|never ?mind|withdraw|cancel|remove|delete)\b"
     r"(?P<object>[^.;!?,]{0,40})"
     r"|\b(?:no longer|don't|do not) (?:need|want)\b(?P<object2>[^.;!?,]{0,40})",
     re.I,
-)
+))
 # What a retraction can name → the key stem it removes. "order" only with a clear retraction verb:
 # "cancel my order" is a request about the order, not a retraction of its id.
 RETRACTABLE = {
@@ -375,11 +377,11 @@ FILLER_RE = re.compile(
     re.I,
 )
 
-CONDITION_MARKER_RE = re.compile(
+CONDITION_MARKER_RE = gated(re.compile(
     r"\b(?:(?:one|the|a|only|your|main|our)\s+)?conditions?\s*(?::|\bis\b|\bare\b)\s*:?\s*(?P<rest>\S.*)$", re.I
-)
+))
 
-CONDITION_RE = re.compile(
+CONDITION_RE = gated(re.compile(
     r"\bwithin\s+\d+\s+(?:business\s+|working\s+|calendar\s+)?(?:days?|hours?|weeks?|months?|years?)\b"
     # "provided the item is returned unused": a clause with its own subject and verb follows; "the
     # provided code", "provided by EndNote", "providing clear explanations" are no conditions.
@@ -396,7 +398,7 @@ CONDITION_RE = re.compile(
     r"|\bonce (?:the|you|your|we|it|they|our)\b"
     r"|\bif\b(?P<if_rest>[^.;!?,]*)",
     re.I,
-)
+), min_literal=2)
 
 # What comes before a "provided" that is a verb or an adjective: "we provided", "the provided schedule".
 PROVIDED_NOT_RE = re.compile(
@@ -452,10 +454,10 @@ ADVICE_OPENING_RE = re.compile(
 )
 # A sentence that asks for help ("..., can you explain it to me with an example?") or gives an
 # example ("For example, if several readers mention ...") states no condition, whatever "if" it holds.
-HELP_REQUEST_RE = re.compile(
+HELP_REQUEST_RE = gated(re.compile(
     r"\b(?:can|could|would) you (?:please\s+)?(?:help|explain|tell|show|give|provide|suggest|recommend|walk|clarify)\b",
     re.I,
-)
+))
 EXAMPLE_RE = re.compile(r"^\W*(?:for example|for instance|e\.g\.)\W", re.I)
 # An "if" after an earlier asking one in the same sentence asks too: "I'm not sure if I need to add
 # a setting or if there are steps I need to take".
