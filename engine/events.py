@@ -260,8 +260,8 @@ class Event(_Frozen):
         return conversation_key(self.tenant_id, self.conversation_id)
 
     def with_seq(self, seq: int) -> Event:
-        """Return a copy carrying the log-assigned ``seq``."""
-        return self.model_copy(update={"seq": seq})
+        """Return a copy carrying the log-assigned ``seq`` (valid by construction: not validated again)."""
+        return replaced(self, seq=seq)
 
     def encode(self) -> str:
         """Return the canonical JSON text of this event (what the log stores).
