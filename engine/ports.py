@@ -7,7 +7,7 @@ composition root (``MemoryEngine``, the CLI) picks concrete ones.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, ClassVar, Protocol, runtime_checkable
@@ -46,6 +46,16 @@ class EventLog(Protocol):
 
     def read(self, partition: int, start: int, limit: int = 1000) -> list[LogRecord]:
         """Return up to ``limit`` records of ``partition`` starting *at* offset ``start``, in offset order."""
+        ...
+
+    def scan(self, partition: int, start: int, types: Collection[str], limit: int = 5000) -> tuple[list[LogRecord], int]:
+        """Return the records of ``types`` among ``partition``'s next ``limit`` offsets from ``start``, and the offset after them.
+
+        The other events are passed over undecoded: for a reader that wants a
+        few event types out of a partition it shares with conversations (the
+        settings follower's ``SettingsChanged``). The returned offset is where
+        the next scan starts; it is ``start`` when the end was reached.
+        """
         ...
 
     def partitions(self) -> list[int]:

@@ -30,7 +30,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from . import overrides as ov
-from .events import conversation_key
+from .events import SettingsChanged, conversation_key
 from .partitioner import partition_for
 from .settings import Settings
 
@@ -42,6 +42,7 @@ log = logging.getLogger("memfold.settings")
 
 SETTINGS_TENANT, SETTINGS_CONVERSATION = "_memfold", "settings"  # where SettingsChanged events are recorded
 POLL_SECONDS = 1.0  # how often a running node looks for a new SettingsChanged
+_SETTINGS_TYPES = frozenset({SettingsChanged.TYPE})
 
 
 class SettingsFollower:
@@ -58,19 +59,20 @@ class SettingsFollower:
     def poll(self) -> Any:
         """Read the partition up to its end now; return a ``SettingsChanged`` newer than the last poll's, else None.
 
-        The first poll reads the whole partition (it also holds the
-        conversations hashed to it); later ones only what was appended since.
+        The first poll scans the whole partition (it also holds the
+        conversations hashed to it, which the log passes over undecoded);
+        later ones only what was appended since.
         """
         end = self.log.end_positions().get(self.partition, 0)
         found = None
         while self.offset < end:
-            records = self.log.read(self.partition, self.offset, self.batch)
-            if not records:  # a Kafka log skips duplicates on read but counts their offsets
-                break
+            # Only SettingsChanged events are decoded: the partition's conversations are passed over.
+            records, after = self.log.scan(self.partition, self.offset, _SETTINGS_TYPES, self.batch)
             for record in records:
-                if record.event.type == "SettingsChanged":
-                    found = record.event
-            self.offset = records[-1].position.offset + 1
+                found = record.event
+            if after <= self.offset:
+                break
+            self.offset = after
         if found is not None:
             self.latest = found
         return found

@@ -31,7 +31,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -238,6 +238,40 @@ class KafkaEventLog:
                         records.append(LogRecord(Position(partition, record.offset), self._decode(partition, record, seq)))
                 offset = stop
             return records
+
+    def scan(self, partition: int, start: int, types: Collection[str], limit: int = 5000) -> tuple[list[LogRecord], int]:
+        """Return the records of ``types`` among the next ``limit`` offsets from ``start``, and the offset after them.
+
+        A record's type is in its headers: the others are passed over
+        undecoded. Duplicates are dropped as :meth:`read` drops them.
+        """
+        self._check_partition(partition)
+        if start < 0:
+            raise ValidationError(f"start offset must be >= 0, got {start}", field="start")
+        if limit < 1:
+            raise ValidationError(f"limit must be >= 1, got {limit}", field="limit")
+        wanted = {t.encode("utf-8") for t in types}
+        with self._lock:
+            self._check_open()
+            end = self._known_ends.get(partition, 0)
+            if start >= end:
+                end = self._end_offsets(list(range(self._partitions)))[partition]
+                if start >= end:
+                    return [], start
+            self._index_until(partition, start)
+            stop = min(end, start + limit)
+            fetched = self._fetch(partition, start, stop)
+            seqs = self._seqs(partition, fetched, start, stop)
+            records = []
+            for record in fetched:
+                seq = seqs.get(record.offset, 0)
+                kind = next((v for k, v in record.headers or () if k == HEADER_EVENT_TYPE), None)
+                if not seq or (kind is not None and kind not in wanted):
+                    continue
+                event = self._decode(partition, record, seq)  # a record without the header is decoded to tell
+                if kind is not None or event.type in types:
+                    records.append(LogRecord(Position(partition, record.offset), event))
+            return records, stop
 
     def find(self, event_ids: Sequence[str]) -> dict[str, Position]:
         """Return the position of each of ``event_ids`` already stored (ids not stored are absent).

@@ -8,7 +8,7 @@ sealed event (see :func:`memfold.engine.sealing.is_shredded`) after.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from memfold.engine.events import Event
@@ -36,6 +36,12 @@ class SealedLog:
         """Return the inner log's records *at* ``start`` onwards, content unsealed where keys live."""
         unseal = self.sealer.unseal
         return [LogRecord(r.position, unseal(r.event)) for r in self.inner.read(partition, start, limit)]
+
+    def scan(self, partition: int, start: int, types: Collection[str], limit: int = 5000) -> tuple[list[LogRecord], int]:
+        """The inner log's scan, the records found unsealed (the others are never decoded, let alone unsealed)."""
+        records, after = self.inner.scan(partition, start, types, limit)
+        unseal = self.sealer.unseal
+        return [LogRecord(r.position, unseal(r.event)) for r in records], after
 
     def partitions(self) -> list[int]:
         return self.inner.partitions()

@@ -23,7 +23,7 @@ import math
 import os
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -318,6 +318,30 @@ class SQLiteEventLog:
                 for offset in range(start, expected):
                     held.pop(offset, None)
         return records
+
+    def scan(self, partition: int, start: int, types: Collection[str], limit: int = 5000) -> tuple[list[LogRecord], int]:
+        """Return the records of ``types`` among the next ``limit`` committed offsets from ``start``, and the offset after them.
+
+        The type is a column: the other rows are filtered out in SQL, never decoded.
+        """
+        self._check_partition(partition)
+        if start < 0:
+            raise ValidationError(f"start offset must be >= 0, got {start}", field="start")
+        if limit < 1:
+            raise ValidationError(f"limit must be >= 1, got {limit}", field="limit")
+        wanted = sorted(set(types))
+        with self._translate_read_errors("scan"):
+            con = self._connection()
+            head = con.execute("SELECT next_offset FROM partition_heads WHERE partition_no = ?", (partition,)).fetchone()
+            stop = min(head[0] if head else 0, start + limit)
+            if start >= stop:
+                return [], start
+            rows = con.execute(
+                "SELECT offset_no, type, body FROM events WHERE partition_no = ? AND offset_no >= ? AND offset_no < ?"
+                f" AND type IN ({', '.join('?' * len(wanted))}) ORDER BY offset_no",
+                (partition, start, stop, *wanted),
+            ).fetchall() if wanted else []
+        return [LogRecord(Position(partition, o), decode(body, event_type=t)) for o, t, body in rows], stop
 
     def find(self, event_ids: Sequence[str]) -> dict[str, Position]:
         """Return the position of each of ``event_ids`` already stored (ids not stored are absent)."""

@@ -273,6 +273,35 @@ class EventLogContract:
         with pytest.raises(ValidationError):
             log.read(0, 0, 0)
 
+    def test_scan_returns_the_events_of_the_asked_types_as_read_does(self, make_log: MakeLog) -> None:
+        log = make_log(partitions=1)
+        events = [*one_of_each_type("acme", "c1"), *one_of_each_type("acme", "c2", tag="b-")]
+        log.append(events)
+        wanted = {"SettingsChanged", "SummaryFailed"}
+        expected = [r for r in log.read(0, 0, 1000) if r.event.type in wanted]
+        assert len(expected) == 4  # two of each: the comparison is not of empty lists
+        found: list[LogRecord] = []
+        offset, stops = 0, []
+        while True:  # pages of 5 offsets, as the settings follower pages through a long partition
+            records, after = log.scan(0, offset, wanted, 5)
+            found.extend(records)
+            if after == offset:
+                break
+            stops.append(after)
+            offset = after
+        assert found == expected
+        assert stops == [min(o, len(events)) for o in range(5, len(events) + 5, 5)]
+        assert log.scan(0, 0, set(), 100) == ([], len(events))  # no type asked: nothing decoded, still scanned
+        assert log.scan(0, len(events), wanted) == ([], len(events))  # at the end
+
+    def test_scan_rejects_bad_arguments(self, make_log: MakeLog) -> None:
+        log = make_log(partitions=2)
+        for args in ((2, 0), (-1, 0), (0, -1)):
+            with pytest.raises(ValidationError):
+                log.scan(*args, {"SettingsChanged"})
+        with pytest.raises(ValidationError):
+            log.scan(0, 0, {"SettingsChanged"}, 0)
+
     def test_end_positions_count_the_events_of_each_partition(self, make_log: MakeLog) -> None:
         log = make_log(partitions=4)
         positions = log.append([message("acme", f"c{i}", i) for i in range(25)])
