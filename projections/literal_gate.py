@@ -155,6 +155,12 @@ def folded(text: str) -> str:
     return low
 
 
+def forget() -> None:
+    """Drop the remembered sentence (conversation text: erasure empties every cache of it)."""
+    global _last
+    _last = ("", "")
+
+
 class GatedPattern:
     """A compiled pattern behind its literal gate; the methods the extractor uses, same answers."""
 

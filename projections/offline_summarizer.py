@@ -26,6 +26,7 @@ from memfold.engine.events import Fact
 from memfold.engine.ports import MessageRecord, SummaryInput, SummaryOutput
 from memfold.engine.tokens import DEFAULT_ENCODING, MESSAGE_OVERHEAD, TokenCounter, counter
 
+from . import literal_gate
 from .fact_extraction import (
     MAX_FACTS,
     SHORT_VALUE_CHARS,
@@ -293,11 +294,13 @@ class OfflineSummarizer:
     def drop_text_caches(self) -> None:
         """Empty the caches that keep conversation text for speed in this process (erasure calls it).
 
-        The fact book's traces, the messages' statements and the line counts of
-        summaries: they are rebuilt as messages are read again.
+        The fact book's traces, the messages' statements, the literal gates'
+        last sentence and the line counts of summaries: they are rebuilt as
+        messages are read again.
         """
         forget_traces()
         forget_statements()
+        literal_gate.forget()
         self._tokens.forget_lines()
 
     def summarize(self, request: SummaryInput) -> SummaryOutput:

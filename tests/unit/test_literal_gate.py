@@ -98,3 +98,13 @@ def test_a_gated_pattern_finds_what_the_pattern_finds(gate, text):
         assert gate.search(text, i) == gate.compiled.search(text, i) or \
             gate.search(text, i).span() == gate.compiled.search(text, i).span()
         assert (gate.match(text, i) is None) == (gate.compiled.match(text, i) is None)
+
+
+def test_erasure_drops_the_sentence_the_gates_remember():
+    from memfold.projections import literal_gate
+    from memfold.projections.offline_summarizer import OfflineSummarizer
+
+    GATED[0].possible("my secret is ORD-4711")
+    assert "ord-4711" in literal_gate._last[1]  # remembered for the next pattern on the same sentence
+    OfflineSummarizer().drop_text_caches()  # what forget calls
+    assert "4711" not in "".join(literal_gate._last)
