@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .errors import ValidationError
 from .events import Event
 
 
@@ -29,3 +30,11 @@ class LogRecord:
 
     position: Position
     event: Event
+
+
+def check_offsets(start: int, limit: int) -> None:
+    """Raise a ``ValidationError`` for a read or scan starting before offset 0 or asking for fewer than one record."""
+    if start < 0:
+        raise ValidationError(f"start offset must be >= 0, got {start}", field="start")
+    if limit < 1:
+        raise ValidationError(f"limit must be >= 1, got {limit}", field="limit")

@@ -49,7 +49,7 @@ from memfold.engine.errors import (
 )
 from memfold.engine.events import Event, decode
 from memfold.engine.partitioner import partition_for
-from memfold.engine.positions import LogRecord, Position
+from memfold.engine.positions import LogRecord, Position, check_offsets
 
 from .kafka_index import OffsetIndex
 
@@ -208,19 +208,12 @@ class KafkaEventLog:
         :class:`~memfold.engine.errors.LogCorruptionError`.
         """
         self._check_partition(partition)
-        if start < 0:
-            raise ValidationError(f"start offset must be >= 0, got {start}", field="start")
-        if limit < 1:
-            raise ValidationError(f"limit must be >= 1, got {limit}", field="limit")
+        check_offsets(start, limit)
         with self._lock:
             self._check_open()
-            # The end offsets are asked for only when the last known end is reached:
-            # ends only grow, so records below a known end need no round trip.
-            end = self._known_ends.get(partition, 0)
+            end = self._end_for(partition, start)
             if start >= end:
-                end = self._end_offsets(list(range(self._partitions)))[partition]
-                if start >= end:
-                    return []
+                return []
             self._index_until(partition, start)
             records: list[LogRecord] = []
             offset = start
@@ -246,18 +239,13 @@ class KafkaEventLog:
         undecoded. Duplicates are dropped as :meth:`read` drops them.
         """
         self._check_partition(partition)
-        if start < 0:
-            raise ValidationError(f"start offset must be >= 0, got {start}", field="start")
-        if limit < 1:
-            raise ValidationError(f"limit must be >= 1, got {limit}", field="limit")
+        check_offsets(start, limit)
         wanted = {t.encode("utf-8") for t in types}
         with self._lock:
             self._check_open()
-            end = self._known_ends.get(partition, 0)
+            end = self._end_for(partition, start)
             if start >= end:
-                end = self._end_offsets(list(range(self._partitions)))[partition]
-                if start >= end:
-                    return [], start
+                return [], start
             self._index_until(partition, start)
             stop = min(end, start + limit)
             fetched = self._fetch(partition, start, stop)
@@ -272,6 +260,16 @@ class KafkaEventLog:
                 if kind is not None or event.type in types:
                     records.append(LogRecord(Position(partition, record.offset), event))
             return records, stop
+
+    def _end_for(self, partition: int, start: int) -> int:
+        """Return ``partition``'s end offset as last known, asked of the broker only once ``start`` reached it.
+
+        Ends only grow, so records below a known end need no round trip.
+        """
+        end = self._known_ends.get(partition, 0)
+        if start >= end:
+            end = self._end_offsets(list(range(self._partitions)))[partition]
+        return end
 
     def find(self, event_ids: Sequence[str]) -> dict[str, Position]:
         """Return the position of each of ``event_ids`` already stored (ids not stored are absent).

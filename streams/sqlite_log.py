@@ -36,7 +36,7 @@ from memfold.engine.errors import (
 )
 from memfold.engine.events import Event, MessageAppended, decode, replaced
 from memfold.engine.partitioner import partition_for
-from memfold.engine.positions import LogRecord, Position
+from memfold.engine.positions import LogRecord, Position, check_offsets
 from memfold.engine.sqlite_wal import enable_wal
 
 SCHEMA_VERSION = 1
@@ -293,10 +293,7 @@ class SQLiteEventLog:
         undecodable one raises an ``EventDecodeError`` (never skipped).
         """
         self._check_partition(partition)
-        if start < 0:
-            raise ValidationError(f"start offset must be >= 0, got {start}", field="start")
-        if limit < 1:
-            raise ValidationError(f"limit must be >= 1, got {limit}", field="limit")
+        check_offsets(start, limit)
         records = self._take_recent(partition, start, limit)
         if len(records) == limit:
             return records
@@ -325,10 +322,7 @@ class SQLiteEventLog:
         The type is a column: the other rows are filtered out in SQL, never decoded.
         """
         self._check_partition(partition)
-        if start < 0:
-            raise ValidationError(f"start offset must be >= 0, got {start}", field="start")
-        if limit < 1:
-            raise ValidationError(f"limit must be >= 1, got {limit}", field="limit")
+        check_offsets(start, limit)
         wanted = sorted(set(types))
         with self._translate_read_errors("scan"):
             con = self._connection()
