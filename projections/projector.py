@@ -205,7 +205,8 @@ class Projector:
                     # A conversation the store has never seen has no facts and no topics yet: a query
                     # each would ask for nothing (one per conversation, a tenth of a replay's time).
                     self._facts.setdefault(skey, {})
-                    self._holdings.setdefault(skey, ({}, set()))
+                    if getattr(impl, "holds_topics", False):
+                        self._holdings.setdefault(skey, ({}, set()))
 
     def _active_facts(self, policy: str, tenant_id: str, conversation_id: str) -> dict[tuple[str, str], list[str | None]]:
         key = (policy, tenant_id, conversation_id)

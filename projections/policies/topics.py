@@ -455,6 +455,7 @@ class TopicsPolicy:
 
     name: ClassVar[str] = NAME
     State: ClassVar[type[State]] = State
+    holds_topics: ClassVar[bool] = True  # its summaries hold a topic's facts (the projector tracks which)
 
     def initial(self, tenant_id: str, conversation_id: str) -> State:
         """Return the state of a conversation with no messages."""
