@@ -50,7 +50,6 @@ CACHE_TABLE_MIGRATIONS = (
 )
 
 
-_SCALARS = (str, int, float, bool, type(None))
 _EXACT_TYPES = frozenset({str, bool, type(None)})  # encoded alike by json.dumps and msgspec
 _INT_MIN, _INT_MAX = -(2**63), 2**63 - 1
 # The key is sha256 over canonical JSON (engine.ids.canonical_json: sorted keys, no whitespace, no
