@@ -121,3 +121,16 @@ def requests(draw):
 @given(requests())
 def test_the_key_hashes_the_bytes_json_dumps_gave(request):
     assert key_material("s", "m", "h", request) == _reference_material(request)
+
+
+def test_msgspec_writes_every_character_as_json_dumps_does():
+    """The claim the key's encoder stands on, for every code point but the surrogates (which events refuse)."""
+    import json
+
+    import msgspec
+
+    text = "".join(chr(c) for c in range(0x110000) if not 0xD800 <= c <= 0xDFFF)
+    assert msgspec.json.encode(text) == json.dumps(text, ensure_ascii=False).encode("utf-8")
+    keys = {"b": 1, "a": 2, "é": 3, "Z": 4, "\u00e9\u0301": 5, "\U0001f600": 6}
+    assert msgspec.json.Encoder(order="sorted").encode(keys) == \
+        json.dumps(keys, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
