@@ -341,6 +341,35 @@ def test_trailing_duplicate_reads_as_empty(make_log, kafka_bootstrap):
     assert [r.position.offset for r in log.read(0, 0)] == [0]
 
 
+def _produce_without_headers(bootstrap: str, topic: str, event: Event, partitions: int) -> None:
+    """Store ``event`` as a producer that sets no headers would: the type is only in the body."""
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    try:
+        producer.send(topic, key=event.key.encode(), value=event.with_seq(0).encode().encode(),
+                      partition=partition_for(event.key, partitions)).get(timeout=20)
+    finally:
+        producer.close()
+
+
+def test_scan_drops_duplicates_and_decodes_a_record_without_its_type_header(make_log, kafka_bootstrap):
+    from memfold.engine.events import SettingsChanged, SettingsChangedPayload
+
+    log = make_log(partitions=1)
+    change = SettingsChanged(event_id="set-1", tenant_id="_memfold", conversation_id="settings",
+                             occurred_at=datetime(2026, 3, 1, tzinfo=UTC),
+                             payload=SettingsChangedPayload(policy="rolling", settings={"a": 1}, settings_hash="h"))
+    log.append([message("c", 0, event_id="m0"), change])
+    _produce_raw_duplicate(kafka_bootstrap, log.topic, change, 1)  # offset 2: the same event again
+    later = change.model_copy(update={"event_id": "set-2"})
+    _produce_without_headers(kafka_bootstrap, log.topic, later, 1)  # offset 3: no event_type header
+    _produce_without_headers(kafka_bootstrap, log.topic, message("c", 1, event_id="m1"), 1)  # offset 4
+    records, after = log.scan(0, 0, {"SettingsChanged"})
+    assert after == 5
+    assert [(r.position.offset, r.event.event_id) for r in records] == [(1, "set-1"), (3, "set-2")]
+    assert [r.event.event_id for r in records] == \
+        [r.event.event_id for r in log.read(0, 0) if r.event.type == "SettingsChanged"]
+
+
 def test_re_appending_a_stored_event_id_returns_its_position_and_stores_nothing(make_log):
     log = make_log(partitions=2)
     events = [message("c", n, event_id=f"e{n}") for n in range(3)]
