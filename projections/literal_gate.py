@@ -66,13 +66,9 @@ def _sequence(items: Any) -> frozenset[str] | None:
         runs = {""}
 
     for op, av in items:
-        chars = _chars(op, av)
-        if chars is not None and len(runs) * len(chars) <= MAX_VARIANTS:
-            runs = {r + c for r in runs for c in chars}
-            continue
-        optional = _optional_literal(op, av)
-        if optional is not None and 2 * len(runs) <= MAX_VARIANTS:
-            runs |= {r + optional for r in runs}
+        longer = _extended(runs, op, av)
+        if longer is not None:
+            runs = longer
             continue
         if op is C.BRANCH:
             # "a(?:greed|pproved)" (sre factors out the common prefix): the run goes on into the
@@ -102,16 +98,23 @@ def _leading(items: Any) -> tuple[set[str], bool] | None:
     runs = {""}
     whole = True
     for op, av in items:
-        chars = _chars(op, av)
-        optional = None if chars is not None else _optional_literal(op, av)
-        if chars is not None and len(runs) * len(chars) <= MAX_VARIANTS:
-            runs = {r + c for r in runs for c in chars}
-        elif optional is not None and 2 * len(runs) <= MAX_VARIANTS:
-            runs |= {r + optional for r in runs}
-        else:
+        longer = _extended(runs, op, av)
+        if longer is None:
             whole = False
             break
+        runs = longer
     return (runs, whole) if "" not in runs else None
+
+
+def _extended(runs: set[str], op: Any, av: Any) -> set[str] | None:
+    """The spellings of ``runs`` followed by one item of literal characters, or None if the item is no such thing."""
+    chars = _chars(op, av)
+    if chars is not None:
+        return {r + c for r in runs for c in chars} if len(runs) * len(chars) <= MAX_VARIANTS else None
+    optional = _optional_literal(op, av)
+    if optional is not None and 2 * len(runs) <= MAX_VARIANTS:
+        return runs | {r + optional for r in runs}
+    return None
 
 
 def _chars(op: Any, av: Any) -> set[str] | None:

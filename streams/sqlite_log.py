@@ -34,7 +34,7 @@ from memfold.engine.errors import (
     LogUnavailableError,
     ValidationError,
 )
-from memfold.engine.events import Event, MessageAppended, decode, replaced
+from memfold.engine.events import Event, MessageAppended, decode
 from memfold.engine.partitioner import partition_for
 from memfold.engine.positions import LogRecord, Position, check_offsets
 from memfold.engine.sqlite_wal import enable_wal
@@ -405,7 +405,7 @@ class SQLiteEventLog:
             )
             assigned[event_id] = Position(partition, offset)
             if self._keep and type(event) is MessageAppended and _json_native(event.payload.metadata):
-                kept.append(((partition, offset), event if event.seq == seq else replaced(event, seq=seq)))
+                kept.append(((partition, offset), event if event.seq == seq else event.with_seq(seq)))
         conn.executemany(_INSERT_EVENT, rows)
         conn.executemany(_UPSERT_CONVERSATION, [(t, c, last_seq[(t, c)]) for t, c in conversations])
         touched_partitions = {partition for _, partition in new.values()}
