@@ -14,7 +14,7 @@ turns, so a long message recalled for its relevance comes as an excerpt:
   backticks, indentation: :func:`plain`) is left out of it, never a word:
   BEAM's long answers spend ~10% of their tokens on it;
 - an excerpt's passages are *condensed* (:func:`condense`): articles,
-  forms of "be", modal verbs, demonstratives and fillers ("very", "just")
+  forms of "be", modal verbs (not "will" the noun: "free will"), demonstratives and fillers ("very", "just")
   are left out, as prompt compressors such as Selective Context and
   LLMLingua drop the words a reader (or a model) restores from the rest.
   Content words, numbers, names, negations, pronouns, prepositions and
@@ -87,9 +87,13 @@ LIGHT_WORDS = frozenset(
     "a an the that this these those is are was were be been being will would can could should may might "
     "very really just also which".split()
 )
+# "will" is also a noun ("free will", "against my will", "at will"): after these words it stays.
+NOUN_WILL_AFTER = ("free", "good", "ill", "own", "my", "your", "his", "her", "their", "our", "the", "of", "against", "at")
 _LIGHT = re.compile(
     r"(?<!['’])\b(?:"
-    + "|".join(sorted(LIGHT_WORDS | {w.capitalize() for w in LIGHT_WORDS - {"may", "will"}}, key=len, reverse=True))
+    + "|".join(sorted((LIGHT_WORDS - {"will"}) | {w.capitalize() for w in LIGHT_WORDS - {"may", "will"}}, key=len,
+                      reverse=True))
+    + "|" + "".join(f"(?<!\\b{v} )" for w in NOUN_WILL_AFTER for v in (w, w.capitalize())) + "will"
     + r")\b(?!['’]) ?"
 )
 _SPACE_BEFORE = re.compile(r"[ \t]+(?=[.,;:!?])")

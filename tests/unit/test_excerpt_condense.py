@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from memfold.engine.ports import MessageRecord
 from memfold.engine.tokens import counter
-from memfold.projections.excerpt import LIGHT_WORDS, condense, excerpt
+from memfold.projections.excerpt import LIGHT_WORDS, NOUN_WILL_AFTER, condense, excerpt
 
 COUNT = counter().count
 WORD = re.compile(r"[^\W_]+")
@@ -23,17 +23,27 @@ def words(text: str) -> list[str]:
 def test_condense_keeps_what_carries_the_meaning():
     text = "The refund will be sent to Porto, not Lisbon, by 3 May. It's the one that can't wait; this is it. Will said so."
     assert condense(text) == "refund sent to Porto, not Lisbon, by 3 May. It's one can't wait; it. Will said so."
+    # "will" the noun stays; the verb goes.
+    assert condense("Free will and determinism will be discussed; it goes against my will.") == (
+        "Free will and determinism discussed; it goes against my will.")
     # Words that merely start like a light word are content words.
     assert condense("Thesis theatre itinerary island bean") == "Thesis theatre itinerary island bean"
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.sampled_from(["the", "The", "is", "will", "be", "plan", "Porto", "not", "can't", "it's", "That's",
-                                 "42", ",", ".", "theory", "island", "to", "from", "and", "Which", "very", "May", "may", "Will", "it"]), max_size=30))
+                                 "42", ",", ".", "theory", "island", "to", "from", "and", "Which", "very", "May", "may", "Will", "it",
+                                 "free", "my", "The"]), max_size=30))
 def test_condense_drops_only_light_words_standing_alone(pieces):
     text = " ".join(pieces)
-    expected = words(" ".join(p for p in pieces if p not in LIGHT_WORDS and not (p.lower() in LIGHT_WORDS and p[0].isupper()
-                                                                             and p not in ("May", "Will"))))
+    nouns = {v for w in NOUN_WILL_AFTER for v in (w, w.capitalize())}
+
+    def light(k: int, p: str) -> bool:
+        if p == "will":
+            return k == 0 or pieces[k - 1] not in nouns
+        return p in LIGHT_WORDS or (p.lower() in LIGHT_WORDS and p[0].isupper() and p not in ("May", "Will"))
+
+    expected = words(" ".join(p for k, p in enumerate(pieces) if not light(k, p)))
     assert words(condense(text)) == expected
 
 
