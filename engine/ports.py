@@ -312,4 +312,16 @@ class ProjectionStore(Protocol):
         """Return messages with ``start <= index <= end`` (``end`` None = to the last), in index order."""
         ...
 
+    def messages_at(self, tenant_id: str, conversation_id: str, indices: Sequence[int]) -> list[MessageRecord]:
+        """Return the messages at exactly ``indices`` (unknown ones left out), in index order."""
+        ...
+
+    def summary(self, summary_id: str) -> dict[str, Any] | None:
+        """Return the row of the summary ``summary_id`` (``text``, ``facts``, lineage), or None when none was produced."""
+        ...
+
+    def outcome(self, request_id: str) -> str | None:
+        """Return the status of one summary request (as :meth:`outcomes`), or None when the request is unknown."""
+        ...
+
     def close(self) -> None: ...

@@ -24,7 +24,15 @@ from typing import Any
 from memfold.engine.errors import MemfoldError, SummarizerError, SummarizerTimeoutError
 from memfold.engine.events import Event, Fact, SummaryRequested
 from memfold.engine.partitioner import partition_for
-from memfold.engine.ports import EventLog, MessageRecord, MessageSource, Summarizer, SummaryInput, SummaryOutput
+from memfold.engine.ports import (
+    EventLog,
+    MessageRecord,
+    MessageSource,
+    ProjectionStore,
+    Summarizer,
+    SummaryInput,
+    SummaryOutput,
+)
 from memfold.engine.settings import Settings
 from memfold.projections.fold import failed, produced
 
@@ -82,7 +90,7 @@ class FoldedSource:
     Saves a DuckDB query or two per request, which dominated cached replays.
     """
 
-    def __init__(self, tail: Any, store: Any, max_summaries: int = 50_000):
+    def __init__(self, tail: Any, store: ProjectionStore, max_summaries: int = 50_000):
         self.tail = tail
         self.store = store
         self.max_summaries = max_summaries

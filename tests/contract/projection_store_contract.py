@@ -1,4 +1,4 @@
-"""The ProjectionStore contract: rows and positions together, positions forward, reset, open requests.
+"""The ProjectionStore contract: rows and positions together, positions forward, reset, open requests, the summarizer's reads.
 
 Subclass :class:`ProjectionStoreContract` and provide a ``make_store``
 fixture returning a factory ``make_store(name="store")`` that opens (or
@@ -16,12 +16,14 @@ import pytest
 
 from memfold.engine.engine import fold_contexts
 from memfold.engine.errors import ProjectionError
-from memfold.engine.events import MessageAppended, MessagePayload, SummaryRequested
+from memfold.engine.events import MessageAppended, MessagePayload, SummaryProduced, SummaryRequested
 from memfold.engine.ports import ProjectionStore
 from memfold.engine.positions import LogRecord, Position
 from memfold.engine.settings import Settings
 from memfold.engine.tokens import counter
+from memfold.projections.offline_summarizer import OfflineSummarizer
 from memfold.projections.projector import Projector
+from memfold.streams.worker import answer, build_input
 
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
 
@@ -115,3 +117,26 @@ class ProjectionStoreContract:
         assert [r.event_id for r in store.open_request_events([1])] == [request.event_id]
         assert store.open_request_events([0, 2]) == []
         assert store.outcomes([request.event_id, "req-unknown"]) == {request.event_id: "processing"}
+
+    def test_the_summarizer_reads_messages_at_indices_summaries_and_outcomes(self, make_store):
+        """What the summarizer worker reads (streams.worker.build_input): messages by index, a summary by id, one outcome."""
+        store = make_store()
+        knobs = {"policies": ("rolling",), "policy": "rolling",
+                 "rolling": {"message_threshold": 3, "recent_messages_to_keep": 1}}
+        decided = self.fold(store, records(0, 0, 8), **knobs)
+        assert [m.index for m in store.messages_at("default", "c1", [6, 2, 99, 4])] == [2, 4, 6]
+        assert store.messages_at("default", "c1", []) == []
+        assert store.messages_at("default", "nobody", [0]) == []
+        request = decided[0].with_seq(9)
+        assert store.outcome(request.event_id) is None  # decided, not yet folded back from the log
+        settings = Settings.load(None, **knobs)
+        outcome = answer(request, build_input(request, store, store, settings), OfflineSummarizer())
+        assert isinstance(outcome, SummaryProduced)
+        changes, positions, _ = self.projector(store, **knobs).project(
+            [LogRecord(Position(0, 8), request), LogRecord(Position(0, 9), outcome.with_seq(10))])
+        store.apply(changes, positions)
+        assert store.outcome(request.event_id) == "completed"
+        assert store.outcome("req-unknown") is None
+        row = store.summary(outcome.payload.summary_id)
+        assert row is not None and row["text"] == outcome.payload.text and row["request_id"] == request.event_id
+        assert store.summary("sum-unknown") is None
