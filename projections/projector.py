@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -41,8 +40,6 @@ from .policies import state_codec
 from .policies._topic_memory import taken_back
 from .store import ERASED_PAYLOAD, Changes, DuckDBProjectionStore
 from .tail import TailCache
-
-log = logging.getLogger("memfold.projector")
 
 
 @dataclass
