@@ -14,9 +14,10 @@ turns, so a long message recalled for its relevance comes as an excerpt:
   backticks, indentation: :func:`plain`) is left out of it, never a word:
   BEAM's long answers spend ~10% of their tokens on it;
 - an excerpt's passages are *condensed* (:func:`condense`): articles,
-  forms of "be", modal verbs (not "will" the noun: "free will"), demonstratives and fillers ("very", "just")
-  are left out, as prompt compressors such as Selective Context and
-  LLMLingua drop the words a reader (or a model) restores from the rest.
+  forms of "be", modal verbs (not "will" the noun: "free will"),
+  demonstratives and fillers ("very", "just") are left out, as prompt
+  compressors such as Selective Context and LLMLingua drop the words a
+  reader (or a model) restores from the rest.
   Content words, numbers, names, negations, pronouns, prepositions and
   conjunctions stay; a contraction ("can't", "it's") is kept whole. On
   BEAM's long answers this is ~7% of their tokens, spent on more passages

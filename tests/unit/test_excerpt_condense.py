@@ -33,7 +33,7 @@ def test_condense_keeps_what_carries_the_meaning():
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.sampled_from(["the", "The", "is", "will", "be", "plan", "Porto", "not", "can't", "it's", "That's",
                                  "42", ",", ".", "theory", "island", "to", "from", "and", "Which", "very", "May", "may", "Will", "it",
-                                 "free", "my", "The"]), max_size=30))
+                                 "free", "my"]), max_size=30))
 def test_condense_drops_only_light_words_standing_alone(pieces):
     text = " ".join(pieces)
     nouns = {v for w in NOUN_WILL_AFTER for v in (w, w.capitalize())}
