@@ -94,7 +94,8 @@ _LIGHT = re.compile(
     r"(?<!['’])\b(?:"
     + "|".join(sorted((LIGHT_WORDS - {"will"}) | {w.capitalize() for w in LIGHT_WORDS - {"may", "will"}}, key=len,
                       reverse=True))
-    + "|" + "".join(f"(?<!\\b{v} )" for w in NOUN_WILL_AFTER for v in (w, w.capitalize())) + "will"
+    # The lookbehinds come after "will", so they run only where "will" is (before it, at every position: 4x slower).
+    + "|will" + "".join(f"(?<!\\b{v} will)" for w in NOUN_WILL_AFTER for v in (w, w.capitalize()))
     + r")\b(?!['’]) ?"
 )
 _SPACE_BEFORE = re.compile(r"[ \t]+(?=[.,;:!?])")
