@@ -125,6 +125,5 @@ def _sealable(event: Event) -> bool:
     return isinstance(event, SummaryProduced) and event.payload.encrypted is None
 
 
-
 def _aad(event: Event) -> bytes:
     return f"{event.key}\x00{event.event_id}".encode()

@@ -38,9 +38,12 @@ def required_literals(pattern: Pattern[str]) -> frozenset[str] | None:
     """Return lower-case ASCII strings one of which every match of ``pattern`` contains (None: none known).
 
     Derived from sre's parse tree: a run of literal characters in a
-    sequence must occur whole; an alternation needs one of its branches'
+    sequence must occur whole, in one of its spellings (a class of up to
+    four ASCII characters, an optional literal such as ``'?`` or
+    ``(?:ay)?`` and branches that start with literals each add spellings,
+    up to MAX_VARIANTS); an alternation needs one of its branches'
     literals; a group, or a repeat of at least once, needs its body's.
-    Anything else (character classes, lookarounds, optional parts,
+    Anything else (wider classes, lookarounds, other optional parts,
     backreferences, non-ASCII characters) is taken as no requirement, which
     keeps the answer sound. Of the sets a sequence requires, the one whose
     shortest string is longest is returned.
