@@ -173,6 +173,8 @@ def _parser() -> argparse.ArgumentParser:
     sv.add_argument("--rate", type=float, default=200.0, help="requests per second per key (429 above; 0 = no limit)")
     sv.add_argument("--burst", type=int, default=400, help="requests a key may send at once before --rate applies")
     sv.add_argument("--log-level", default="warning", help="uvicorn log level")
+    sv.add_argument("--fold-in-process", action="store_true",
+                    help="fold in the serving process (default with an embedded log: a fold process of its own)")
 
     k = command("keys", help="create, list or revoke the service's API keys")
     ksub = k.add_subparsers(dest="keys_command", required=True, metavar="ACTION")
@@ -608,7 +610,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from .engine import _bind_log
 
     limits = Limits(max_body_bytes=args.max_body_bytes, max_batch=args.max_batch, rate=args.rate, burst=args.burst)
-    serve(_bind_log(_settings(args)), host=args.host, port=args.port, limits=limits, log_level=args.log_level)
+    serve(_bind_log(_settings(args)), host=args.host, port=args.port, limits=limits, log_level=args.log_level,
+          fold_process=not args.fold_in_process)
     return 0
 
 

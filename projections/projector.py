@@ -63,6 +63,9 @@ class _Conversation:
         )
 
 
+PAUSE_EVERY = 16  # folded events between two calls of Projector.pause (~2 ms of the fold)
+
+
 class Projector:
     """Turn log records into row changes + policy state; one instance per store."""
 
@@ -83,6 +86,9 @@ class Projector:
         self.history = time_travel.HistoryCache(store)
         # Called with each batch's Changes once durable (the dense index queues its messages to embed).
         self.listeners: list[Callable[[Changes], None]] = []
+        # Called every PAUSE_EVERY folded events: where a process serving reads lets them go first
+        # (service.fold_process). It must not touch the fold's data; it may block for a moment.
+        self.pause: Callable[[], None] | None = None
         self._conversations: dict[tuple[str, str], _Conversation] = {}
         self._states: dict[tuple[str, str, str], BaseModel] = {}
         # (policy, tenant, conversation) -> (key, value) -> [fact_id, superseded_by, retired_by] of its newest row
@@ -239,7 +245,10 @@ class Projector:
         uncounted = [r.event.payload.content or "" for r in fresh
                      if isinstance(r.event, MessageAppended) and encoding not in r.event.payload.tokens]
         token_iter = iter(self.counter.count_many(uncounted))
-        for record in fresh:
+        pause = self.pause
+        for i, record in enumerate(fresh):
+            if pause is not None and not i % PAUSE_EVERY:
+                pause()
             event = record.event
             part, offset = record.position.partition, record.position.offset
             if offset < positions.get(part, 0):

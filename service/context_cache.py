@@ -19,6 +19,11 @@ before it. Replacing the whole projection (a promoted replay) calls
 :meth:`clear`; so does a settings switch, which gives the engine a new
 projector (the runner's ``on_committed`` hook notices and listens to it).
 
+When the fold runs in a process of its own (:mod:`.fold_process`), the
+versions are bumped from that process's note of each committed batch,
+which also brings the reads it answered ahead; they are stored under the
+version the note gives their conversation.
+
 It also remembers which conversations exist (:meth:`exists`), so a read
 that misses the cache does not ask DuckDB for the conversation's row each
 time: that point query waits behind the projector's write transactions, and
@@ -57,6 +62,10 @@ class ContextCache:
         self._lock = threading.Lock()
         self._known: set[tuple[str, str]] = set()  # conversations seen to exist (not deleted)
         self._deletions = 0  # bumped by every committed deletion: a lookup racing one is not remembered
+        listen = getattr(engine, "listen", None)
+        if listen is not None:  # the fold runs in another process (fold_process.RemoteEngine)
+            listen(self._answered, self.clear)
+            return
         self._projector = engine.projector
         self._projector.listeners.append(self._projected)
         runner = engine.runner
@@ -73,6 +82,10 @@ class ContextCache:
 
     def _projected(self, changes) -> None:
         """Projector listener: ``changes`` are committed and in the projector's caches."""
+        self._touched({key: bool(row.get("deleted")) for key, row in changes.conversations.items()}, changes.deleted)
+
+    def _touched(self, touched: dict[tuple[str, str], bool], deleted: set[tuple[str, str]]) -> None:
+        """Note a committed batch: ``touched`` maps each conversation it wrote to whether it is now deleted."""
         with self._lock:
             versions = self._conversations
             if len(versions) >= self.max_entries * 10:  # bounded: start a new epoch rather than grow
@@ -83,15 +96,26 @@ class ContextCache:
             known = self._known
             if len(known) >= self.max_entries * 10:
                 known.clear()  # bounded; relearned from the next batches and reads
-            for key, row in changes.conversations.items():
+            for key, gone in touched.items():
                 versions[key] = versions.get(key, 0) + 1
-                if row.get("deleted"):
+                if gone:
                     known.discard(key)
                 else:
                     known.add(key)  # its row is committed: a first read need not ask DuckDB
-            if changes.deleted:
+            if deleted:
                 self._deletions += 1
-                known.difference_update(changes.deleted)
+                known.difference_update(deleted)
+
+    def _answered(self, touched: dict[tuple[str, str], bool], deleted: set[tuple[str, str]],
+                  answers: dict[tuple[str, str], tuple]) -> None:
+        """Note a batch committed by a fold process, and store the reads it answered ahead at the new versions.
+
+        Its notes arrive in commit order on one thread, so no later batch of
+        a conversation has bumped its version between the two steps.
+        """
+        self._touched(touched, deleted)
+        for (tenant, conversation), ((budget, query, policy), body) in answers.items():
+            self.put((tenant, conversation, budget, query, policy, None), self.version(tenant, conversation), body)
 
     def version(self, tenant_id: str, conversation_id: str) -> Version:
         """Return the conversation's current version (read it before computing an answer)."""

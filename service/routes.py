@@ -15,6 +15,7 @@ import asyncio
 import re
 import time
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from fastapi import APIRouter, HTTPException, Path, Query, Request
@@ -38,6 +39,7 @@ from .schemas import (
     SearchResponse,
     SqlRequest,
     SqlResponse,
+    context_body,
 )
 
 CLIENT_ID_KEY = "message_id"  # metadata key recording the caller's message id
@@ -230,14 +232,7 @@ def _render_context(request: Request, tenant: str, conversation_id: str, budget:
         raise HTTPException(404, f"no conversation {conversation_id!r}")
     messages = svc.engine.context(conversation_id, budget=budget, query=query, policy=name, tenant_id=tenant,
                                   as_of=point)
-    out = []
-    for m in messages:
-        item = m.as_dict()
-        item["tokens"] = m.tokens
-        item["index"] = m.index
-        out.append(item)
-    return ContextResponse(conversation_id=conversation_id, policy=name, budget=budget,
-                           tokens=sum(m.tokens for m in messages), messages=out).model_dump_json().encode()
+    return context_body(conversation_id, name, budget, messages)
 
 
 @router.delete("/conversations/{conversation_id}", tags=["conversations"])
@@ -342,5 +337,7 @@ def run_sql(request: Request, body: SqlRequest, key: Admin) -> SqlResponse:
     """Run one read-only statement over the tenant's tables (conversations, messages, summaries, facts, events)."""
     from .sql import run_tenant_sql
 
-    columns, rows, truncated = run_tenant_sql(services(request).engine.store, key.tenant_id, body.query, body.limit)
+    engine = services(request).engine
+    remote = getattr(engine, "tenant_sql", None)  # the fold process's store (fold_process.RemoteEngine)
+    columns, rows, truncated = (remote or partial(run_tenant_sql, engine.store))(key.tenant_id, body.query, body.limit)
     return SqlResponse(columns=columns, rows=rows, truncated=truncated)

@@ -103,6 +103,18 @@ class ContextResponse(BaseModel):
     messages: list[ContextMessageOut]
 
 
+def context_body(conversation_id: str, policy: str, budget: int | None, messages) -> bytes:
+    """Return the JSON answer of a context read: ``messages`` (``ContextMessage``s) with their tokens and indices."""
+    out = []
+    for m in messages:
+        item = m.as_dict()
+        item["tokens"] = m.tokens
+        item["index"] = m.index
+        out.append(item)
+    return ContextResponse(conversation_id=conversation_id, policy=policy, budget=budget,
+                           tokens=sum(m.tokens for m in messages), messages=out).model_dump_json().encode()
+
+
 class ConversationOut(BaseModel):
     conversation_id: str
     message_count: int

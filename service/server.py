@@ -1,9 +1,11 @@
-"""``memfold serve``: open the engine once in this process and serve it with uvicorn.
+"""``memfold serve``: open the engine and serve it with uvicorn.
 
-One process, one uvicorn worker: DuckDB allows one writer per projection
-file, so the process that owns the engine answers every request (reads and
-appends). Scale reads with projector nodes in distributed mode, not with
-more workers on one data dir.
+One uvicorn worker: DuckDB allows one process per projection file, so one
+service owns the data dir and answers every request (reads and appends).
+With the embedded log it is two processes: this one (HTTP, keys, limits,
+validation, appends) and the fold process it starts (the engine; see
+:mod:`.fold_process`). Scale reads with projector nodes in distributed
+mode, not with more workers on one data dir.
 """
 
 from __future__ import annotations
@@ -22,8 +24,14 @@ log = logging.getLogger("memfold.service")
 
 
 def serve(settings: Settings, *, host: str = "127.0.0.1", port: int = 8080, limits: Limits | None = None,
-          log_level: str = "warning") -> None:
-    """Run the service until SIGINT/SIGTERM; the engine is closed (threads stopped, files closed) on the way out."""
+          log_level: str = "warning", fold_process: bool = True) -> None:
+    """Run the service until SIGINT/SIGTERM; the engine is closed (threads stopped, files closed) on the way out.
+
+    ``fold_process`` (with an embedded log): the projector, DuckDB and the
+    summarizer worker run in a process of their own (:mod:`.fold_process`);
+    this one serves HTTP, validates and appends. With a Kafka log the
+    service is a read replica folding in this process.
+    """
     import uvicorn
 
     from memfold.engine.engine import MemoryEngine
@@ -39,11 +47,16 @@ def serve(settings: Settings, *, host: str = "127.0.0.1", port: int = 8080, limi
     tune_gc()
     if settings.summarizer.processes is None:  # summarizing in a process of its own: see summarizer_processes
         settings = settings.model_copy(update={"summarizer": settings.summarizer.model_copy(update={"processes": 1})})
-    role = "projector" if settings.log_url().startswith("kafka://") else "embedded"
-    engine = MemoryEngine(settings, role=role)
-    keep = getattr(engine.log, "keep_appended", None)  # the SQLite log: its projector here reads what was appended
-    if keep is not None:
-        keep(RECENT_LIMIT)
+    kafka = settings.log_url().startswith("kafka://")
+    if fold_process and not kafka:
+        from .fold_process import RemoteEngine
+
+        engine = RemoteEngine(settings)
+    else:
+        engine = MemoryEngine(settings, role="projector" if kafka else "embedded")
+        keep = getattr(engine.log, "keep_appended", None)  # the SQLite log: its projector here reads what was appended
+        if keep is not None:
+            keep(RECENT_LIMIT)
     app = None
     try:
         app = create_app(engine, ApiKeyStore(settings.data_dir), limits)

@@ -134,16 +134,23 @@ def test_worker_processes_exit_with_a_killed_parent():
 
 
 
-def _children(pid: int) -> list[int]:
-    """Return the live processes whose parent is ``pid``."""
-    out = []
+def _descendants(pid: int) -> list[int]:
+    """Return the live processes descending from ``pid`` (the service's fold process starts the summarizer's)."""
+    parents = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             fields = stat.read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        if fields[1] == str(pid) and fields[0] != "Z":
-            out.append(int(stat.parent.name))
+        if fields[0] != "Z":
+            parents[int(stat.parent.name)] = int(fields[1])
+    out = []
+    for child in parents:
+        p = child
+        while p in parents and p != pid:
+            p = parents[p]
+        if p == pid and child != pid:
+            out.append(child)
     return out
 
 
@@ -166,7 +173,7 @@ def test_memfold_serve_summarizes_in_a_lower_priority_worker_process_and_stops_i
                     break
                 time.sleep(0.05)
         assert summaries and summaries[0]["status"] == "completed", summaries
-        workers = [pid for pid in _children(service.proc.pid)
+        workers = [pid for pid in _descendants(service.proc.pid)
                    if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes()]
         niceness = {int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[16]) for pid in workers}
         assert workers, "memfold serve answered the summary without a worker process"

@@ -1,0 +1,604 @@
+"""The fold in a process of its own: the service's requests no longer share an interpreter lock with it.
+
+``memfold serve`` answers HTTP on an event loop. When the projector folds
+in the same process, every request waits, again and again, for CPython's
+interpreter lock that the fold holds (measured: a context read's p99 under
+a paced mixed load was 39.8-55 ms with the fold in the process, 8.9 ms with
+it paused). DuckDB admits one process per projection file, so the fold
+cannot share the file with the service; it moves out instead:
+
+- the **fold process** (:func:`_fold_main`) opens the engine as usual
+  (log, projector, DuckDB, summarizer worker) and answers calls on a Unix
+  socket, one thread per connection;
+- the **serving process** keeps HTTP, API keys, limits, request validation
+  and the appends: :class:`RemoteEngine` is a ``client`` engine (validates
+  and appends to the log; the SQLite log takes appends from several
+  processes, each a ``BEGIN IMMEDIATE`` transaction) that hands every other
+  call (context, summaries, audit, SQL, replays, forget, ...) to the fold
+  process by its attribute path, e.g. ``store.conversation``.
+
+The fold process tells the serving process what each committed batch
+touched (the conversations written or deleted) and when the settings
+switched, on a connection of its own; that keeps the context cache's
+versions (:mod:`.context_cache`) as exact as in one process. Arguments and
+answers are pickled; memfold's errors keep their class, message and fields;
+a callable argument (a replay's ``progress``) is called back in the serving
+process. If the fold process dies, calls raise
+:class:`~memfold.engine.errors.LogUnavailableError` (503) and it is started
+again: the projection resumes from its committed positions, as after any
+crash.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import itertools
+import logging
+import multiprocessing
+import os
+import queue
+import secrets
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from multiprocessing.connection import Client, Connection, Listener
+from pathlib import Path
+from typing import Any
+
+from memfold.engine.errors import LogUnavailableError, MemfoldError
+from memfold.engine.settings import Settings
+
+log = logging.getLogger("memfold.service")
+
+_RESTART_WAIT_S = 120.0  # how long a call waits for a fold process being started again
+
+
+# ----------------------------------------------------------------------------- errors across the socket
+
+
+def _encode_error(exc: BaseException) -> tuple[str, str, str, dict[str, Any]]:
+    return type(exc).__module__, type(exc).__qualname__, str(exc), dict(getattr(exc, "__dict__", {}))
+
+
+def _decode_error(module: str, name: str, message: str, attrs: dict[str, Any]) -> BaseException:
+    """Rebuild an error raised in the fold process: same class (when importable), message and fields."""
+    import importlib
+
+    cls: type[BaseException] = RuntimeError
+    with contextlib.suppress(Exception):
+        found = getattr(importlib.import_module(module), name)
+        if isinstance(found, type) and issubclass(found, BaseException):
+            cls = found
+    if cls is RuntimeError and name != "RuntimeError":
+        return RuntimeError(f"{name} in the fold process: {message}")
+    exc = cls.__new__(cls)
+    BaseException.__init__(exc, message)
+    with contextlib.suppress(Exception):
+        exc.__dict__.update(attrs)
+    return exc
+
+
+# Calls answered before the fold goes on: while one is in flight the projector waits at its next pause point
+# (every few events, at most READS_FIRST_WAIT_S each time). Calls that wait for the fold themselves
+# (wait_for, forget, retract, a context read with a lazy wait) or may run long (SQL, replays, a context read
+# that loads a conversation from the store) are not among them.
+READS_FIRST = frozenset({"context", "summaries", "store.conversation", "store.messages", "projector.search.rank",
+                         "projector.search.messages_at"})
+READS_FIRST_WAIT_S = 0.02
+
+
+class _ReadsFirst:
+    """Counts reads in flight; :meth:`pause` (the projector's pause hook) waits until there are none."""
+
+    def __init__(self, max_wait: float = READS_FIRST_WAIT_S):
+        self.max_wait = max_wait
+        self._busy = 0
+        self._cond = threading.Condition()
+
+    @contextlib.contextmanager
+    def reading(self):
+        with self._cond:
+            self._busy += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._busy -= 1
+                if not self._busy:
+                    self._cond.notify_all()
+
+    def pause(self) -> None:
+        if self._busy:  # an unlocked peek: a read that starts just after waits one pause point more
+            with self._cond:
+                self._cond.wait_for(lambda: not self._busy, timeout=self.max_wait)
+
+
+class _ReadShapes:
+    """The last context read of each conversation, answered again ahead of time after each batch that changes it.
+
+    An agent reads its conversation's context the same way turn after turn
+    (the same budget, the current message as the query). So after a batch
+    commits, the fold process computes that read again for each
+    conversation the batch touched and sends the answer with the batch's
+    note; the serving process stores it in its context cache under the
+    version the note gives the conversation, and the next read is a cache
+    hit. Only reads computed from memory alone are answered ahead
+    (:meth:`~memfold.engine.engine.MemoryEngine.context_in_memory`: no
+    embedder call, no lazy wait, no store query), and at most
+    ``max_entries`` conversations are remembered, least recently read out.
+    """
+
+    def __init__(self, max_entries: int = 10_000):
+        self.max_entries = max_entries
+        self._shapes: dict[tuple[str, str], tuple[int | None, str | None, str]] = {}
+        self._lock = threading.Lock()
+
+    def note(self, args: tuple, kwargs: dict) -> None:
+        """Remember a ``context`` call's shape (time-travel reads and reads naming no policy are not answered ahead)."""
+        if args and kwargs.get("as_of") is None and kwargs.get("policy") and not kwargs.get("dense"):
+            key = (kwargs.get("tenant_id", "default"), args[0])
+            with self._lock:
+                self._shapes.pop(key, None)
+                self._shapes[key] = (kwargs.get("budget"), kwargs.get("query"), kwargs["policy"])
+                if len(self._shapes) > self.max_entries:
+                    del self._shapes[next(iter(self._shapes))]
+
+    def answers(self, engine, touched: dict[tuple[str, str], bool]) -> dict[tuple[str, str], tuple]:
+        """Return ``{(tenant, conversation): ((budget, query, policy), body)}`` for the touched conversations read before."""
+        from .schemas import context_body
+
+        with self._lock:
+            due = {key: self._shapes[key] for key, gone in touched.items() if not gone and key in self._shapes}
+        out = {}
+        for (tenant, conversation), (budget, query, policy) in due.items():
+            try:
+                if not engine.context_in_memory(conversation, policy=policy, tenant_id=tenant):
+                    continue
+                messages = engine.context(conversation, budget=budget, query=query, policy=policy, tenant_id=tenant)
+            except MemfoldError:
+                continue  # the read itself will say what is wrong
+            out[(tenant, conversation)] = ((budget, query, policy), context_body(conversation, policy, budget, messages))
+        return out
+
+
+@dataclass(frozen=True)
+class _Callback:
+    """Stands for a callable argument; the fold process calls it back over the same connection."""
+
+    number: int
+
+
+# ----------------------------------------------------------------------------- the fold process
+
+
+def _fold_main(settings: Settings, address: str, authkey: bytes) -> None:
+    """Entry point of the fold process: open the engine, answer calls until told to close."""
+    from memfold.engine.engine import MemoryEngine
+    from memfold.engine.runtime import tune_gc, tune_switch_interval
+
+    from .sql import run_tenant_sql
+
+    parent = os.getppid()
+    tune_switch_interval()
+    tune_gc()
+    listener = Listener(address, family="AF_UNIX", authkey=authkey)
+    events = listener.accept()  # the serving process connects its event channel first
+    try:
+        engine = MemoryEngine(settings, role="embedded")
+    except BaseException as exc:  # the serving process raises it (a locked projection, a fold-rules change, ...)
+        with contextlib.suppress(Exception):
+            events.send(("failed", _encode_error(exc)))
+        listener.close()
+        raise SystemExit(1) from None
+    sending = threading.Lock()
+
+    def send_event(message: tuple) -> None:
+        with sending:
+            with contextlib.suppress(OSError, EOFError):
+                events.send(message)
+
+    def hello() -> tuple:
+        return ("settings", engine.settings, {name: ctx.settings for name, (_impl, ctx) in engine.policies.items()})
+
+    state = {"projector": engine.projector}
+    reads = _ReadsFirst()
+    engine.projector.pause = reads.pause
+
+    shapes = _ReadShapes()
+    services: dict[str, Callable] = {"tenant_sql": functools.partial(run_tenant_sql, engine.store)}
+
+    def projected(changes) -> None:
+        touched = {key: bool(row.get("deleted")) for key, row in changes.conversations.items()}
+        if touched or changes.deleted:
+            try:
+                answers = shapes.answers(engine, touched)
+            except Exception:  # a listener must not fail the runner's step: the reads compute it themselves
+                log.exception("answering context reads ahead failed")
+                answers = {}
+            send_event(("projected", touched, set(changes.deleted), answers))
+
+    engine.projector.listeners.append(projected)
+    previous = engine.runner.on_committed
+
+    def committed(positions: dict[int, int]) -> None:
+        previous(positions)
+        if engine.projector is not state["projector"]:  # switch_settings gave the engine a new projector
+            state["projector"] = engine.projector
+            engine.projector.listeners.append(projected)
+            engine.projector.pause = reads.pause
+            send_event(hello())
+
+    engine.runner.on_committed = committed
+    send_event(hello())
+    closing = threading.Event()
+
+    def serve(conn: Connection) -> None:
+        with conn:
+            while not closing.is_set():
+                try:
+                    message = conn.recv()
+                except (EOFError, OSError):
+                    return
+                path, args, kwargs = message
+                if path == "close":
+                    closing.set()
+                    conn.send(("ok", None))
+                    return
+                if path == "hello":  # the settings now (after a promote, before its event is read)
+                    conn.send(("ok", hello()))
+                    continue
+                args = [_called_back(conn, a) for a in args]
+                kwargs = {k: _called_back(conn, v) for k, v in kwargs.items()}
+                try:
+                    target: Any = services.get(path, engine)
+                    for part in () if path in services else path.split("."):
+                        target = getattr(target, part)
+                    if not callable(target):
+                        result = target
+                    elif path in READS_FIRST and (path != "context" or _in_memory(engine, args, kwargs)):
+                        with reads.reading():
+                            result = target(*args, **kwargs)
+                    else:
+                        result = target(*args, **kwargs)
+                    if path == "context":
+                        shapes.note(args, kwargs)
+                    if path == "promote":
+                        send_event(hello())  # every cached answer is stale
+                    reply = ("ok", result)
+                except BaseException as exc:  # the caller raises it; this thread serves on
+                    reply = ("error", _encode_error(exc))
+                try:
+                    conn.send(reply)
+                except (EOFError, OSError):
+                    return
+                except Exception as exc:  # an answer that does not pickle
+                    conn.send(("error", _encode_error(TypeError(f"the answer of {path} cannot be sent: {exc}"))))
+
+    def accept() -> None:
+        while not closing.is_set():
+            try:
+                conn = listener.accept()
+            except (OSError, EOFError):
+                if closing.is_set():
+                    return
+                continue
+            threading.Thread(target=serve, args=(conn,), name="memfold-fold-call", daemon=True).start()
+
+    threading.Thread(target=accept, name="memfold-fold-accept", daemon=True).start()
+    try:
+        while not closing.wait(0.5):
+            if os.getppid() != parent:  # the serving process is gone (killed): nobody will ask us to close
+                break
+    finally:
+        engine.close()
+        listener.close()
+        with contextlib.suppress(OSError):
+            events.close()
+
+
+def _in_memory(engine, args: tuple, kwargs: dict) -> bool:
+    """True for a ``context`` call computed from memory alone (no lazy wait for a summary the fold must bring)."""
+    if not args or kwargs.get("as_of") is not None:
+        return False
+    try:
+        return engine.context_in_memory(args[0], policy=kwargs.get("policy"), tenant_id=kwargs.get("tenant_id", "default"))
+    except MemfoldError:
+        return False
+
+
+def _called_back(conn: Connection, value: Any) -> Any:
+    if not isinstance(value, _Callback):
+        return value
+    number = value.number
+
+    def call(*args: Any, **kwargs: Any) -> None:
+        conn.send(("callback", number, args, kwargs))
+
+    return call
+
+
+# ----------------------------------------------------------------------------- the serving process's side
+
+
+@dataclass
+class _Listeners:
+    projected: list[Callable[[dict, set, dict], None]] = field(default_factory=list)
+    switched: list[Callable[[], None]] = field(default_factory=list)
+
+
+class FoldProcess:
+    """Start the fold process for ``settings`` and call into it; restarted when it dies."""
+
+    def __init__(self, settings: Settings, *, on_settings: Callable[[Settings, dict], None]):
+        self._settings = settings
+        self._on_settings = on_settings
+        self.listeners = _Listeners()
+        self._authkey = secrets.token_bytes(32)
+        self._dir = tempfile.mkdtemp(prefix="memfold-fold-")
+        self._generation = itertools.count()
+        self._idle: queue.SimpleQueue[tuple[int, Connection]] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._closed = False
+        self._ready = threading.Event()
+        self._start()
+        self._watcher = threading.Thread(target=self._watch, name="memfold-fold-watch", daemon=True)
+        self._watcher.start()
+
+    # --------------------------------------------------------------- lifecycle
+
+    def _start(self) -> None:
+        self._gen = next(self._generation)
+        self._address = str(Path(self._dir) / f"fold-{self._gen}.sock")
+        ctx = multiprocessing.get_context("spawn")
+        self._process = ctx.Process(target=_fold_main, args=(self._settings, self._address, self._authkey),
+                                    name="memfold-fold", daemon=False)
+        self._process.start()
+        while True:
+            try:
+                self._events = Client(self._address, family="AF_UNIX", authkey=self._authkey)
+                break
+            except (FileNotFoundError, ConnectionRefusedError):
+                if not self._process.is_alive():
+                    raise LogUnavailableError(
+                        f"the fold process exited with {self._process.exitcode} while starting; the service log has "
+                        "its traceback") from None
+                time.sleep(0.05)
+        # Opening the engine may take long (a rebuild after an upgrade): the first note comes when it is open.
+        try:
+            first = self._events.recv()  # ("settings", ...) once the engine is open, ("failed", error) if it did not
+        except (EOFError, OSError):
+            self._process.join(5)
+            raise LogUnavailableError(f"the fold process exited with {self._process.exitcode} while opening the "
+                                      "engine; the service log has its traceback") from None
+        if first[0] == "failed":
+            self._events.close()
+            self._process.join(10)
+            raise _decode_error(*first[1])
+        self._on_settings(first[1], first[2])
+        threading.Thread(target=self._read_events, args=(self._events,), name="memfold-fold-events",
+                         daemon=True).start()
+        self._ready.set()
+
+    def _read_events(self, events: Connection) -> None:
+        while True:
+            try:
+                message = events.recv()
+            except (EOFError, OSError):
+                return
+            try:
+                if message[0] == "projected":
+                    for listener in self.listeners.projected:
+                        listener(message[1], message[2], message[3])
+                elif message[0] == "settings":
+                    self._on_settings(message[1], message[2])
+                    for listener in self.listeners.switched:
+                        listener()
+            except Exception:
+                log.exception("handling %s from the fold process failed", message[0])
+
+    def _watch(self) -> None:
+        while not self._closed:
+            self._process.join(0.5)
+            if self._closed or self._process.is_alive():
+                continue
+            log.error("the fold process exited with %s; starting it again", self._process.exitcode)
+            self._ready.clear()
+            with contextlib.suppress(OSError):
+                self._events.close()
+            while not self._closed:
+                try:
+                    self._start()
+                    for listener in self.listeners.switched:  # nothing cached survives a restart
+                        listener()
+                    break
+                except Exception as exc:
+                    log.error("restarting the fold process failed: %s", exc)
+                    time.sleep(1.0)
+
+    def close(self) -> None:
+        """Ask the fold process to close its engine and wait for it to exit."""
+        if self._closed:
+            return
+        self._closed = True
+        with contextlib.suppress(Exception):
+            self._call("close", (), {})
+        self._process.join(60)
+        if self._process.is_alive():
+            self._process.kill()
+            self._process.join(5)
+        with contextlib.suppress(OSError):
+            self._events.close()
+        while True:
+            try:
+                _, conn = self._idle.get_nowait()
+            except queue.Empty:
+                break
+            conn.close()
+        with contextlib.suppress(OSError):
+            for leftover in Path(self._dir).iterdir():
+                leftover.unlink()
+            os.rmdir(self._dir)
+
+    # --------------------------------------------------------------- calls
+
+    def call(self, path: str, args: tuple = (), kwargs: dict | None = None) -> Any:
+        """Call ``engine.<path>(*args, **kwargs)`` in the fold process and return its answer (or raise its error)."""
+        if self._closed:
+            raise LogUnavailableError("the engine is closed")
+        return self._call(path, args, kwargs or {})
+
+    def _connection(self) -> tuple[int, Connection]:
+        if not self._ready.wait(_RESTART_WAIT_S):
+            raise LogUnavailableError("the fold process is starting again; retry shortly")
+        while True:
+            try:
+                gen, conn = self._idle.get_nowait()
+            except queue.Empty:
+                gen = self._gen
+                try:
+                    return gen, Client(self._address, family="AF_UNIX", authkey=self._authkey)
+                except OSError as exc:
+                    raise LogUnavailableError(f"cannot reach the fold process: {exc}; retry shortly") from exc
+            if gen == self._gen:
+                return gen, conn
+            conn.close()  # from a fold process that has since been restarted
+
+    def _call(self, path: str, args: tuple, kwargs: dict) -> Any:
+        callbacks: dict[int, Callable] = {}
+
+        def placeholder(value: Any) -> Any:
+            if callable(value):
+                callbacks[len(callbacks)] = value
+                return _Callback(len(callbacks) - 1)
+            return value
+
+        message = (path, tuple(placeholder(a) for a in args), {k: placeholder(v) for k, v in kwargs.items()})
+        gen, conn = self._connection()
+        try:
+            conn.send(message)
+            while True:
+                reply = conn.recv()
+                if reply[0] == "callback":
+                    callbacks[reply[1]](*reply[2], **reply[3])
+                    continue
+                break
+        except (EOFError, OSError) as exc:
+            conn.close()
+            raise LogUnavailableError(f"the fold process went away during {path}: {exc}; retry shortly") from exc
+        except BaseException:
+            conn.close()  # mid-call: the connection's state is unknown
+            raise
+        self._idle.put((gen, conn))
+        if reply[0] == "error":
+            raise _decode_error(*reply[1])
+        return reply[1]
+
+
+class _Remote:
+    """``engine.store``, ``engine.projector.search``, ...: attribute paths called in the fold process."""
+
+    def __init__(self, fold: FoldProcess, path: str):
+        self._fold = fold
+        self._path = path
+
+    def __getattr__(self, name: str) -> _Remote:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _Remote(self._fold, f"{self._path}.{name}")
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._fold.call(self._path, args, kwargs)
+
+
+class _PolicyView:
+    """What the routes read of ``engine.policies[name]``: ``[1].settings``."""
+
+    def __init__(self, settings: Any):
+        self.settings = settings
+
+    def __getitem__(self, i: int) -> Any:
+        if i == 1:
+            return self
+        raise IndexError(i)
+
+
+class RemoteEngine:
+    """The engine as the service's routes see it when the fold runs in its own process.
+
+    Validation and appends run here (a ``client`` engine on the same log);
+    every other call goes to the fold process by its attribute path.
+    ``settings`` and ``policies`` are the fold process's, kept current when
+    they switch (a promote).
+    """
+
+    role = "service"
+
+    def __init__(self, settings: Settings):
+        from memfold.engine.engine import MemoryEngine
+
+        self.local = MemoryEngine(settings, role="client")
+        self.log = self.local.log
+        self.settings: Settings = settings
+        self.policies: dict[str, _PolicyView] = {}
+        try:
+            self.fold = FoldProcess(settings, on_settings=self._settings_changed)
+        except BaseException:
+            self.local.close()
+            raise
+        self.store = _Remote(self.fold, "store")
+        self.projector = _Remote(self.fold, "projector")
+        self.runner = _Remote(self.fold, "runner")
+
+    def _settings_changed(self, settings: Settings, policies: dict[str, Any]) -> None:
+        self.settings = settings
+        self.local.settings = settings  # validation follows the live settings too
+        self.policies = {name: _PolicyView(s) for name, s in policies.items()}
+
+    def listen(self, on_projected: Callable[[dict, set, dict], None], on_switched: Callable[[], None]) -> None:
+        """Call ``on_projected(touched, deleted, answers)`` after each committed batch, ``on_switched()`` when settings switch.
+
+        ``answers`` are the context reads answered ahead (:class:`_ReadShapes`).
+        """
+        self.fold.listeners.projected.append(on_projected)
+        self.fold.listeners.switched.append(on_switched)
+
+    # --------------------------------------------------------------- here
+
+    def validate(self, *args: Any, **kwargs: Any):
+        return self.local.validate(*args, **kwargs)
+
+    def check_conflicts(self, *args: Any, **kwargs: Any):
+        return self.local.check_conflicts(*args, **kwargs)
+
+    def append_events(self, events):
+        positions = self.local.append_events(events)
+        if positions:
+            with contextlib.suppress(MemfoldError):
+                self.fold.call("runner.notify")  # fold now, not at the next poll
+        return positions
+
+    def promote(self, *args: Any, **kwargs: Any):
+        position = self.fold.call("promote", args, kwargs)
+        self._settings_changed(*self.fold.call("hello")[1:])  # the caller reads the new settings next
+        return position
+
+    def tenant_sql(self, tenant_id: str, query: str, limit: int) -> tuple[list[str], list[list[Any]], bool]:
+        """:func:`.sql.run_tenant_sql` over the fold process's store."""
+        return self.fold.call("tenant_sql", (tenant_id, query, limit))
+
+    def context_in_memory(self, *args: Any, **kwargs: Any) -> bool:
+        return False  # every read is computed in the fold process: hand it to a thread
+
+    def close(self) -> None:
+        self.fold.close()
+        self.local.close()
+
+    # --------------------------------------------------------------- there
+
+    def __getattr__(self, name: str) -> _Remote:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return _Remote(self.fold, name)
