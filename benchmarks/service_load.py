@@ -66,19 +66,34 @@ def _pct(values: list[float], q: float) -> float:
 
 
 def _cpu(pid: int, children: bool = True) -> float:
-    """CPU seconds (user + system) process ``pid`` and (``children``) its live child processes have used so far."""
+    """CPU seconds (user + system) process ``pid`` and (``children``) its live descendants have used so far.
+
+    Descendants, not only children: the service's fold process starts the summarizer's worker process.
+    """
+    tick = os.sysconf("SC_CLK_TCK")
     if not children:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    total, tick = 0.0, os.sysconf("SC_CLK_TCK")
+        return (int(fields[11]) + int(fields[12])) / tick
+    used: dict[int, float] = {}
+    parents: dict[int, int] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             fields = stat.read_text().rsplit(")", 1)[1].split()
         except OSError:  # gone meanwhile
             continue
-        if stat.parent.name == str(pid) or fields[1] == str(pid):  # the process, or a child of it
-            total += (int(fields[11]) + int(fields[12])) / tick
-    return total
+        used[int(stat.parent.name)] = (int(fields[11]) + int(fields[12])) / tick
+        parents[int(stat.parent.name)] = int(fields[1])
+
+    def descends(p: int) -> bool:
+        for _ in range(64):
+            if p == pid:
+                return True
+            if p not in parents:
+                return False
+            p = parents[p]
+        return False
+
+    return sum(seconds for p, seconds in used.items() if descends(p))
 
 
 async def _phase(name: str, clients: list[httpx.AsyncClient], body, args, paced: float = 0.0) -> None:
@@ -229,6 +244,9 @@ def main() -> int:
     p.add_argument("--summarizer-processes", type=int, default=1,
                    help="[summarizer] processes: worker processes running the offline summarizer (0: threads of the "
                         "service process, where summarizing competes with reads for the interpreter lock)")
+    p.add_argument("--fold-in-process", action="store_true",
+                   help="serve with the fold in the serving process (memfold serve --fold-in-process), as before "
+                        "2026-11-27, to compare with the default fold process")
     args = p.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="memfold-load-") as tmp:
@@ -237,7 +255,8 @@ def main() -> int:
         env = {**{k: v for k, v in os.environ.items() if not k.startswith("MEMFOLD_")},
                "MEMFOLD_HIERARCHICAL__LAZY_TIMEOUT_MS": str(args.lazy_ms),
                "MEMFOLD_SUMMARIZER__PROCESSES": str(args.summarizer_processes)}
-        server = subprocess.Popen([MEMFOLD, "--data-dir", str(data), "serve", "--port", str(port), "--rate", "0"],
+        flags = ["--fold-in-process"] if args.fold_in_process else []
+        server = subprocess.Popen([MEMFOLD, "--data-dir", str(data), "serve", "--port", str(port), "--rate", "0", *flags],
                                   env=env, stdout=subprocess.DEVNULL, stderr=(Path(tmp) / "serve.log").open("w"))
         try:
             url = f"http://127.0.0.1:{port}"
@@ -257,7 +276,9 @@ def main() -> int:
             store = ApiKeyStore(data)
             keys = [store.create(f"tenant-{c % 5}", "writer")[1] for c in range(args.clients)]
             print(f"memfold serve on {url}: {args.clients} clients, batches of {args.batch}, "
-                  f"context budget {args.budget}, lazy wait {args.lazy_ms} ms, summarizer processes {args.summarizer_processes}, phases <= {args.seconds:g}s / {args.requests} requests per client",
+                  f"context budget {args.budget}, lazy wait {args.lazy_ms} ms, summarizer processes {args.summarizer_processes}, "
+                  f"fold {'in the serving process' if args.fold_in_process else 'in a process of its own'}, "
+                  f"phases <= {args.seconds:g}s / {args.requests} requests per client",
                   flush=True)
             args.server_pid, args.url = server.pid, url
             asyncio.run(_load(url, keys, args))

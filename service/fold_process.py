@@ -54,6 +54,9 @@ from memfold.engine.settings import Settings
 log = logging.getLogger("memfold.service")
 
 _RESTART_WAIT_S = 120.0  # how long a call waits for a fold process being started again
+# Appends wait while the projection is this many events behind what this process appended (RemoteEngine.append_events).
+MAX_LAG = 10_000
+MAX_LAG_WAIT_S = 30.0
 
 
 # ----------------------------------------------------------------------------- errors across the socket
@@ -201,7 +204,8 @@ def _fold_main(settings: Settings, address: str, authkey: bytes) -> None:
                 events.send(message)
 
     def hello() -> tuple:
-        return ("settings", engine.settings, {name: ctx.settings for name, (_impl, ctx) in engine.policies.items()})
+        return ("settings", engine.settings, {name: ctx.settings for name, (_impl, ctx) in engine.policies.items()},
+                engine.store.position())
 
     state = {"projector": engine.projector}
     reads = _ReadsFirst()
@@ -225,6 +229,7 @@ def _fold_main(settings: Settings, address: str, authkey: bytes) -> None:
 
     def committed(positions: dict[int, int]) -> None:
         previous(positions)
+        send_event(("applied", positions))
         if engine.projector is not state["projector"]:  # switch_settings gave the engine a new projector
             state["projector"] = engine.projector
             engine.projector.listeners.append(projected)
@@ -287,7 +292,16 @@ def _fold_main(settings: Settings, address: str, authkey: bytes) -> None:
                 continue
             threading.Thread(target=serve, args=(conn,), name="memfold-fold-call", daemon=True).start()
 
+    def woken() -> None:  # the serving process says it appended: fold now, not at the next poll
+        while True:
+            try:
+                events.recv()
+            except (EOFError, OSError):
+                return
+            engine.runner.notify()
+
     threading.Thread(target=accept, name="memfold-fold-accept", daemon=True).start()
+    threading.Thread(target=woken, name="memfold-fold-woken", daemon=True).start()
     try:
         while not closing.wait(0.5):
             if os.getppid() != parent:  # the serving process is gone (killed): nobody will ask us to close
@@ -343,6 +357,9 @@ class FoldProcess:
         self._lock = threading.Lock()
         self._closed = False
         self._ready = threading.Event()
+        self.applied: dict[int, int] = {}  # partition -> next offset the projection holds (from its notes)
+        self._progress = threading.Condition()
+        self._waking = threading.Lock()
         self._start()
         self._watcher = threading.Thread(target=self._watch, name="memfold-fold-watch", daemon=True)
         self._watcher.start()
@@ -378,6 +395,7 @@ class FoldProcess:
             self._process.join(10)
             raise _decode_error(*first[1])
         self._on_settings(first[1], first[2])
+        self._applied_now(first[3])
         threading.Thread(target=self._read_events, args=(self._events,), name="memfold-fold-events",
                          daemon=True).start()
         self._ready.set()
@@ -392,12 +410,32 @@ class FoldProcess:
                 if message[0] == "projected":
                     for listener in self.listeners.projected:
                         listener(message[1], message[2], message[3])
+                elif message[0] == "applied":
+                    self._applied_now(message[1])
                 elif message[0] == "settings":
                     self._on_settings(message[1], message[2])
+                    self._applied_now(message[3])
                     for listener in self.listeners.switched:
                         listener()
             except Exception:
                 log.exception("handling %s from the fold process failed", message[0])
+
+    def wake(self) -> None:
+        """Tell the fold process new events are in the log (no answer awaited: an append never waits for it)."""
+        with self._waking, contextlib.suppress(OSError, EOFError):
+            self._events.send(("wake",))
+
+    def _applied_now(self, positions: dict[int, int]) -> None:
+        with self._progress:
+            for partition, offset in positions.items():
+                if offset > self.applied.get(partition, 0):
+                    self.applied[partition] = offset
+            self._progress.notify_all()
+
+    def wait_applied(self, done: Callable[[dict[int, int]], bool], timeout: float) -> bool:
+        """Wait until ``done(applied positions)`` holds (or ``timeout`` passes); return whether it does."""
+        with self._progress:
+            return self._progress.wait_for(lambda: done(self.applied), timeout)
 
     def _watch(self) -> None:
         while not self._closed:
@@ -536,8 +574,12 @@ class RemoteEngine:
 
     role = "service"
 
-    def __init__(self, settings: Settings):
+    def __init__(self, settings: Settings, *, max_lag: int = MAX_LAG, max_lag_wait_s: float = MAX_LAG_WAIT_S):
         from memfold.engine.engine import MemoryEngine
+
+        self.max_lag = max_lag
+        self.max_lag_wait_s = max_lag_wait_s
+        self._appended: dict[int, int] = {}  # partition -> next offset after this process's last append
 
         self.local = MemoryEngine(settings, role="client")
         self.log = self.local.log
@@ -574,15 +616,35 @@ class RemoteEngine:
         return self.local.check_conflicts(*args, **kwargs)
 
     def append_events(self, events):
+        """Append validated events; first wait (up to ``max_lag_wait_s``) while the fold is ``max_lag`` events behind.
+
+        Backpressure: appending costs this process far less than folding
+        costs the fold process, so under a sustained overload the log would
+        run ever further ahead of the projection and every read would be
+        older. Waiting here holds the appender, and with it every append
+        request, until the fold is back within the bound. After the wait
+        (a fold process restarting, say) the events are appended anyway:
+        accepted messages are never refused for lag.
+        """
+        if self._lag() > self.max_lag:
+            self.fold.wait_applied(lambda applied: self._lag(applied) <= self.max_lag // 2, self.max_lag_wait_s)
         positions = self.local.append_events(events)
         if positions:
-            with contextlib.suppress(MemfoldError):
-                self.fold.call("runner.notify")  # fold now, not at the next poll
+            ends = self._appended
+            for position in positions:
+                if position.offset >= ends.get(position.partition, 0):
+                    ends[position.partition] = position.offset + 1
+            self.fold.wake()  # fold now, not at the next poll
         return positions
+
+    def _lag(self, applied: dict[int, int] | None = None) -> int:
+        """Events this process appended that the projection does not hold yet."""
+        applied = self.fold.applied if applied is None else applied
+        return sum(max(0, end - applied.get(partition, 0)) for partition, end in self._appended.items())
 
     def promote(self, *args: Any, **kwargs: Any):
         position = self.fold.call("promote", args, kwargs)
-        self._settings_changed(*self.fold.call("hello")[1:])  # the caller reads the new settings next
+        self._settings_changed(*self.fold.call("hello")[1:3])  # the caller reads the new settings next
         return position
 
     def tenant_sql(self, tenant_id: str, query: str, limit: int) -> tuple[list[str], list[list[Any]], bool]:

@@ -130,6 +130,28 @@ def test_a_killed_fold_process_is_started_again_and_loses_nothing(remote):
     assert [m.event_id for m in messages[5:]] == [e.event_id for e in events]
 
 
+def test_appends_wait_while_the_fold_is_too_far_behind_and_are_never_refused(tmp_path):
+    remote = RemoteEngine(_settings(tmp_path / "data"), max_lag=3, max_lag_wait_s=1.0)
+    try:
+        _append(remote, "c1", TURNS)
+        os.kill(remote.fold._process.pid, signal.SIGSTOP)  # a fold that cannot keep up at all
+        try:
+            first = remote.append_events([remote.validate({"conversation_id": "c1", "role": "user", "content": "a"})])
+            batch = [remote.validate({"conversation_id": "c1", "role": "user", "content": f"b{i}"}) for i in range(4)]
+            remote.append_events(batch)
+            assert remote._lag() == 5  # over the bound of 3: the next append waits it out, then appends
+            started = time.monotonic()
+            second = remote.append_events([remote.validate({"conversation_id": "c1", "role": "user", "content": "c"})])
+            held = time.monotonic() - started
+        finally:
+            os.kill(remote.fold._process.pid, signal.SIGCONT)
+        assert held >= 1.0  # it waited (a lower bound only: a slow machine cannot fail it)
+        remote.wait_for(max(first + second))
+        assert remote.store.conversation("default", "c1")["message_count"] == 11  # nothing refused, nothing lost
+    finally:
+        remote.close()
+
+
 def test_a_fold_process_that_cannot_open_the_engine_says_why(tmp_path):
     settings = _settings(tmp_path / "data")
     with MemoryEngine(settings, start=False):  # holds the projection file: no other process may open it
