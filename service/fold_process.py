@@ -17,16 +17,27 @@ cannot share the file with the service; it moves out instead:
   call (context, summaries, audit, SQL, replays, forget, ...) to the fold
   process by its attribute path, e.g. ``store.conversation``.
 
-The fold process tells the serving process what each committed batch
-touched (the conversations written or deleted) and when the settings
-switched, on a connection of its own; that keeps the context cache's
-versions (:mod:`.context_cache`) as exact as in one process. Arguments and
-answers are pickled; memfold's errors keep their class, message and fields;
-a callable argument (a replay's ``progress``) is called back in the serving
-process. If the fold process dies, calls raise
+On an event channel of their own the fold process sends, after each
+committed batch, the conversations it touched (the context cache's
+versions, :mod:`.context_cache`, stay as exact as in one process), the
+reads it answered ahead for them (:class:`_ReadShapes`) and its committed
+positions; the settings when they switch. The serving process sends a
+one-way wake-up after each append. Three things keep reads fast:
+
+- **answered ahead**: an agent's next read after its append is a cache hit;
+- **reads first**: while a context read is computed in the fold process,
+  the projector waits at its next pause point (:class:`_ReadsFirst`);
+- **bounded lag**: appends wait while the projection is ``max_lag`` events
+  behind (:meth:`RemoteEngine.append_events`), so an overload slows appends
+  rather than aging every read.
+
+Arguments and answers are pickled; memfold's errors keep their class,
+message and fields; a callable argument (a replay's ``progress``) is called
+back in the serving process. If the fold process dies, calls raise
 :class:`~memfold.engine.errors.LogUnavailableError` (503) and it is started
 again: the projection resumes from its committed positions, as after any
-crash.
+crash. If the serving process dies, the fold process closes the engine and
+exits.
 """
 
 from __future__ import annotations
@@ -354,7 +365,6 @@ class FoldProcess:
         self._dir = tempfile.mkdtemp(prefix="memfold-fold-")
         self._generation = itertools.count()
         self._idle: queue.SimpleQueue[tuple[int, Connection]] = queue.SimpleQueue()
-        self._lock = threading.Lock()
         self._closed = False
         self._ready = threading.Event()
         self.applied: dict[int, int] = {}  # partition -> next offset the projection holds (from its notes)
@@ -462,7 +472,7 @@ class FoldProcess:
             return
         self._closed = True
         with contextlib.suppress(Exception):
-            self._call("close", (), {})
+            self._call("close", (), {}, timeout=60.0)  # a hung fold process is killed below
         self._process.join(60)
         if self._process.is_alive():
             self._process.kill()
@@ -504,7 +514,7 @@ class FoldProcess:
                 return gen, conn
             conn.close()  # from a fold process that has since been restarted
 
-    def _call(self, path: str, args: tuple, kwargs: dict) -> Any:
+    def _call(self, path: str, args: tuple, kwargs: dict, timeout: float | None = None) -> Any:
         callbacks: dict[int, Callable] = {}
 
         def placeholder(value: Any) -> Any:
@@ -518,6 +528,8 @@ class FoldProcess:
         try:
             conn.send(message)
             while True:
+                if timeout is not None and not conn.poll(timeout):
+                    raise OSError(f"no answer within {timeout:g}s")
                 reply = conn.recv()
                 if reply[0] == "callback":
                     callbacks[reply[1]](*reply[2], **reply[3])
