@@ -18,6 +18,7 @@ from memfold.engine.ingest import ingest_file
 from memfold.engine.settings import POLICY_NAMES, Settings
 from memfold.projections.offline_summarizer import OfflineSummarizer
 from memfold.projections.summarizer_processes import ProcessSummarizer
+from memfold.service.fold_process import FOLD_NICE
 from memfold.streams.worker import build_input
 
 SAMPLE = Path(__file__).resolve().parents[2] / "engine" / "data" / "sample.jsonl"
@@ -175,9 +176,15 @@ def test_memfold_serve_summarizes_in_a_lower_priority_worker_process_and_stops_i
         assert summaries and summaries[0]["status"] == "completed", summaries
         workers = [pid for pid in _descendants(service.proc.pid)
                    if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes()]
-        niceness = {int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[16]) for pid in workers}
+        stat = {pid: Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split() for pid in workers}
+        nice = {pid: int(fields[16]) for pid, fields in stat.items()}
         assert workers, "memfold serve answered the summary without a worker process"
-        assert 5 in niceness, niceness  # the summarizer's worker (multiprocessing's resource tracker is not lowered)
+        # The fold process (a child of the service, lowered by FOLD_NICE) starts the summarizer's worker,
+        # lowered 5 more ([summarizer] process_nice); multiprocessing's resource tracker is not lowered.
+        fold = [pid for pid in workers if int(stat[pid][1]) == service.proc.pid and nice[pid] == FOLD_NICE]
+        assert fold, nice
+        summarizers = [pid for pid in workers if int(stat[pid][1]) in fold]
+        assert summarizers and all(nice[pid] == FOLD_NICE + 5 for pid in summarizers), nice
     finally:
         service.stop()
     assert service.proc.returncode == 0, service.log_path.read_text()  # SIGTERM: closed the engine, then exited
