@@ -5,7 +5,9 @@ it over HTTP; these tests hold the parts HTTP does not show: the remote
 engine's answers equal an in-process engine's on the same data dir, errors
 keep their class and fields across the socket, a replay's progress is
 called back here, the reads answered ahead equal the reads computed on
-demand, and a killed fold process is started again with nothing lost.
+demand, a killed fold process is started again with nothing lost, appends
+wait (but are kept) while the fold is too far behind, and a killed service
+takes its fold process along.
 """
 
 from __future__ import annotations
