@@ -264,6 +264,11 @@ class DuckDBProjectionStore:
 
         This is how a projection is rebuilt from the log (new policies or
         settings): projections are disposable, cached model outputs are not.
+        The file is then rewritten (:meth:`compact`): DuckDB frees dropped
+        tables' blocks without overwriting them, and a conversation forgotten
+        before the fold reaches it again would leave its old text there (the
+        fold then never sees it had text in this file, so it has nothing to
+        compact).
         """
         if self.read_only:
             raise ProjectionError("this projection is open read-only")
@@ -276,6 +281,7 @@ class DuckDBProjectionStore:
             for ddl in (*_DDL, *view_ddl()):
                 cur.execute(ddl)
             self._positions = {}
+        self.compact()
 
     # ----------------------------------------------------------------- positions
 

@@ -130,6 +130,23 @@ def test_forget_from_the_cli(tmp_path, capsys):
     assert main(["--data-dir", str(data), "forget", " "]) == 2
 
 
+def test_a_reset_projection_keeps_no_bytes_of_the_tables_it_dropped(tmp_path):
+    """A rebuild resets the projection; a conversation forgotten before the refold reaches it again has nothing
+    the fold could compact, so the reset itself must leave none of the old text in freed blocks (a flaky
+    test_forget_from_the_cli caught it: the CLI's forget opened with other policies, a rebuild)."""
+    data = tmp_path / "data"
+    plant = _plant()
+    with _engine(data) as engine:
+        _talk(engine, "c1", plant, n=2)  # under the summary trigger: only projection tables hold the text
+        engine.wait_idle(60)
+        engine.sql("CHECKPOINT")
+        assert _files_with(data, plant) == ["projections.duckdb"]
+        with engine.runner.paused():  # no refold meanwhile
+            engine.store.reset()
+            engine.sql("CHECKPOINT")
+            assert _files_with(data, plant) == []
+
+
 def test_a_summary_that_comes_back_after_the_forget_lands_without_its_text(tmp_path):
     """A summary made while forget ran is sealed with a key made after the erasure: its text must not be projected."""
     from memfold.engine.events import SummaryProducedPayload, utcnow
