@@ -47,6 +47,38 @@ from memfold.engine.positions import Position
 Version = tuple[int, int, int]  # (epoch, partition bumps by routes, the conversation's projected batches)
 
 
+def context_key(tenant_id: str, conversation_id: str, budget: int | None, query: str | None, policy: str,
+                as_of: str | None = None) -> tuple:
+    """Return the key a context answer is stored under (the route's reads and the fold process's answers ahead)."""
+    return tenant_id, conversation_id, budget, query, policy, as_of
+
+
+def touched_by(changes) -> dict[tuple[str, str], bool]:
+    """Map each conversation a committed batch wrote to whether it is now deleted."""
+    return {key: bool(row.get("deleted")) for key, row in changes.conversations.items()}
+
+
+def follow_projector(engine, listener: Callable, on_switch: Callable[[Any], None]) -> None:
+    """Add ``listener`` to the engine's projector, and to each new one a settings switch gives it.
+
+    ``switch_settings`` replaces the projector; the runner's ``on_committed``
+    hook notices after the new one's first commit, adds ``listener`` to it and
+    calls ``on_switch(projector)``.
+    """
+    current = [engine.projector]
+    current[0].listeners.append(listener)
+    previous = engine.runner.on_committed
+
+    def committed(positions: dict[int, int]) -> None:
+        previous(positions)
+        if engine.projector is not current[0]:
+            current[0] = engine.projector
+            current[0].listeners.append(listener)
+            on_switch(current[0])
+
+    engine.runner.on_committed = committed
+
+
 class ContextCache:
     """Up to ``max_entries`` answers (bytes), least recently used out; thread-safe."""
 
@@ -66,23 +98,11 @@ class ContextCache:
         if listen is not None:  # the fold runs in another process (fold_process.RemoteEngine)
             listen(self._answered, self.clear)
             return
-        self._projector = engine.projector
-        self._projector.listeners.append(self._projected)
-        runner = engine.runner
-        previous = runner.on_committed
-
-        def committed(positions: dict[int, int]) -> None:
-            previous(positions)
-            if engine.projector is not self._projector:  # switch_settings: new policies, every answer may change
-                self._projector = engine.projector
-                self._projector.listeners.append(self._projected)
-                self.clear()
-
-        runner.on_committed = committed
+        follow_projector(engine, self._projected, lambda projector: self.clear())  # new policies: every answer
 
     def _projected(self, changes) -> None:
         """Projector listener: ``changes`` are committed and in the projector's caches."""
-        self._touched({key: bool(row.get("deleted")) for key, row in changes.conversations.items()}, changes.deleted)
+        self._touched(touched_by(changes), changes.deleted)
 
     def _touched(self, touched: dict[tuple[str, str], bool], deleted: set[tuple[str, str]]) -> None:
         """Note a committed batch: ``touched`` maps each conversation it wrote to whether it is now deleted."""
@@ -115,7 +135,7 @@ class ContextCache:
         """
         self._touched(touched, deleted)
         for (tenant, conversation), ((budget, query, policy), body) in answers.items():
-            self.put((tenant, conversation, budget, query, policy, None), self.version(tenant, conversation), body)
+            self.put(context_key(tenant, conversation, budget, query, policy), self.version(tenant, conversation), body)
 
     def version(self, tenant_id: str, conversation_id: str) -> Version:
         """Return the conversation's current version (read it before computing an answer)."""

@@ -197,6 +197,7 @@ def _fold_main(settings: Settings, address: str, authkey: bytes) -> None:
     from memfold.engine.engine import MemoryEngine
     from memfold.engine.runtime import tune_gc, tune_switch_interval
 
+    from .context_cache import follow_projector, touched_by
     from .sql import run_tenant_sql
 
     parent = os.getppid()
@@ -222,10 +223,8 @@ def _fold_main(settings: Settings, address: str, authkey: bytes) -> None:
                 events.send(message)
 
     def hello() -> tuple:
-        return ("settings", engine.settings, {name: ctx.settings for name, (_impl, ctx) in engine.policies.items()},
-                engine.store.position())
+        return "settings", engine.settings, engine.store.position()
 
-    state = {"projector": engine.projector}
     reads = _ReadsFirst()
     engine.projector.pause = reads.pause
 
@@ -233,7 +232,7 @@ def _fold_main(settings: Settings, address: str, authkey: bytes) -> None:
     services: dict[str, Callable] = {"tenant_sql": functools.partial(run_tenant_sql, engine.store)}
 
     def projected(changes) -> None:
-        touched = {key: bool(row.get("deleted")) for key, row in changes.conversations.items()}
+        touched = touched_by(changes)
         if touched or changes.deleted:
             try:
                 answers = shapes.answers(engine, touched)
@@ -242,17 +241,16 @@ def _fold_main(settings: Settings, address: str, authkey: bytes) -> None:
                 answers = {}
             send_event(("projected", touched, set(changes.deleted), answers))
 
-    engine.projector.listeners.append(projected)
+    def switched(projector) -> None:  # switch_settings gave the engine a new projector
+        projector.pause = reads.pause
+        send_event(hello())
+
+    follow_projector(engine, projected, switched)
     previous = engine.runner.on_committed
 
     def committed(positions: dict[int, int]) -> None:
         previous(positions)
         send_event(("applied", positions))
-        if engine.projector is not state["projector"]:  # switch_settings gave the engine a new projector
-            state["projector"] = engine.projector
-            engine.projector.listeners.append(projected)
-            engine.projector.pause = reads.pause
-            send_event(hello())
 
     engine.runner.on_committed = committed
     send_event(hello())
@@ -276,9 +274,7 @@ def _fold_main(settings: Settings, address: str, authkey: bytes) -> None:
                 args = [_called_back(conn, a) for a in args]
                 kwargs = {k: _called_back(conn, v) for k, v in kwargs.items()}
                 try:
-                    target: Any = services.get(path, engine)
-                    for part in () if path in services else path.split("."):
-                        target = getattr(target, part)
+                    target = services[path] if path in services else _resolve(engine, path)
                     if not callable(target):
                         result = target
                     elif path in READS_FIRST and (path != "context" or _in_memory(engine, args, kwargs)):
@@ -331,6 +327,14 @@ def _fold_main(settings: Settings, address: str, authkey: bytes) -> None:
             events.close()
 
 
+def _resolve(engine, path: str) -> Any:
+    """Return ``engine.<path>`` (``store.conversation``: the store's method)."""
+    target: Any = engine
+    for part in path.split("."):
+        target = getattr(target, part)
+    return target
+
+
 def _in_memory(engine, args: tuple, kwargs: dict) -> bool:
     """True for a ``context`` call computed from memory alone (no lazy wait for a summary the fold must bring)."""
     if not args or kwargs.get("as_of") is not None:
@@ -364,7 +368,7 @@ class _Listeners:
 class FoldProcess:
     """Start the fold process for ``settings`` and call into it; restarted when it dies."""
 
-    def __init__(self, settings: Settings, *, on_settings: Callable[[Settings, dict], None]):
+    def __init__(self, settings: Settings, *, on_settings: Callable[[Settings], None]):
         self._settings = settings
         self._on_settings = on_settings
         self.listeners = _Listeners()
@@ -411,8 +415,8 @@ class FoldProcess:
             self._events.close()
             self._process.join(10)
             raise _decode_error(*first[1])
-        self._on_settings(first[1], first[2])
-        self._applied_now(first[3])
+        self._on_settings(first[1])
+        self._applied_now(first[2])
         threading.Thread(target=self._read_events, args=(self._events,), name="memfold-fold-events",
                          daemon=True).start()
         self._ready.set()
@@ -430,8 +434,8 @@ class FoldProcess:
                 elif message[0] == "applied":
                     self._applied_now(message[1])
                 elif message[0] == "settings":
-                    self._on_settings(message[1], message[2])
-                    self._applied_now(message[3])
+                    self._on_settings(message[1])
+                    self._applied_now(message[2])
                     for listener in self.listeners.switched:
                         listener()
             except Exception:
@@ -570,25 +574,13 @@ class _Remote:
         return self._fold.call(self._path, args, kwargs)
 
 
-class _PolicyView:
-    """What the routes read of ``engine.policies[name]``: ``[1].settings``."""
-
-    def __init__(self, settings: Any):
-        self.settings = settings
-
-    def __getitem__(self, i: int) -> Any:
-        if i == 1:
-            return self
-        raise IndexError(i)
-
-
 class RemoteEngine:
     """The engine as the service's routes see it when the fold runs in its own process.
 
     Validation and appends run here (a ``client`` engine on the same log);
     every other call goes to the fold process by its attribute path.
-    ``settings`` and ``policies`` are the fold process's, kept current when
-    they switch (a promote).
+    ``settings`` are the fold process's, kept current when they switch (a
+    promote).
     """
 
     role = "service"
@@ -603,7 +595,6 @@ class RemoteEngine:
         self.local = MemoryEngine(settings, role="client")
         self.log = self.local.log
         self.settings: Settings = settings
-        self.policies: dict[str, _PolicyView] = {}
         try:
             self.fold = FoldProcess(settings, on_settings=self._settings_changed)
         except BaseException:
@@ -613,10 +604,9 @@ class RemoteEngine:
         self.projector = _Remote(self.fold, "projector")
         self.runner = _Remote(self.fold, "runner")
 
-    def _settings_changed(self, settings: Settings, policies: dict[str, Any]) -> None:
+    def _settings_changed(self, settings: Settings) -> None:
         self.settings = settings
         self.local.settings = settings  # validation follows the live settings too
-        self.policies = {name: _PolicyView(s) for name, s in policies.items()}
 
     def listen(self, on_projected: Callable[[dict, set, dict], None], on_switched: Callable[[], None]) -> None:
         """Call ``on_projected(touched, deleted, answers)`` after each committed batch, ``on_switched()`` when settings switch.
@@ -663,7 +653,7 @@ class RemoteEngine:
 
     def promote(self, *args: Any, **kwargs: Any):
         position = self.fold.call("promote", args, kwargs)
-        self._settings_changed(*self.fold.call("hello")[1:3])  # the caller reads the new settings next
+        self._settings_changed(self.fold.call("hello")[1])  # the caller reads the new settings next
         return position
 
     def tenant_sql(self, tenant_id: str, query: str, limit: int) -> tuple[list[str], list[list[Any]], bool]:

@@ -27,6 +27,7 @@ from memfold.engine.ids import content_hash
 from memfold.engine.positions import Position
 
 from .app import Admin, Forgetter, Reader, Writer, services
+from .context_cache import context_key
 from .schemas import (
     AppendRequest,
     AppendResponse,
@@ -198,7 +199,7 @@ async def get_context(
     started = time.perf_counter()
     point = _point(as_of)
     name = policy or svc.engine.settings.policy_for(key.tenant_id)
-    cache_key = (key.tenant_id, conversation_id, budget, query, name, as_of)
+    cache_key = context_key(key.tenant_id, conversation_id, budget, query, name, as_of)
     version = svc.contexts.version(key.tenant_id, conversation_id)  # before computing: see context_cache
     body = svc.contexts.get(cache_key, version)
     svc.metrics.context_cache.labels("miss" if body is None else "hit").inc()
@@ -211,7 +212,7 @@ async def get_context(
             body = _render_context(*args)
         else:
             body = await run_in_threadpool(_render_context, *args)
-        lazy_ms = getattr(svc.engine.policies[name][1].settings, "lazy_timeout_ms", 0)
+        lazy_ms = getattr(svc.engine.settings.policy_settings(name), "lazy_timeout_ms", 0)
         # An answer that waited out a pending summary (lazy wait) is the fallback: the next read waits again.
         if not lazy_ms or time.perf_counter() - started < lazy_ms / 1000:
             svc.contexts.put(cache_key, version, body)
