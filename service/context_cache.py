@@ -22,7 +22,10 @@ projector (the runner's ``on_committed`` hook notices and listens to it).
 When the fold runs in a process of its own (:mod:`.fold_process`), the
 versions are bumped from that process's note of each committed batch,
 which also brings the reads it answered ahead; they are stored under the
-version the note gives their conversation.
+version the note gives their conversation. The first hit on such an answer
+is reported back (``answers_read``), so the fold process goes on answering
+that conversation ahead; one nobody reads stops being answered after a few
+batches.
 
 It also remembers which conversations exist (:meth:`exists`), so a read
 that misses the cache does not ask DuckDB for the conversation's row each
@@ -88,15 +91,17 @@ class ContextCache:
         self._versions: dict[int, int] = {}
         self._conversations: dict[tuple[str, str], int] = {}
         self._epoch = 0
-        self._entries: OrderedDict[Hashable, tuple[Any, bytes]] = OrderedDict()
+        self._entries: OrderedDict[Hashable, tuple[Any, bytes, bool]] = OrderedDict()  # version, answer, ahead
         # (tenant, conversation, raw query string) -> the key its validated parameters made (see fastpath)
         self._aliases: dict[tuple[str, str, bytes], Hashable] = {}
         self._lock = threading.Lock()
         self._known: set[tuple[str, str]] = set()  # conversations seen to exist (not deleted)
         self._deletions = 0  # bumped by every committed deletion: a lookup racing one is not remembered
+        self._ahead_read: Callable[[str, str], None] | None = None
         listen = getattr(engine, "listen", None)
         if listen is not None:  # the fold runs in another process (fold_process.RemoteEngine)
             listen(self._answered, self.clear)
+            self._ahead_read = engine.answers_read
             return
         follow_projector(engine, self._projected, lambda projector: self.clear())  # new policies: every answer
 
@@ -135,7 +140,8 @@ class ContextCache:
         """
         self._touched(touched, deleted)
         for (tenant, conversation), ((budget, query, policy), body) in answers.items():
-            self.put(context_key(tenant, conversation, budget, query, policy), self.version(tenant, conversation), body)
+            self.put(context_key(tenant, conversation, budget, query, policy), self.version(tenant, conversation), body,
+                     ahead=True)
 
     def version(self, tenant_id: str, conversation_id: str) -> Version:
         """Return the conversation's current version (read it before computing an answer)."""
@@ -149,12 +155,16 @@ class ContextCache:
             if entry is None or entry[0] != version:
                 return None
             self._entries.move_to_end(key)
-            return entry[1]
+            if entry[2]:  # answered ahead, read for the first time: the fold process answers it ahead again
+                self._entries[key] = (version, entry[1], False)
+        if entry[2] and self._ahead_read is not None:
+            self._ahead_read(key[0], key[1])
+        return entry[1]
 
-    def put(self, key: Hashable, version: Version, answer: bytes) -> None:
-        """Store ``answer``, computed from the projection as it was at ``version``."""
+    def put(self, key: Hashable, version: Version, answer: bytes, *, ahead: bool = False) -> None:
+        """Store ``answer``, computed from the projection as it was at ``version`` (``ahead``: by the fold process)."""
         with self._lock:
-            self._entries[key] = (version, answer)
+            self._entries[key] = (version, answer, ahead)
             self._entries.move_to_end(key)
             while len(self._entries) > self.max_entries:
                 self._entries.popitem(last=False)

@@ -5,7 +5,7 @@ it over HTTP; these tests hold the parts HTTP does not show: the remote
 engine's answers equal an in-process engine's on the same data dir, errors
 keep their class and fields across the socket, a replay's progress is
 called back here, the reads answered ahead equal the reads computed on
-demand, a killed fold process is started again with nothing lost, appends
+demand and stop while nobody reads them, a killed fold process is started again with nothing lost, appends
 wait (but are kept) while the fold is too far behind, and a killed service
 takes its fold process along.
 """
@@ -24,7 +24,7 @@ from memfold.engine.engine import MemoryEngine
 from memfold.engine.errors import LogUnavailableError, ProjectionBusyError, UnknownMessageError
 from memfold.engine.settings import Settings
 from memfold.service.context_cache import ContextCache
-from memfold.service.fold_process import RemoteEngine
+from memfold.service.fold_process import MAX_UNREAD_ANSWERS, RemoteEngine
 from memfold.service.schemas import context_body
 
 TURNS = [
@@ -110,6 +110,35 @@ def test_reads_answered_ahead_equal_reads_computed_on_demand(remote):
     computed = remote.context("c1", budget=400, query=None, policy=policy, tenant_id="default")
     assert ahead == context_body("c1", policy, 400, computed)
     assert b"(9)" in ahead  # the newest turn is in it
+
+
+def test_a_read_nobody_reads_is_answered_ahead_a_few_times_then_again_after_a_hit(remote):
+    cache = ContextCache(remote)
+    answered: list[int] = []
+    remote.listen(lambda touched, deleted, answers: answered.append(int(("default", "c1") in answers)), lambda: None)
+    _append(remote, "c1", TURNS)
+    policy = remote.settings.policy
+    remote.context("c1", budget=400, query=None, policy=policy, tenant_id="default")
+    for n in range(1, 3 * MAX_UNREAD_ANSWERS):  # a bulk import after one read: its answers go unread
+        _append(remote, "c1", TURNS[:1], start=5 + n)
+    remote.wait_idle(60)
+    assert sum(answered) == MAX_UNREAD_ANSWERS
+    key = ("default", "c1", 400, None, policy, None)
+    assert cache.get(key, cache.version("default", "c1")) is None  # the last batches were not answered
+    remote.context("c1", budget=400, query=None, policy=policy, tenant_id="default")  # a read computed there
+    _append(remote, "c1", TURNS[:1], start=100)
+    deadline = time.monotonic() + 10
+    while (ahead := cache.get(key, cache.version("default", "c1"))) is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert ahead is not None and b"(100)" in ahead  # answered ahead again, and this hit is reported back
+    before = sum(answered)
+    for n in range(2 * MAX_UNREAD_ANSWERS):  # each answer read before the next append: never skipped
+        _append(remote, "c1", TURNS[:1], start=200 + n)
+        deadline = time.monotonic() + 10
+        while (ahead := cache.get(key, cache.version("default", "c1"))) is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert ahead is not None and f"({200 + n})".encode() in ahead
+    assert sum(answered) - before >= 2 * MAX_UNREAD_ANSWERS
 
 
 def test_a_killed_fold_process_is_started_again_and_loses_nothing(remote):
