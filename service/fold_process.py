@@ -597,7 +597,13 @@ class FoldProcess:
 
 
 class _Remote:
-    """``engine.store``, ``engine.projector.search``, ...: attribute paths called in the fold process."""
+    """``engine.store``, ``engine.projector.search``, ...: attribute paths called in the fold process.
+
+    A method is called as usual; a plain value is read by calling its path
+    too (``engine.store.path()``). Used as a value instead (truth, equality,
+    iteration, a number, a file path), it raises ``TypeError`` saying so,
+    rather than passing for a value it is not.
+    """
 
     def __init__(self, fold: FoldProcess, path: str):
         self._fold = fold
@@ -610,6 +616,16 @@ class _Remote:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self._fold.call(self._path, args, kwargs)
+
+    def __repr__(self) -> str:
+        return f"<engine.{self._path} in the fold process>"
+
+    def _not_a_value(self, *_: Any) -> Any:
+        raise TypeError(f"engine.{self._path} lives in the fold process: call engine.{self._path}() to read its value")
+
+    __bool__ = __iter__ = __len__ = __contains__ = __int__ = __float__ = __index__ = __fspath__ = _not_a_value
+    __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = _not_a_value
+    __hash__ = None  # type: ignore[assignment]  # an equality that raises has no hash
 
 
 class RemoteEngine:

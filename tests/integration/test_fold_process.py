@@ -87,6 +87,17 @@ def test_errors_keep_their_class_and_fields(remote):
     assert "no-such-event" in str(caught.value)
 
 
+def test_a_value_in_the_fold_process_is_read_by_calling_it_never_passes_for_one(remote):
+    assert remote.store.path() == remote.settings.data_dir / "projections.duckdb"
+    with pytest.raises(TypeError, match=r"call engine\.store\.path\(\) to read its value"):
+        bool(remote.store.path)
+    with pytest.raises(TypeError):
+        _ = remote.store.path == remote.settings.data_dir / "projections.duckdb"
+    with pytest.raises(TypeError):
+        Path(remote.store.path)
+    assert "fold process" in repr(remote.store.path)
+
+
 def test_a_replays_progress_is_called_back_in_this_process(remote):
     _append(remote, "c1", TURNS)
     seen: list[tuple[int, int]] = []
