@@ -4,15 +4,25 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint install broker-start broker-stop bench clean
+.PHONY: demo test lint install lock broker-start broker-stop bench clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -e '.[dev]' -c constraints.txt
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# Re-resolve the dependencies to their newest versions in a scratch venv and record them in constraints.txt.
+lock:
+	rm -rf .venv-lock
+	$(PYTHON) -m venv .venv-lock
+	.venv-lock/bin/python -m pip install --quiet --upgrade pip
+	.venv-lock/bin/python -m pip install --quiet -e '.[dev]'
+	{ sed -n '1,2p' constraints.txt; .venv-lock/bin/python -m pip freeze --exclude-editable; } > constraints.txt.new
+	mv constraints.txt.new constraints.txt
+	rm -rf .venv-lock
 
 demo: $(STAMP)
 	$(VENV)/bin/memfold demo
