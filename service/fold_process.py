@@ -193,8 +193,6 @@ class _ReadShapes:
             unread = self._unread
             due = {key: self._shapes[key] for key, gone in touched.items()
                    if not gone and key in self._shapes and unread.get(key, 0) < self.max_unread}
-            for key in due:
-                unread[key] = unread.get(key, 0) + 1
         out = {}
         for (tenant, conversation), (budget, query, policy) in due.items():
             try:
@@ -204,6 +202,10 @@ class _ReadShapes:
             except MemfoldError:
                 continue  # the read itself will say what is wrong
             out[(tenant, conversation)] = ((budget, query, policy), context_body(conversation, policy, budget, messages))
+        with self._lock:
+            for key in out:
+                if key in self._shapes:  # not dropped meanwhile (least recently read out)
+                    unread[key] = unread.get(key, 0) + 1
         return out
 
 
