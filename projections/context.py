@@ -378,6 +378,7 @@ class _Recall:
         self.shown: set[str] = set()  # passages excerpts have shown (not repeated by a later excerpt)
         self.excerpted: set[int] = set()
         self.seen: set[str] = set()  # index terms of what is recalled so far (excerpts skip passages repeating them)
+        self.unseen: list[str] = []  # recalled texts not analysed into ``seen`` yet: only an excerpt reads it
 
     def run(self, query: str, before: int, floor: int = 0) -> list[ContextMessage]:
         """Return the recalled messages, in index order, each day's first one dated.
@@ -437,8 +438,16 @@ class _Recall:
         for r, m in zip(rendered, group):
             self.chosen[r.index] = r
             if record:
-                self.seen.update(analyze(m.content))
+                self.unseen.append(m.content)
         return True
+
+    def _seen(self) -> set[str]:
+        """Return ``seen`` with every text recalled so far analysed into it (most reads excerpt nothing: no analysis)."""
+        if self.unseen:
+            for content in self.unseen:
+                self.seen.update(analyze(content))
+            self.unseen.clear()
+        return self.seen
 
     def _quoted(self, group: Sequence[MessageRecord]) -> bool:
         """True when ``group`` is one turn the memory quotes whole (see :meth:`_quotes`)."""
@@ -469,7 +478,7 @@ class _Recall:
             shown: list[str] = []
             excerpted = bool(terms) and m.tokens > EXCERPT_OVER
             if excerpted:
-                cut = excerpt(m, terms, self.count_tokens, self.shown, size=size, dated=False, seen=self.seen)
+                cut = excerpt(m, terms, self.count_tokens, self.shown, size=size, dated=False, seen=self._seen())
                 if cut is None:  # every passage worth showing is in the context already
                     return False
                 r, shown, said = cut
@@ -490,7 +499,10 @@ class _Recall:
                 self.excerpted.add(m.index)
             self.shown.update(shown)
             if terms:  # only relevance reads excerpt; the newest-first fill needs no record
-                self.seen.update(said if said is not None else analyze(m.content))
+                if said is not None:
+                    self.seen.update(said)
+                else:
+                    self.unseen.append(m.content)
             return True
         if not _complete(group) or not self._free(group):
             return False
