@@ -151,8 +151,9 @@ class _ReadShapes:
     version the note gives the conversation, and the next read is a cache
     hit. Only reads computed from memory alone are answered ahead
     (:meth:`~memfold.engine.engine.MemoryEngine.context_in_memory`: no
-    embedder call, no lazy wait, no store query), and at most
-    ``max_entries`` conversations are remembered, least recently read out.
+    embedder call, no lazy wait, no store query), at most ``max_unread``
+    times in a row while nobody reads them, and at most ``max_entries``
+    conversations are remembered, least recently read out.
     """
 
     def __init__(self, max_entries: int = 10_000, max_unread: int = MAX_UNREAD_ANSWERS):
@@ -483,7 +484,12 @@ class FoldProcess:
                 self._events.send(("wake", read))
 
     def answers_read(self, tenant_id: str, conversation_id: str) -> None:
-        """Note that an answer ahead of this conversation was read (sent with the next wake-up)."""
+        """Note that an answer ahead of this conversation was read (sent with the next wake-up).
+
+        No lock (the caller is the event loop; ``wake`` holds its lock while
+        it sends): a note added to the set ``wake`` has just swapped out is
+        lost, which costs at most one answer ahead not sent, never a wrong one.
+        """
         self._read.add((tenant_id, conversation_id))
 
     def _applied_now(self, positions: dict[int, int]) -> None:
