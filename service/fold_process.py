@@ -488,7 +488,7 @@ class FoldProcess:
 
         No lock (the caller is the event loop; ``wake`` holds its lock while
         it sends): a note added to the set ``wake`` has just swapped out is
-        lost, which costs at most one answer ahead not sent, never a wrong one.
+        lost: at worst a later read misses the cache (and resets the count), never a wrong answer.
         """
         self._read.add((tenant_id, conversation_id))
 
