@@ -20,7 +20,7 @@ lock:
 	$(PYTHON) -m venv .venv-lock
 	.venv-lock/bin/python -m pip install --quiet --upgrade pip
 	.venv-lock/bin/python -m pip install --quiet -e '.[dev]'
-	{ sed -n '1,2p' constraints.txt; .venv-lock/bin/python -m pip freeze --exclude-editable; } > constraints.txt.new
+	{ sed -n '1,2p' constraints.txt; .venv-lock/bin/python -m pip freeze --all --exclude-editable | grep -v '^pip=='; } > constraints.txt.new
 	mv constraints.txt.new constraints.txt
 	rm -rf .venv-lock
 
