@@ -102,6 +102,9 @@ class Runner:
         self._rescan: set[int] = set(self._owned)
         self._wake = threading.Event()
         self._progress = threading.Condition()
+        # While a batch is being committed: the store's positions before it. Its events are in the store
+        # before they are in the projector's memory (hot tail, search index, listeners): not reached yet.
+        self._committing_from: dict[int, int] | None = None
         self._stop = False
         self._thread: threading.Thread | None = None
         self._step_lock = threading.Lock()
@@ -184,26 +187,43 @@ class Runner:
     def _commit(self, records: list) -> int:
         """Fold ``records`` and commit rows + positions; return how many events were applied."""
         changes, positions, decided = self.projector.project(records)
+        self._committing_from = self.store.position()
         try:
-            # Log first, then commit (an outbox): a crash in between
-            # re-projects the batch, re-decides the same ids, and the
-            # log de-duplicates them. The reverse order could lose a
-            # request that the committed state already counts as pending.
-            if decided and self.emit_requests:
-                self.log.append(decided)
-            self.store.apply(changes, positions)
-        except BaseException:
-            self.projector.forget()
-            raise
-        self.projector.committed(changes)
-        if self.emit_requests:  # a read replica hands nothing to a summarizer
-            for r in records:
-                if isinstance(r.event, SummaryRequested):
-                    self._seen[r.event.event_id] = r.event
-        self.on_committed(positions)
-        with self._progress:
-            self._progress.notify_all()
+            try:
+                # Log first, then commit (an outbox): a crash in between
+                # re-projects the batch, re-decides the same ids, and the
+                # log de-duplicates them. The reverse order could lose a
+                # request that the committed state already counts as pending.
+                if decided and self.emit_requests:
+                    self.log.append(decided)
+                self.store.apply(changes, positions)
+            except BaseException:
+                self.projector.forget()
+                raise
+            self.projector.committed(changes)
+            if self.emit_requests:  # a read replica hands nothing to a summarizer
+                for r in records:
+                    if isinstance(r.event, SummaryRequested):
+                        self._seen[r.event.event_id] = r.event
+            self.on_committed(positions)
+        finally:
+            with self._progress:
+                self._committing_from = None
+                self._progress.notify_all()
         return len(changes)
+
+    def _reached(self, position: Position) -> bool:
+        """True once the event at ``position`` is in the store and its batch has been handed on (call under _progress).
+
+        ``apply`` makes the store's positions say so before the batch reaches
+        the projector's memory (hot tail, search index, listeners such as the
+        text caches' erasure) and ``on_committed``; a waiter woken by its poll
+        in between must not return yet.
+        """
+        if not self.store.has_reached(position):
+            return False
+        before = self._committing_from
+        return before is None or position.offset < before.get(position.partition, 0)
 
     def _hand_over(self, caught_up: set[int]) -> None:
         # Only requests of partitions read to their end: a request whose outcome
@@ -288,7 +308,7 @@ class Runner:
         deadline = time.monotonic() + timeout
         self.notify()
         with self._progress:
-            while not self.store.has_reached(position):
+            while not self._reached(position):
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise ProjectionLagTimeout(

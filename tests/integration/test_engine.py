@@ -38,6 +38,26 @@ def test_read_your_writes_and_history_order(tmp_path):
         assert all(m.tokens > 4 for m in history)
 
 
+def test_wait_for_returns_only_once_the_batch_is_in_memory_too(tmp_path):
+    """The store says an event is applied before the projector's memory and listeners have it: waiting covers both."""
+    import threading
+    import time
+
+    with _engine(tmp_path) as engine:
+        engine.wait_for(engine.append_message("c1", "user", "warm up"), timeout=30)
+        handed_on = threading.Event()
+
+        def slow_listener(changes) -> None:  # as the erasure of text caches, or a compact, can be
+            time.sleep(0.5)
+            handed_on.set()
+
+        engine.projector.listeners.append(slow_listener)
+        position = engine.append_message("c1", "user", "My order number is #48213.")
+        engine.wait_for(position, timeout=30)
+        assert handed_on.is_set(), "wait_for returned while the batch's listeners were still running"
+        assert "#48213" in engine.context("c1")[-1].content
+
+
 def test_context_below_trigger_is_take_last_within_budget(tmp_path):
     with _engine(tmp_path) as engine:
         positions = _talk(engine, "c1", 9)
