@@ -32,6 +32,7 @@ lint: $(STAMP)
 
 test: $(STAMP) lint
 	deploy/kafka/local-broker.sh fetch
+	deploy/browser/ensure-chromium.sh
 	$(PY) -m pytest -p no:cacheprovider
 
 bench: $(STAMP)
