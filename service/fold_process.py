@@ -180,7 +180,7 @@ class _ReadShapes:
         """The serving process read these conversations' answers ahead: answer them ahead again."""
         with self._lock:
             for key in keys:
-                self._unread.pop(tuple(key), None)
+                self._unread.pop(key, None)
 
     def answers(self, engine, touched: dict[tuple[str, str], bool]) -> dict[tuple[str, str], tuple]:
         """Return ``{(tenant, conversation): ((budget, query, policy), body)}`` for the touched conversations read before.

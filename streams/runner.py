@@ -189,17 +189,7 @@ class Runner:
         changes, positions, decided = self.projector.project(records)
         self._committing_from = self.store.position()
         try:
-            try:
-                # Log first, then commit (an outbox): a crash in between
-                # re-projects the batch, re-decides the same ids, and the
-                # log de-duplicates them. The reverse order could lose a
-                # request that the committed state already counts as pending.
-                if decided and self.emit_requests:
-                    self.log.append(decided)
-                self.store.apply(changes, positions)
-            except BaseException:
-                self.projector.forget()
-                raise
+            self._apply(changes, positions, decided)
             self.projector.committed(changes)
             if self.emit_requests:  # a read replica hands nothing to a summarizer
                 for r in records:
@@ -211,6 +201,20 @@ class Runner:
                 self._committing_from = None
                 self._progress.notify_all()
         return len(changes)
+
+    def _apply(self, changes, positions: dict[int, int], decided: list) -> None:
+        """Append the batch's decided requests, then write its rows and positions; on failure forget its fold."""
+        try:
+            # Log first, then commit (an outbox): a crash in between
+            # re-projects the batch, re-decides the same ids, and the
+            # log de-duplicates them. The reverse order could lose a
+            # request that the committed state already counts as pending.
+            if decided and self.emit_requests:
+                self.log.append(decided)
+            self.store.apply(changes, positions)
+        except BaseException:
+            self.projector.forget()
+            raise
 
     def _reached(self, position: Position) -> bool:
         """True once the event at ``position`` is in the store and its batch has been handed on (call under _progress).
