@@ -265,4 +265,12 @@ def _cmdline(pid: int | str) -> bytes:
 
 def _opens_projection(pid: int) -> bool:
     fds = f"/proc/{pid}/fd"
-    return any(os.readlink(os.path.join(fds, fd)).endswith(".duckdb") for fd in os.listdir(fds))
+    return any(_link(os.path.join(fds, fd)).endswith(".duckdb") for fd in os.listdir(fds))
+
+
+def _link(path: str) -> str:
+    """Return where ``path`` points, "" when the descriptor closed since it was listed (sockets come and go)."""
+    try:
+        return os.readlink(path)
+    except FileNotFoundError:
+        return ""
