@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import os
 import shutil
-import time
 
 import pytest
-from fixtures.memfold_service import LiveService
+from fixtures.memfold_service import LiveService, settled
 
 from memfold.client import Client
 
@@ -28,18 +27,6 @@ LINES = [
 ]
 
 
-def _settled(client: Client, conversation: str) -> None:
-    """Return once no summary is processing and none has appeared for half a second (a request follows its batch)."""
-    last, quiet = None, 0
-    for _ in range(600):
-        now = [(s["request_id"], s["status"]) for s in client.summaries(conversation)]
-        quiet = quiet + 1 if now == last and all(st != "processing" for _, st in now) else 0
-        if quiet >= 10:
-            return
-        last = now
-        time.sleep(0.05)
-
-
 def test_page_shows_versions_facts_and_context(tmp_path):
     from playwright.sync_api import expect, sync_playwright
 
@@ -50,7 +37,7 @@ def test_page_shows_versions_facts_and_context(tmp_path):
             for start in range(0, len(LINES), 4):  # paced, so several summary versions complete
                 client.append("refund-48213", [{"role": "user" if (start + i) % 2 == 0 else "assistant", "content": text}
                                                for i, text in enumerate(LINES[start:start + 4])])
-                _settled(client, "refund-48213")
+                settled(client, "refund-48213")
             client.add("other-chat", "user", "hello")
             trail = client.audit("refund-48213")
         completed = [s for s in trail["summaries"] if s["status"] == "completed"]
