@@ -501,10 +501,12 @@ class MemoryEngine:
 
         while True:
             self.runner.notify()
-            if self.runner.caught_up() and idle():
-                # The worker may have appended an outcome that folds into new requests.
-                self.runner.run_once()
-                if self.runner.caught_up() and idle():
+            # Idle only after a step of our own that found nothing to apply: a step that
+            # folds records (an outcome the worker just appended, deciding new requests,
+            # or those requests themselves) hands their open requests to the worker
+            # only once a later read of the partition comes back empty.
+            if self.runner.caught_up() and idle() and self.runner.run_once() == 0:
+                if self.runner.caught_up() and self.runner.handed_over() and idle():
                     return
             if time.monotonic() > deadline:
                 raise ProjectionLagTimeout(f"memfold was still busy after {timeout}s (projection or summaries)")

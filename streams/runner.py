@@ -249,6 +249,13 @@ class Runner:
         if open_:
             self.on_requests(open_)
 
+    def handed_over(self) -> bool:
+        """True when every open request this runner has read (or must rescan for) is with ``on_requests``."""
+        if not self.emit_requests:
+            return True  # a read replica hands nothing over
+        with self._step_lock:
+            return not self._seen and not self._rescan
+
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
         """Hold the loop still (no batch in flight); open requests are rescanned afterwards."""
@@ -259,8 +266,11 @@ class Runner:
 
     def caught_up(self) -> bool:
         """True when the store has applied everything the log holds right now in owned partitions."""
-        ends = self.log.end_positions()
+        # Positions before ends: the runner appends a batch's decided requests to
+        # the log before it commits the batch, so ends read after positions
+        # include them (read the other way round, both could miss them).
         pos = self.store.position()
+        ends = self.log.end_positions()
         # A Kafka log drops a duplicate event on read but counts its offset in
         # end_positions, so "nothing left to read" also counts as caught up.
         return all(

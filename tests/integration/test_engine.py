@@ -181,3 +181,35 @@ def test_a_script_that_never_closes_its_engine_exits_cleanly_and_keeps_what_it_a
     with MemoryEngine(Settings.load(None, data_dir=tmp_path / "data")) as engine:
         engine.wait_idle(timeout=60)
         assert [m.content for m in engine.history("c1")] == [f"order #{i} ships Friday" for i in range(40)]
+
+
+def test_wait_idle_never_returns_with_a_request_read_but_not_yet_handed_to_the_summarizer(tmp_path):
+    """A crash trial caught it: wait_idle trusted one caught-up reading, and its own step read new requests.
+
+    A runner step that reads a short batch holding requests commits them but
+    hands them to the worker only after a later read comes back empty. Here
+    the first "caught up" answer is stale (as an end-of-log read racing the
+    runner's outbox append could be), so wait_idle's own step is the one that
+    reads the request: wait_idle must not return until it is answered.
+    """
+    settings = Settings.load(None, data_dir=tmp_path / "data", policy="hierarchical", policies=("hierarchical",))
+    with MemoryEngine(settings, start=False) as engine:
+        engine.worker.start()
+        _talk(engine, "c1", 30)
+        engine.runner.run_once()  # folds the messages; the requests they decide are appended after them, unread
+        assert engine.runner.lag() > 0, "30 messages should have decided a summary request"
+        real, calls = engine.runner.caught_up, []
+
+        def first_answer_stale() -> bool:
+            calls.append(1)
+            if len(calls) == 1:
+                return True
+            if len(calls) == 2:
+                engine.runner.start()  # the background loop folds the outcomes from here on
+            return real()
+
+        engine.runner.caught_up = first_answer_stale
+        engine.wait_idle(timeout=60)
+        chain = engine.summaries("c1", policy="hierarchical")
+        assert chain and all(r["status"] != "processing" for r in chain), chain
+        assert engine.runner.handed_over()
