@@ -33,7 +33,7 @@ lint: $(STAMP)
 test: $(STAMP) lint
 	deploy/kafka/local-broker.sh fetch
 	deploy/browser/ensure-chromium.sh
-	$(PY) -m pytest -p no:cacheprovider
+	$(PY) -m pytest -p no:cacheprovider -n 2 --dist loadgroup
 
 bench: $(STAMP)
 	$(PY) benchmarks/ingest_and_read.py
