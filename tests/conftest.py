@@ -18,7 +18,7 @@ def pytest_collection_modifyitems(config, items):
     """
     for item in items:
         names = getattr(item, "fixturenames", ())
-        if "kafka_bootstrap" in names or "kafka_broker" in names:
+        if "kafka_bootstrap" in names:
             item.add_marker(pytest.mark.xdist_group("kafka"))
         elif "service" in names:
             item.add_marker(pytest.mark.xdist_group("service"))
