@@ -375,6 +375,7 @@ class _Recall:
         self.chosen: dict[int, ContextMessage] = {}  # rendered without their date line
         self.order: list[list[int]] = []  # units (a message, a tool group) in the order chosen: the last go first
         self.dates: set[date] = set()  # days whose date line is paid for
+        self.day_cost: dict[date, int] = {}  # a day's date line in tokens (asked for every hit tried)
         self.shown: set[str] = set()  # passages excerpts have shown (not repeated by a later excerpt)
         self.excerpted: set[int] = set()
         self.seen: set[str] = set()  # index terms of what is recalled so far (excerpts skip passages repeating them)
@@ -420,9 +421,15 @@ class _Recall:
 
     def _date_cost(self, m: MessageRecord) -> int:
         """Return what ``m`` adds in date lines: its day's, unless a chosen message already pays for that day."""
-        if not m.content or m.occurred_at.date() in self.dates:
+        if not m.content:
             return 0
-        return _prefix_tokens(date_prefix(m), self.count_tokens)
+        day = m.occurred_at.date()
+        if day in self.dates:
+            return 0
+        cost = self.day_cost.get(day)
+        if cost is None:
+            cost = self.day_cost[day] = _prefix_tokens(date_prefix(m), self.count_tokens)
+        return cost
 
     def _add(self, rendered: Sequence[ContextMessage], group: Sequence[MessageRecord], record: bool) -> bool:
         """Add a tool group's rendered messages if they fit with their days' date lines (``record``: their terms as seen)."""
@@ -483,8 +490,8 @@ class _Recall:
                     return False
                 r, shown, said = cut
             else:
-                if self._quotes(m):
-                    return False
+                if m.tokens + self._date_cost(m) > self.remaining or self._quotes(m):
+                    return False  # the cost first: most hits a read tries no longer fit
                 r = _message(m, "recalled")
                 said = None
             cost = r.tokens + self._date_cost(m)
@@ -519,11 +526,12 @@ class _Recall:
         found = {m.index: m for m in self.older.at(sorted(near))}
         if overview:  # the user's turns first, each group in rank order
             ranked = sorted(ranked, key=lambda i: found[i].role != "user" if i in found else True)
-        if any(m.role == "tool" or m.tool_calls for m in found.values()):
+        tools = any(m.role == "tool" or m.tool_calls for m in found.values())
+        if tools:
             wide = {j for m in found.values() if m.role == "tool" or m.tool_calls
                     for j in range(max(0, m.index - TOOL_SPAN), m.index + TOOL_SPAN + 1)}
             found.update((m.index, m) for m in self.older.at(sorted(wide - set(found))))
-        unit_of = _units(found)
+        unit_of = _units(found, tools)
         terms = frozenset(query_terms(query))
         sizes = [max(EXCERPT_TOKENS, int(share * self.room)) for share in LEAD_SHARES] if self.room >= LEAD_ROOM else []
         taken = 0
@@ -577,8 +585,13 @@ class _Recall:
             before = batch[0].index
 
 
-def _units(found: dict[int, MessageRecord]) -> dict[int, list[MessageRecord]]:
-    """Map each index in ``found`` to its tool group among the contiguous runs fetched."""
+def _units(found: dict[int, MessageRecord], tools: bool = True) -> dict[int, list[MessageRecord]]:
+    """Map each index in ``found`` to its tool group among the contiguous runs fetched.
+
+    ``tools`` False (no message in ``found`` calls or answers a tool): every message is a unit of its own.
+    """
+    if not tools:
+        return {i: [m] for i, m in found.items()}
     runs: list[list[MessageRecord]] = []
     for i in sorted(found):
         if runs and runs[-1][-1].index == i - 1:
