@@ -697,10 +697,18 @@ class MemoryEngine:
     def _verbatim(self, plan, tenant_id: str, conversation_id: str, budget: int | None) -> list[MessageRecord]:
         if plan.verbatim_indices is not None:
             return self.store.messages_at(tenant_id, conversation_id, plan.verbatim_indices)
-        hot = self.projector.tail.window((tenant_id, conversation_id), plan.verbatim_from, budget)
+        key = (tenant_id, conversation_id)
+        tail = self.projector.tail
+        hot = tail.window(key, plan.verbatim_from, budget)
         if hot is not None:
             return hot
-        return self.store.recent_messages(tenant_id, conversation_id, plan.verbatim_from, budget)
+        version = tail.version(key)
+        recent = self.store.recent_messages(tenant_id, conversation_id, plan.verbatim_from, budget)
+        if not tail.holds(key):  # keep it, so the next read of it is answered from memory (read_cache)
+            # Nothing from verbatim_from on (the memory covers every turn): the newest message alone
+            # still tells the tail where the conversation ends.
+            tail.seed(key, recent or self.store.recent_messages(tenant_id, conversation_id, 0, 0), version)
+        return recent
 
     def search(
         self,
@@ -783,7 +791,7 @@ class MemoryEngine:
         with self.runner.paused():  # the projector compacted on commit; a late summary-cache write may follow
             if self.store.erase(tenant_id, conversation_id):
                 self.store.compact()
-            self.projector.tail.drop((tenant_id, conversation_id))
+            self.projector.drop_reads((tenant_id, conversation_id))
         self._drop_text_caches()  # again: a summary in flight until now may have read its messages
         from .replaying import erase_in_replays
 

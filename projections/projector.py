@@ -38,6 +38,7 @@ from .fact_extraction import retracts
 from .fold import ConversationCounters, fold_event
 from .policies import state_codec
 from .policies._topic_memory import taken_back
+from .read_cache import ColdReads
 from .store import ERASED_PAYLOAD, Changes, DuckDBProjectionStore
 from .tail import TailCache
 
@@ -91,6 +92,9 @@ class Projector:
         self.pause: Callable[[], None] | None = None
         self._conversations: dict[tuple[str, str], _Conversation] = {}
         self._states: dict[tuple[str, str, str], BaseModel] = {}
+        # States a read fetched for a conversation the fold holds none of (a restart, an evicted conversation):
+        # kept until a batch touching the conversation commits (read_cache), so the next read asks no query.
+        self._cold_states: ColdReads[BaseModel] = ColdReads()
         # (policy, tenant, conversation) -> (key, value) -> [fact_id, superseded_by, retired_by] of its newest row
         self._facts: dict[tuple[str, str, str], dict[tuple[str, str], list[str | None]]] = {}
         # Per topic (topics policy), the facts its latest summary holds (a topic's next summary retires what it
@@ -103,21 +107,34 @@ class Projector:
 
     def holds_state(self, policy: str, tenant_id: str, conversation_id: str) -> bool:
         """True when :meth:`state` answers from memory (no store query)."""
-        return (policy, tenant_id, conversation_id) in self._states
+        key = (policy, tenant_id, conversation_id)
+        return key in self._states or key in self._cold_states
 
     def state(self, policy: str, tenant_id: str, conversation_id: str) -> BaseModel:
         """Return the current fold state of ``policy`` for a conversation (initial if none)."""
         key = (policy, tenant_id, conversation_id)
         state = self._states.get(key)
-        if state is None:
-            impl, _ = self.policies[policy]
-            raw = self.store.policy_state_json(policy, tenant_id, conversation_id)
-            state = state_codec.decode(impl.State, raw) if raw else impl.initial(tenant_id, conversation_id)
-            if (tenant_id, conversation_id) in self._conversations:  # bounded with it; a cold read is not kept
-                # setdefault, never assignment: a reader's load from the store must not overwrite the
-                # newer state a batch being folded put there meanwhile (a verify caught count 20 vs 25).
-                state = self._states.setdefault(key, state)
+        if state is not None:
+            return state
+        state = self._cold_states.get(key)
+        if state is not None:
+            return state
+        conv = (tenant_id, conversation_id)
+        version = self._cold_states.version(conv)
+        impl, _ = self.policies[policy]
+        raw = self.store.policy_state_json(policy, tenant_id, conversation_id)
+        state = state_codec.decode(impl.State, raw) if raw else impl.initial(tenant_id, conversation_id)
+        if conv in self._conversations:  # bounded with it
+            # setdefault, never assignment: a reader's load from the store must not overwrite the
+            # newer state a batch being folded put there meanwhile (a verify caught count 20 vs 25).
+            return self._states.setdefault(key, state)
+        self._cold_states.put(key, conv, state, version)  # kept unless a batch of it committed meanwhile
         return state
+
+    def drop_reads(self, key: tuple[str, str]) -> None:
+        """Forget what reads keep of a conversation (its hot tail and cold-read states): an erasure calls it."""
+        self.tail.drop(key)
+        self._cold_states.invalidate([key])
 
     def committed(self, changes: Changes) -> None:
         """Note that ``changes`` are durable: their messages join the hot tail read by ``context``.
@@ -132,6 +149,7 @@ class Projector:
             self.search.drop(key)
         if changes.erased:
             self.store.compact()  # DuckDB leaves deleted rows' bytes in freed blocks
+        self._cold_states.invalidate({*changes.conversations, *((t, c) for _, t, c in changes.policy_states), *gone})
         records = [r for r in changes.records if (r.tenant_id, r.conversation_id) not in gone]
         self.tail.extend(records)
         self.search.extend(changes.search, records)
@@ -161,6 +179,7 @@ class Projector:
         self.tail.clear()
         self.search.clear()
         self.history.clear()
+        self._cold_states.clear()
         self._conversations.clear()
         self._states.clear()
         self._facts.clear()
@@ -173,6 +192,7 @@ class Projector:
             self._drop(key)
             self.tail.drop(key)
             self.search.drop(key)
+        self._cold_states.clear()  # a conversation of those partitions read cold: another worker folds it now
 
     def _drop(self, key: tuple[str, str]) -> None:
         del self._conversations[key]

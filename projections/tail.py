@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from memfold.engine.ports import MessageRecord
+
+from .read_cache import Versions
 
 Key = tuple[str, str]
 
@@ -34,6 +36,7 @@ class TailCache:
         self._tails: OrderedDict[Key, tuple[MessageRecord, ...]] = OrderedDict()
         self._total = 0
         self._lock = threading.Lock()
+        self._versions = Versions()  # bumped when a conversation's tail changes or goes: see seed()
 
     def __len__(self) -> int:
         """Return how many messages the tail holds, over every conversation."""
@@ -46,6 +49,7 @@ class TailCache:
             grouped.setdefault((r.tenant_id, r.conversation_id), []).append(r)
         with self._lock:
             for key, new in grouped.items():
+                self._versions.bump(key)
                 tail = self._tails.pop(key, ())
                 self._total -= len(tail)
                 if tail and tail[-1].index + 1 != new[0].index:
@@ -53,18 +57,52 @@ class TailCache:
                 tail = (tail + tuple(new))[-self.max_messages :]
                 self._tails[key] = tail
                 self._total += len(tail)
-            while len(self._tails) > self.max_conversations or (self._total > self.max_total and len(self._tails) > 1):
-                _key, gone = self._tails.popitem(last=False)
-                self._total -= len(gone)
+            self._evict()
+
+    def _evict(self) -> None:
+        while len(self._tails) > self.max_conversations or (self._total > self.max_total and len(self._tails) > 1):
+            key, gone = self._tails.popitem(last=False)
+            self._total -= len(gone)
+            self._versions.bump(key)
+
+    def version(self, key: Key) -> tuple[int, int]:
+        """Return the version of ``key``'s tail: note it before reading the store's newest messages for :meth:`seed`."""
+        with self._lock:
+            return self._versions.of(key)
+
+    def seed(self, key: Key, records: Sequence[MessageRecord], version: tuple[int, int]) -> bool:
+        """Keep ``records``, the store's newest messages of a conversation the tail did not hold, as its tail.
+
+        ``records`` must end with the conversation's newest committed message
+        (:meth:`DuckDBProjectionStore.recent_messages` does) and ``version``
+        be :meth:`version` noted before the store was read. Nothing is kept
+        when the tail changed since (a batch committed messages of it, it was
+        dropped or evicted: what was read may be stale), when it holds the
+        conversation already, or when the indices have a gap (a retracted
+        message): the tail only ever holds a contiguous suffix. Returns
+        whether it kept them.
+        """
+        if not records or records[-1].index - records[0].index != len(records) - 1:
+            return False
+        with self._lock:
+            if key in self._tails or self._versions.of(key) != version:
+                return False
+            tail = tuple(records[-self.max_messages :])
+            self._tails[key] = tail
+            self._total += len(tail)
+            self._evict()
+            return True
 
     def drop(self, key: Key) -> None:
         """Forget a conversation (deleted)."""
         with self._lock:
+            self._versions.bump(key)
             self._total -= len(self._tails.pop(key, ()))
 
     def clear(self) -> None:
         """Forget everything (after a failed transaction or a rebuild)."""
         with self._lock:
+            self._versions.bump_all()
             self._tails.clear()
             self._total = 0
 

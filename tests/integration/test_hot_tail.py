@@ -68,7 +68,40 @@ def test_context_in_memory_says_when_a_read_needs_no_store_query(tmp_path):
     with MemoryEngine(Settings.load(None, data_dir=data, policies=policies)) as reopened:
         assert not reopened.context_in_memory("c")  # a new process holds nothing yet: the first read loads
         assert [m.as_dict() for m in reopened.context("c", budget=500)] == first
-        assert not reopened.context_in_memory("c")  # the hot tail fills from what is folded, not from reads
+        # What the first read fetched is kept (projections.read_cache): the next read asks no query.
+        assert reopened.context_in_memory("c")
+        assert [m.as_dict() for m in reopened.context("c", budget=500)] == first
         reopened.append_message("c", "user", "and one more about Porto")
         reopened.wait_idle()
         assert reopened.context_in_memory("c")
+        after = [m.as_dict() for m in reopened.context("c", budget=500)]
+        assert after[-1]["content"] == "and one more about Porto"
+    with MemoryEngine(Settings.load(None, data_dir=data, policies=policies)) as fresh:
+        assert [m.as_dict() for m in fresh.context("c", budget=500)] == after  # nothing stale was kept
+
+
+def test_a_read_that_raced_a_commit_keeps_nothing_stale(tmp_path):
+    """A cold read's store answer is kept only if no batch of its conversation committed while it was read."""
+    data = tmp_path / "d"
+    with MemoryEngine(Settings.load(None, data_dir=data)) as engine:
+        for i in range(12):
+            engine.append_message("c", "user" if i % 2 == 0 else "assistant", f"turn {i} about the Porto invoice")
+        engine.wait_idle()
+    with MemoryEngine(Settings.load(None, data_dir=data)) as engine:
+        projector, key = engine.projector, ("default", "c")
+        # A reader notes the versions and reads the store ...
+        tail_version, state_version = projector.tail.version(key), projector._cold_states.version(key)
+        recent = engine.store.recent_messages("default", "c", 0, None)
+        state = projector.store.policy_state_json("sliding_window", *key)
+        # ... while a batch of the conversation commits ...
+        engine.append_message("c", "user", "turn 12: the invoice number is INV-2207")
+        engine.wait_idle()
+        assert projector.tail.version(key) != tail_version  # the commit moved both versions on
+        assert projector._cold_states.version(key) != state_version
+        projector.tail.drop(key)  # as after an eviction: the tail no longer holds it
+        # ... so what it read is refused, and the next read answers from the store, new message and all.
+        assert not projector.tail.seed(key, recent, tail_version)
+        assert not projector._cold_states.put(("sliding_window", *key), key, state, state_version)
+        context = engine.context("c", budget=2000)
+        assert context[-1].content == "turn 12: the invoice number is INV-2207"
+        assert projector.state("sliding_window", *key).last_index == 12
