@@ -706,8 +706,12 @@ class MemoryEngine:
         recent = self.store.recent_messages(tenant_id, conversation_id, plan.verbatim_from, budget)
         if not tail.holds(key):  # keep it, so the next read of it is answered from memory (read_cache)
             # Nothing from verbatim_from on (the memory covers every turn): the newest message alone
-            # still tells the tail where the conversation ends.
-            tail.seed(key, recent or self.store.recent_messages(tenant_id, conversation_id, 0, 0), version)
+            # still tells the tail where the conversation ends. (Nothing from 0 on: no message at all.)
+            if not recent and plan.verbatim_from > 0:
+                recent_or_newest = self.store.recent_messages(tenant_id, conversation_id, 0, 0)
+            else:
+                recent_or_newest = recent
+            tail.seed(key, recent_or_newest, version)
         return recent
 
     def search(
