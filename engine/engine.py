@@ -697,22 +697,7 @@ class MemoryEngine:
     def _verbatim(self, plan, tenant_id: str, conversation_id: str, budget: int | None) -> list[MessageRecord]:
         if plan.verbatim_indices is not None:
             return self.store.messages_at(tenant_id, conversation_id, plan.verbatim_indices)
-        key = (tenant_id, conversation_id)
-        tail = self.projector.tail
-        hot = tail.window(key, plan.verbatim_from, budget)
-        if hot is not None:
-            return hot
-        version = tail.version(key)
-        recent = self.store.recent_messages(tenant_id, conversation_id, plan.verbatim_from, budget)
-        if not tail.holds(key):  # keep it, so the next read of it is answered from memory (read_cache)
-            # Nothing from verbatim_from on (the memory covers every turn): the newest message alone
-            # still tells the tail where the conversation ends. (Nothing from 0 on: no message at all.)
-            if not recent and plan.verbatim_from > 0:
-                recent_or_newest = self.store.recent_messages(tenant_id, conversation_id, 0, 0)
-            else:
-                recent_or_newest = recent
-            tail.seed(key, recent_or_newest, version)
-        return recent
+        return self.projector.recent_messages(tenant_id, conversation_id, plan.verbatim_from, budget)
 
     def search(
         self,

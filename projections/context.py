@@ -483,6 +483,7 @@ class _Recall:
             if m.tool_calls or m.role == "tool" or m.index in self.chosen or m.index in self.exclude or m.index >= self.upper:
                 return False
             shown: list[str] = []
+            date_cost = self._date_cost(m)
             excerpted = bool(terms) and m.tokens > EXCERPT_OVER
             if excerpted:
                 cut = excerpt(m, terms, self.count_tokens, self.shown, size=size, dated=False, seen=self._seen())
@@ -490,11 +491,12 @@ class _Recall:
                     return False
                 r, shown, said = cut
             else:
-                if m.tokens + self._date_cost(m) > self.remaining or self._quotes(m):
-                    return False  # the cost first: most hits a read tries no longer fit
+                # The cost first: most hits a read tries no longer fit (no rendering, no search of the memory).
+                if m.tokens + date_cost > self.remaining or self._quotes(m):
+                    return False
                 r = _message(m, "recalled")
                 said = None
-            cost = r.tokens + self._date_cost(m)
+            cost = r.tokens + date_cost
             if cost > self.remaining:
                 return False
             self.remaining -= cost

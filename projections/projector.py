@@ -28,7 +28,7 @@ from memfold.engine.events import (
     SummaryRequested,
     TopicEvicted,
 )
-from memfold.engine.ports import FoldContext, Policy
+from memfold.engine.ports import FoldContext, MessageRecord, Policy
 from memfold.engine.positions import LogRecord
 from memfold.engine.sealing import is_shredded
 from memfold.engine.tokens import MESSAGE_OVERHEAD, TokenCounter
@@ -130,6 +130,27 @@ class Projector:
             return self._states.setdefault(key, state)
         self._cold_states.put(key, conv, state, version)  # kept unless a batch of it committed meanwhile
         return state
+
+    def recent_messages(
+        self, tenant_id: str, conversation_id: str, start: int, budget: int | None
+    ) -> list[MessageRecord]:
+        """Return :meth:`DuckDBProjectionStore.recent_messages` from the hot tail when it can answer exactly.
+
+        Otherwise from the store; the tail then keeps what was read (or the
+        newest message alone, when nothing from ``start`` on is left: the
+        memory covers every turn) unless a batch of the conversation
+        committed meanwhile (:meth:`TailCache.seed`), like :meth:`state`.
+        """
+        key = (tenant_id, conversation_id)
+        hot = self.tail.window(key, start, budget)
+        if hot is not None:
+            return hot
+        version = self.tail.version(key)
+        recent = self.store.recent_messages(tenant_id, conversation_id, start, budget)
+        if not self.tail.holds(key):
+            newest = recent or (self.store.recent_messages(tenant_id, conversation_id, 0, 0) if start > 0 else [])
+            self.tail.seed(key, newest, version)
+        return recent
 
     def drop_reads(self, key: tuple[str, str]) -> None:
         """Forget what reads keep of a conversation (its hot tail and cold-read states): an erasure calls it."""
