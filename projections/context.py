@@ -100,6 +100,12 @@ RECENT_MAX = 300
 # A turn at least this long that the memory quotes whole (a window summary's "- (348) user: ..." line)
 # is not recalled again; a shorter one ("Yes, do that.") may be a coincidence of wording.
 QUOTED_CHARS = 40
+# A turn at least REPEAT_CHARS long, recalled whole (not as an excerpt), whose words are in the context
+# already (a question asked again word for word: "Will the refund go to my card?") is not recalled a
+# second time on its own: the newest saying is kept (recall and the newest-first fill meet it first).
+# It still comes as the other half of a recalled exchange, so an answer keeps its question. A shorter
+# one ("Yes.", "Thanks!") may answer different things each time.
+REPEAT_CHARS = 24
 # Memory messages of ``- key: value`` lines: trimmed a fact at a time, after the digests. A facts memory
 # ("memory:facts", hierarchical's) is never capped for recall; the key facts a text memory carries
 # beside its text ("memory:key_facts": rolling's, topics') are, with the digests, the fact asked about last.
@@ -230,7 +236,9 @@ def assemble(
         before = kept_messages[0].index if kept_messages and contiguous else upper
         floor = min(int(remaining * RECENT_SHARE), RECENT_MAX) if recalling and not kept_messages else 0
         quoted = "\n".join(m.content for m in head if m.kind.startswith("memory:"))
-        recalled = _Recall(older, count_tokens, exclude, upper, remaining, quoted).run(query or "", before, floor)
+        said = {key for m in (*kept_messages, *([current] if current else [])) if (key := _said(m))}
+        recall = _Recall(older, count_tokens, exclude, upper, remaining, quoted, said)
+        recalled = recall.run(query or "", before, floor)
     out = head + recalled
     out.extend(_message(m, "verbatim") for m in kept_messages)
     if current is not None:
@@ -363,9 +371,13 @@ def _drop_unit(units: list[str], kind: str, named: Callable[[str], int] | None =
 class _Recall:
     """Choose older messages for what the budget leaves: relevant units first, then the newest."""
 
-    def __init__(self, older: OlderMessages, count_tokens, exclude: set[int], upper: int, remaining: int, quoted: str = ""):
+    def __init__(
+        self, older: OlderMessages, count_tokens, exclude: set[int], upper: int, remaining: int, quoted: str = "",
+        said: set[str] | None = None,
+    ):
         self.older = older
         self.quoted = quoted  # the memory's text: a turn it quotes whole is not recalled again
+        self.said = said if said is not None else set()  # _said() of the turns in the context: not recalled again alone
         self.quoted_at: dict[int, bool] = {}  # message index -> whether ``quoted`` holds it (the callers ask twice)
         self.count_tokens = count_tokens
         self.exclude = exclude
@@ -469,6 +481,13 @@ class _Recall:
             found = self.quoted_at[m.index] = m.content.strip() in self.quoted
         return found
 
+    def _repeated(self, group: Sequence[MessageRecord]) -> bool:
+        """True when ``group`` is one turn whose words the context holds already (REPEAT_CHARS)."""
+        if len(group) != 1:
+            return False
+        key = _said(group[0])
+        return key is not None and key in self.said
+
     def _free(self, group: Sequence[MessageRecord]) -> bool:
         return all(m.index not in self.chosen and m.index not in self.exclude and m.index < self.upper for m in group)
 
@@ -502,6 +521,8 @@ class _Recall:
             self.remaining -= cost
             self.chosen[m.index] = r
             self.order.append([m.index])
+            if (key := _said(m)) is not None:
+                self.said.add(key)
             if m.content:
                 self.dates.add(m.occurred_at.date())
             if excerpted:
@@ -544,6 +565,8 @@ class _Recall:
             size = OVERVIEW_TOKENS if overview else sizes[taken] if taken < len(sizes) else EXCERPT_TOKENS
             if unit is None:
                 continue
+            if unit[0].index not in self.chosen and self._repeated(unit):
+                continue  # said again word for word: the saying already in holds it
             quoted = unit[0].index not in self.chosen and self._quoted(unit)
             if not quoted:  # a turn the memory quotes is in the context already: its other half may not be
                 if not self._take(unit, terms, size):
@@ -566,7 +589,7 @@ class _Recall:
         rest = self.remaining - min(self.remaining, floor)
         self.remaining -= rest
         for group in reversed(tool_groups(self.older.newest(before, self.remaining))):
-            if self._quoted(group):
+            if self._quoted(group) or (self._free(group) and self._repeated(group)):
                 continue
             if not self._free(group) or not _complete(group) or not self._take(group):
                 break
@@ -580,11 +603,22 @@ class _Recall:
             if not batch:
                 return
             for group in reversed(tool_groups(batch)):
-                if not self._free(group) or self._quoted(group):
+                if not self._free(group) or self._quoted(group) or self._repeated(group):
                     continue
                 if not self._take(group) and _complete(group):
                     return  # the newest that does not fit ends the fill (newest-first, like takeLast)
             before = batch[0].index
+
+
+def _said(m: MessageRecord) -> str | None:
+    """Return ``m``'s words as compared for a repeat (case and spacing aside), None when too short to tell (REPEAT_CHARS).
+
+    A long message (over EXCERPT_OVER tokens) is None too: it is recalled as an excerpt, whose passages
+    are never shown twice (:func:`.excerpt.excerpt`), and a read should not normalize pages of text.
+    """
+    if m.tool_calls or m.role == "tool" or len(m.content) < REPEAT_CHARS or m.tokens > EXCERPT_OVER:
+        return None
+    return " ".join(m.content.casefold().split())
 
 
 def _units(found: dict[int, MessageRecord], tools: bool = True) -> dict[int, list[MessageRecord]]:
