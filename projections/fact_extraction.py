@@ -995,6 +995,19 @@ _ASKING_TO_HEAR = re.compile(
 )
 
 
+# "You'll get an email once it's paid out", "We'll text you if the courier is late": a notice the
+# listener will get; its "once", "if" or "unless" says when the notice comes, not what a deal depends
+# on. "You'll get a refund once the item arrives" stays a condition: a refund is no notice.
+_NOTICE = re.compile(
+    r"\b(?:you(?:'ll|’ll| will) (?:also )?(?:get|receive|be sent)\b[^.;!?]{0,40}?"
+    r"\b(?:e-?mails?|texts?|sms|notifications?|messages?|updates?|confirmations?|alerts?|reminders?)\b"
+    r"|(?:we|i)(?:'ll|’ll| will) (?:also )?(?:e-?mail|text|notify|message|ping|update|remind) you\b"
+    r"|(?:we|i)(?:'ll|’ll| will) (?:also )?let you know\b"
+    r"|you(?:'ll|’ll| will) be (?:notified|e-?mailed|texted|updated|reminded)\b)",
+    re.I,
+)
+
+
 def _within(sentence: str, condition: re.Match[str], pos: int) -> bool:
     """True when ``pos`` is inside the conditional clause ``condition`` opens (up to the next comma)."""
     return condition.start() <= pos < _comma_after(sentence, condition.end())
@@ -1028,6 +1041,8 @@ def _conditions(sentence: str, book: FactBook, source: int | None) -> None:
                 continue  # "I'm not sure if I need X or if there are steps": asking still
             if opening_advice and not re.search(r"[;:]", sentence[: m.start()]):
                 continue  # "Avoid jargon unless it is essential": advice, qualified
+            if _NOTICE.search(sentence, 0, m.start()):
+                continue  # "You'll get an email once it's paid out": when a notice comes
             found = m
             break
         if found is None:

@@ -479,6 +479,18 @@ def test_a_request_to_hear_back_is_no_condition():
     assert [c for _, (_, c) in kept.items() if c == "CONDITION"]
 
 
+def test_when_a_notice_comes_is_no_condition():
+    facts = facts_of(conversation(
+        ("assistant", "You'll get an email once it's paid out."),
+        ("assistant", "You'll get an automatic email at each step, so you don't need to check back unless something looks off."),
+        ("assistant", "We'll text you if the courier runs late, and you will be notified once the label is scanned."),
+    ))
+    assert not [k for k, (_, c) in facts.items() if c == "CONDITION"], facts
+    # What the listener gets is no notice: a condition still.
+    kept = facts_of(conversation(("assistant", "You'll get a refund once the item arrives at our warehouse.")))
+    assert [v for v, c in kept.values() if c == "CONDITION"] == ["You'll get a refund once the item arrives at our warehouse"], kept
+
+
 def test_an_agreement_with_its_condition_is_one_fact_a_decision_verb_inside_the_condition_is_not():
     agreed = facts_of(conversation(("assistant", "If it comes to that, we agreed to replace the router under warranty.")))
     assert agreed == {"warranty_agreed": ("If it comes to that, we agreed to replace the router under warranty", "DECISION")}
