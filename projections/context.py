@@ -611,14 +611,16 @@ class _Recall:
 
 
 def _said(m: MessageRecord) -> str | None:
-    """Return ``m``'s words as compared for a repeat (case and spacing aside), None when too short to tell (REPEAT_CHARS).
+    """Return ``m``'s text as compared for a repeat, None when too short to tell (REPEAT_CHARS).
 
-    A long message (over EXCERPT_OVER tokens) is None too: it is recalled as an excerpt, whose passages
-    are never shown twice (:func:`.excerpt.excerpt`), and a read should not normalize pages of text.
+    The text itself, not a normalized copy: a string caches its hash, so a read compares a cached
+    message in O(1), where folding case and spacing cost ~30% of a read (hundreds of candidates).
+    A long message (over EXCERPT_OVER tokens) is None too: it is recalled as an excerpt, whose
+    passages are never shown twice (:func:`.excerpt.excerpt`).
     """
     if m.tool_calls or m.role == "tool" or len(m.content) < REPEAT_CHARS or m.tokens > EXCERPT_OVER:
         return None
-    return " ".join(m.content.casefold().split())
+    return m.content
 
 
 def _units(found: dict[int, MessageRecord], tools: bool = True) -> dict[int, list[MessageRecord]]:
