@@ -41,12 +41,15 @@ QUESTION_WEIGHT = 0.7
 COST_EXPONENT = 0.75  # below 1: a long statement full of specifics beats two short ones that say less
 
 _MARKUP = re.compile(r"^\s*(?:#{1,6}\s+|[-*+•]\s+|\d{1,2}[.)]\s+|>\s*)|\*\*|__|`")
-# A turn's thanks or assent ("Makes sense, thanks for breaking it down!"): with fewer than
-# ACKNOWLEDGMENT_WORDS content words after it and nothing specific, the statement says nothing to keep.
+# A turn's thanks or assent ("Makes sense, thanks for breaking it down!"), or a pause in it ("Give me
+# a minute to dig out the email."): with fewer than ACKNOWLEDGMENT_WORDS content words after it and
+# nothing specific, the statement says nothing to keep.
 _ACKNOWLEDGMENT = re.compile(
     r"^\W*(?:(?:ok(?:ay)?|great|perfect|awesome|cool|nice|wonderful|excellent|yes|yeah|sure|thanks?|"
     r"thank you(?: so much| very much)?|(?:that )?makes (?:a lot of |total )?sense|sounds (?:good|great|perfect|"
-    r"like a (?:good |great |solid )?plan)|got it|i see|that helps|that's (?:helpful|great|perfect|clear))\b[\s,.!]*)+",
+    r"like a (?:good |great |solid )?plan)|got it|i see|that helps|that's (?:helpful|great|perfect|clear)"
+    r"|(?:give|allow) me (?:a|one) (?:minute|moment|sec(?:ond)?)|(?:just |one )?(?:a )?(?:sec(?:ond)?|moment|minute)"
+    r"|hold on|hang on|bear with me)\b[\s,.!]*)+",
     re.I,
 )
 ACKNOWLEDGMENT_WORDS = 3
@@ -287,7 +290,8 @@ def _features(text: str, role: str) -> tuple[frozenset[str], float, float]:
     weight = ROLE_WEIGHT.get(role, 0.3) * (QUESTION_WEIGHT if text.rstrip().endswith("?") else 1.0)
     words, specific = frozenset(content_words(text)), _specificity(text, role)
     ack = _ACKNOWLEDGMENT.match(text)
-    if ack and not specific and len(content_words(text[ack.end():])) < ACKNOWLEDGMENT_WORDS:
+    # What follows the thanks or the pause decides ("give me a minute" is first person, not specific).
+    if ack and not _specificity(text[ack.end():], role) and len(content_words(text[ack.end():])) < ACKNOWLEDGMENT_WORDS:
         weight = 0.0  # never chosen: its value is 0
     return words, specific, weight
 

@@ -58,7 +58,7 @@ def test_a_run_on_sentence_cut_at_its_clauses_marks_the_pieces_that_continue_it(
     assert [s.tokens for s in statements_of(message(8, run_on, tokens), tokens)] == [tokens.count(p) for p in parts]
 
 
-def test_thanks_and_assent_are_never_chosen_but_a_thanks_that_goes_on_is():
+def test_thanks_assent_and_pauses_are_never_chosen_but_a_thanks_or_pause_that_goes_on_is():
     from memfold.projections.salience import select
 
     tokens = TokenCounter()
@@ -67,8 +67,11 @@ def test_thanks_and_assent_are_never_chosen_but_a_thanks_that_goes_on_is():
         "Sounds like a plan, thanks.",
         "Thanks! I'll start by listing all my assets and naming Douglas as the executor.",
         "Great, the review went well and the team approved the March launch.",
+        "Give me a minute to dig out the email.",
+        "Hang on, one sec.",
+        "Give me a moment: the tracking number is 1Z9383451282 and the pickup is on the 12th.",
     ]
     statements = [s for i, t in enumerate(texts) for s in statements_of(message(20 + i, t, tokens), tokens)]
     chosen = [s.text for s in select(statements, None)]
     # No budget limit: everything with something to say, nothing else ("Thanks!" alone is too short a sentence).
-    assert chosen == ["I'll start by listing all my assets and naming Douglas as the executor.", texts[3]]
+    assert chosen == ["I'll start by listing all my assets and naming Douglas as the executor.", texts[3], texts[6]]
