@@ -48,7 +48,8 @@ _ACKNOWLEDGMENT = re.compile(
     r"^\W*(?:(?:ok(?:ay)?|great|perfect|awesome|cool|nice|wonderful|excellent|yes|yeah|sure|thanks?|"
     r"thank you(?: so much| very much)?|(?:that )?makes (?:a lot of |total )?sense|sounds (?:good|great|perfect|"
     r"like a (?:good |great |solid )?plan)|got it|i see|that helps|that's (?:helpful|great|perfect|clear)"
-    r"|(?:give|allow) me (?:a|one) (?:minute|moment|sec(?:ond)?)|(?:just |one )?(?:a )?(?:sec(?:ond)?|moment|minute)"
+    # a pause: "give me a minute", "one sec," (never a bare "Second," or "A moment ago")
+    r"|(?:give|allow) me (?:a|one) (?:minute|moment|sec(?:ond)?)|(?:just |wait )?(?:a|one) (?:sec(?:ond)?|moment|minute)(?=\s*[,.!:;]|\s*$)"
     r"|hold on|hang on|bear with me)\b[\s,.!]*)+",
     re.I,
 )
@@ -187,14 +188,15 @@ def specificity(statement: Statement) -> float:
     return _specificity(statement.text, statement.role)
 
 
-def _specificity(text: str, role: str) -> float:
+def _specificity(text: str, role: str, opening: bool = True) -> float:
+    """See :func:`specificity`; ``opening`` False: ``text`` goes on a sentence ("Great, Lisbon it is"), so its first word may be a name."""
     score = 0.0
     dates = len(DATE_RE.findall(text)) + len(_WEEKDAY.findall(text))
     score += 2.5 * min(dates, 2)
     numbers = [m.group(0) for m in _NUMBER.finditer(text)]
     score += 1.2 * min(len(numbers), 4)
     words = _WORD.findall(text)
-    proper = {w for i, w in enumerate(words) if i > 0 and w[0].isupper() and w.lower() not in _NOT_PROPER}
+    proper = {w for i, w in enumerate(words) if (i > 0 or not opening) and w[0].isupper() and w.lower() not in _NOT_PROPER}
     score += 0.8 * min(len(proper), 5)
     if role in ("user", "summary") and _FIRST_PERSON.search(text):
         score += 1.0
@@ -291,7 +293,8 @@ def _features(text: str, role: str) -> tuple[frozenset[str], float, float]:
     words, specific = frozenset(content_words(text)), _specificity(text, role)
     ack = _ACKNOWLEDGMENT.match(text)
     # What follows the thanks or the pause decides ("give me a minute" is first person, not specific).
-    if ack and not _specificity(text[ack.end():], role) and len(content_words(text[ack.end():])) < ACKNOWLEDGMENT_WORDS:
+    rest = text[ack.end():] if ack else ""
+    if ack and not _specificity(rest, role, opening=False) and len(content_words(rest)) < ACKNOWLEDGMENT_WORDS:
         weight = 0.0  # never chosen: its value is 0
     return words, specific, weight
 
