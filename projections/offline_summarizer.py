@@ -41,11 +41,11 @@ from .fact_extraction import (
     specific_request,
 )
 from .prompts import PROMPT_VERSION, message_text, prompt_hash, render_facts, tool_label, tool_names
-from .salience import Statement, forget_statements, rank, select, statements_from_text, statements_of
+from .salience import Statement, forget_statements, rank, says_nothing, select, statements_from_text, statements_of
 
 # Bump when a rule changes what the summarizer outputs: it is part of prompt_hash, hence of the cache key.
-RULES_VERSION = "offline-salience-50"
-MODEL = "offline-salience-50"
+RULES_VERSION = "offline-salience-51"
+MODEL = "offline-salience-51"
 MAX_LINE_CHARS = 200
 DEFAULT_TOKEN_CAP = 500
 FACTS_SHARE = 0.25  # at most this share of a text summary goes to the key facts
@@ -94,8 +94,13 @@ def narrative(book: FactBook, messages: Sequence[MessageRecord], flow: bool = Tr
     elif topic:
         first = f"{who} is being helped with {topic}."
     else:
+        # The first user turn that says something ("Thanks, that clears it up." says nothing to recall).
         user_texts = [m.content for m in messages if m.role == "user" and m.content.strip()]
-        first = f"{who} wrote: \u201c{clip(user_texts[0], 100)}\u201d." if user_texts else "No user request yet."
+        said = next((t for t in user_texts if not says_nothing(t.strip())), None)
+        if said is not None:
+            first = f"{who} wrote: \u201c{clip(said, 100)}\u201d."
+        else:
+            first = "The user only thanked or agreed." if user_texts else "No user request yet."
     decisions = book.by_category("DECISION")[-2:]
     conditions = book.by_category("CONDITION")[-2:]
     second = ""

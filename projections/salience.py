@@ -41,16 +41,22 @@ QUESTION_WEIGHT = 0.7
 COST_EXPONENT = 0.75  # below 1: a long statement full of specifics beats two short ones that say less
 
 _MARKUP = re.compile(r"^\s*(?:#{1,6}\s+|[-*+•]\s+|\d{1,2}[.)]\s+|>\s*)|\*\*|__|`")
-# A turn's thanks or assent ("Makes sense, thanks for breaking it down!"), or a pause in it ("Give me
-# a minute to dig out the email."): with fewer than ACKNOWLEDGMENT_WORDS content words after it and
-# nothing specific, the statement says nothing to keep.
+# A turn's thanks or assent ("Makes sense, thanks for breaking it down!"), a pause in it ("Give me
+# a minute to dig out the email.") or a pleasantry ("Let me know if anything else comes up."): with
+# fewer than ACKNOWLEDGMENT_WORDS content words after it and nothing specific, the statement says
+# nothing to keep.
 _ACKNOWLEDGMENT = re.compile(
     r"^\W*(?:(?:ok(?:ay)?|great|perfect|awesome|cool|nice|wonderful|excellent|yes|yeah|sure|thanks?|"
     r"thank you(?: so much| very much)?|(?:that )?makes (?:a lot of |total )?sense|sounds (?:good|great|perfect|"
     r"like a (?:good |great |solid )?plan)|got it|i see|that helps|that's (?:helpful|great|perfect|clear)"
     # a pause: "give me a minute", "one sec," (never a bare "Second," or "A moment ago")
     r"|(?:give|allow) me (?:a|one) (?:minute|moment|sec(?:ond)?)|(?:just |wait )?(?:a|one) (?:sec(?:ond)?|moment|minute)(?=\s*[,.!:;]|\s*$)"
-    r"|hold on|hang on|bear with me)\b[\s,.!]*)+",
+    r"|hold on|hang on|bear with me"
+    # pleasantries: "Glad that helps.", "Let me know if anything else comes up.", "I really appreciate how patient you've been"
+    r"|glad (?:that|it|this|to) (?:helps?|helped|hear(?: that)?)|happy to help|you(?:'re|’re| are) (?:very )?welcome"
+    r"|no problem|my pleasure|hope (?:this|that|it) helps|i (?:really |truly )?appreciate"
+    r"|let (?:me|us) know if (?:anything else comes up|you (?:have|need) anything else|you have (?:any )?(?:other |more )?questions)"
+    r"|feel free to (?:ask|reach out))\b[\s,.!]*)+",
     re.I,
 )
 ACKNOWLEDGMENT_WORDS = 3
@@ -297,6 +303,11 @@ def _features(text: str, role: str) -> tuple[frozenset[str], float, float]:
     if ack and not _specificity(rest, role, opening=False) and len(content_words(rest)) < ACKNOWLEDGMENT_WORDS:
         weight = 0.0  # never chosen: its value is 0
     return words, specific, weight
+
+
+def says_nothing(text: str, role: str = "user") -> bool:
+    """True when ``text`` is only thanks, assent, a pause or a pleasantry (never chosen by :func:`select`)."""
+    return _features(text, role)[2] == 0.0
 
 
 def _position(s: Statement) -> tuple[int, int]:

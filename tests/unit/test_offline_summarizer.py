@@ -479,6 +479,17 @@ def test_a_request_to_hear_back_is_no_condition():
     assert [c for _, (_, c) in kept.items() if c == "CONDITION"]
 
 
+def test_a_narrative_without_a_request_quotes_the_first_turn_that_says_something():
+    from memfold.projections.fact_extraction import read_all
+    from memfold.projections.offline_summarizer import narrative
+
+    turns = conversation(("user", "Thanks, that clears it up."), ("assistant", "Glad that helps."),
+                         ("user", "The hallway floor got wet as well, near the stairs."))
+    assert narrative(read_all(turns, ()), turns).startswith("The user wrote: \u201cThe hallway floor got wet as well")
+    only = conversation(("user", "Thanks, that clears it up."), ("assistant", "Let me know if anything else comes up."))
+    assert narrative(read_all(only, ()), only) == "The user only thanked or agreed."
+
+
 def test_when_a_notice_comes_is_no_condition():
     facts = facts_of(conversation(
         ("assistant", "You'll get an email once it's paid out."),
