@@ -100,7 +100,7 @@ RECENT_MAX = 300
 # A turn at least this long that the memory quotes whole (a window summary's "- (348) user: ..." line)
 # is not recalled again; a shorter one ("Yes, do that.") may be a coincidence of wording.
 QUOTED_CHARS = 40
-# A turn at least REPEAT_CHARS long, recalled whole (not as an excerpt), whose words are in the context
+# A turn at least REPEAT_CHARS long, recalled whole (not as an excerpt), whose very text is in the context
 # already (a question asked again word for word: "Will the refund go to my card?") is not recalled a
 # second time on its own: the newest saying is kept (recall and the newest-first fill meet it first).
 # It still comes as the other half of a recalled exchange, so an answer keeps its question. A shorter
@@ -482,7 +482,7 @@ class _Recall:
         return found
 
     def _repeated(self, group: Sequence[MessageRecord]) -> bool:
-        """True when ``group`` is one turn whose words the context holds already (REPEAT_CHARS)."""
+        """True when ``group`` is one turn whose very text the context holds already (REPEAT_CHARS)."""
         if len(group) != 1:
             return False
         key = _said(group[0])
@@ -614,7 +614,7 @@ def _said(m: MessageRecord) -> str | None:
     """Return ``m``'s text as compared for a repeat, None when too short to tell (REPEAT_CHARS).
 
     The text itself, not a normalized copy: a string caches its hash, so a read compares a cached
-    message in O(1), where folding case and spacing cost ~30% of a read (hundreds of candidates).
+    message in O(1), where folding case and spacing would copy every candidate's text on every read.
     A long message (over EXCERPT_OVER tokens) is None too: it is recalled as an excerpt, whose
     passages are never shown twice (:func:`.excerpt.excerpt`).
     """
