@@ -565,9 +565,10 @@ class _Recall:
             size = OVERVIEW_TOKENS if overview else sizes[taken] if taken < len(sizes) else EXCERPT_TOKENS
             if unit is None:
                 continue
-            if unit[0].index not in self.chosen and self._repeated(unit):
+            fresh = unit[0].index not in self.chosen
+            if fresh and self._repeated(unit):
                 continue  # said again word for word: the saying already in holds it
-            quoted = unit[0].index not in self.chosen and self._quoted(unit)
+            quoted = fresh and self._quoted(unit)
             if not quoted:  # a turn the memory quotes is in the context already: its other half may not be
                 if not self._take(unit, terms, size):
                     continue
@@ -589,9 +590,10 @@ class _Recall:
         rest = self.remaining - min(self.remaining, floor)
         self.remaining -= rest
         for group in reversed(tool_groups(self.older.newest(before, self.remaining))):
-            if self._quoted(group) or (self._free(group) and self._repeated(group)):
+            free = self._free(group)
+            if self._quoted(group) or (free and self._repeated(group)):
                 continue
-            if not self._free(group) or not _complete(group) or not self._take(group):
+            if not free or not _complete(group) or not self._take(group):
                 break
         self.remaining += rest
 

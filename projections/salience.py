@@ -121,6 +121,7 @@ _STATEMENTS_MAX = 8192
 def forget_statements() -> None:
     """Drop every message's statements kept so far (their text): erasure empties the caches that hold text."""
     _STATEMENTS.clear()
+    _features.cache_clear()  # keyed by statement text too
 
 
 def statements_of(message: MessageRecord, tokens: TokenCounter) -> list[Statement]:
@@ -297,17 +298,22 @@ def _features(text: str, role: str) -> tuple[frozenset[str], float, float]:
     """
     weight = ROLE_WEIGHT.get(role, 0.3) * (QUESTION_WEIGHT if text.rstrip().endswith("?") else 1.0)
     words, specific = frozenset(content_words(text)), _specificity(text, role)
-    ack = _ACKNOWLEDGMENT.match(text)
-    # What follows the thanks or the pause decides ("give me a minute" is first person, not specific).
-    rest = text[ack.end():] if ack else ""
-    if ack and not _specificity(rest, role, opening=False) and len(content_words(rest)) < ACKNOWLEDGMENT_WORDS:
+    if says_nothing(text, role):
         weight = 0.0  # never chosen: its value is 0
     return words, specific, weight
 
 
 def says_nothing(text: str, role: str = "user") -> bool:
-    """True when ``text`` is only thanks, assent, a pause or a pleasantry (never chosen by :func:`select`)."""
-    return _features(text, role)[2] == 0.0
+    """True when ``text`` is only thanks, assent, a pause or a pleasantry (never chosen by :func:`select`).
+
+    What follows the thanks or the pause decides ("give me a minute" is first person, not specific).
+    Not cached: the narrative asks it of whole messages, which the statement cache should not hold.
+    """
+    ack = _ACKNOWLEDGMENT.match(text)
+    if ack is None:
+        return False
+    rest = text[ack.end():]
+    return not _specificity(rest, role, opening=False) and len(content_words(rest)) < ACKNOWLEDGMENT_WORDS
 
 
 def _position(s: Statement) -> tuple[int, int]:
