@@ -104,7 +104,8 @@ QUOTED_CHARS = 40
 # already (a question asked again word for word: "Will the refund go to my card?") is not recalled a
 # second time on its own: the newest saying is kept (recall and the newest-first fill meet it first).
 # It still comes as the other half of a recalled exchange, so an answer keeps its question. A shorter
-# one ("Yes.", "Thanks!") may answer different things each time.
+# one ("Yes.", "Thanks!") may answer different things each time. A tool lookup made again ("Let me look
+# that up." + the same result) is a repeat too when every result is and its call says nothing longer.
 REPEAT_CHARS = 24
 # Memory messages of ``- key: value`` lines: trimmed a fact at a time, after the digests. A facts memory
 # ("memory:facts", hierarchical's) is never capped for recall; the key facts a text memory carries
@@ -456,6 +457,8 @@ class _Recall:
         self.order.append([r.index for r in rendered])
         for r, m in zip(rendered, group):
             self.chosen[r.index] = r
+            if (key := _said(m)) is not None:
+                self.said.add(key)
             if record:
                 self.unseen.append(m.content)
         return True
@@ -482,11 +485,17 @@ class _Recall:
         return found
 
     def _repeated(self, group: Sequence[MessageRecord]) -> bool:
-        """True when ``group`` is one turn whose very text the context holds already (REPEAT_CHARS)."""
-        if len(group) != 1:
-            return False
-        key = _said(group[0])
-        return key is not None and key in self.said
+        """True when the context holds the very text of ``group`` already (REPEAT_CHARS).
+
+        One turn: its text. A tool group: every text long enough to tell (its results, a call that says
+        more than "Let me check."), with at least one result among them.
+        """
+        if len(group) == 1:
+            key = _said(group[0])
+            return key is not None and key in self.said
+        keys = [_said(m) for m in group]
+        return (any(k is not None for k, m in zip(keys, group) if m.role == "tool")
+                and all(k is None or k in self.said for k in keys))
 
     def _free(self, group: Sequence[MessageRecord]) -> bool:
         return all(m.index not in self.chosen and m.index not in self.exclude and m.index < self.upper for m in group)
@@ -620,7 +629,7 @@ def _said(m: MessageRecord) -> str | None:
     A long message (over EXCERPT_OVER tokens) is None too: it is recalled as an excerpt, whose
     passages are never shown twice (:func:`.excerpt.excerpt`).
     """
-    if m.tool_calls or m.role == "tool" or len(m.content) < REPEAT_CHARS or m.tokens > EXCERPT_OVER:
+    if len(m.content) < REPEAT_CHARS or m.tokens > EXCERPT_OVER:
         return None
     return m.content
 

@@ -203,6 +203,32 @@ def test_a_recalled_tool_result_brings_its_call():
     assert call.tool_calls and call.kind == "recalled"
 
 
+def test_a_tool_lookup_made_again_with_the_same_result_is_recalled_once():
+    """"Let me look that up." + the very result the context holds already brings nothing new; a lookup
+    whose result differs, or whose call says something of its own, is recalled."""
+    result = '{"hotel": "Pensione Fiore", "room": "twin", "breakfast": true}'
+
+    def lookups(second_result: str, first_call: str = "Let me check.") -> list[MessageRecord]:
+        messages = chat(120)
+        for at, cid, said, text in ((41, "c1", first_call, result), (81, "c2", "Let me look that up.", second_result)):
+            call = ToolCall(id=cid, name="get_hotel", arguments="{}")
+            messages[at - 1] = msg(at - 1, "user", "Does my hotel booking include breakfast?")
+            messages[at] = msg(at, "assistant", said, tool_calls=(call,))
+            messages[at + 1] = msg(at + 1, "tool", text, tool_call_id=cid)
+        return messages
+
+    def recalled(messages):
+        out = context(messages, plan_after(115), budget=700, query="Which hotel, with breakfast?")
+        assert sum(m.tokens for m in out) <= 700
+        return [m.index for m in out if m.kind == "recalled"]
+
+    same = recalled(lookups(result))
+    assert len({41, 81} & set(same)) == 1 and len({42, 82} & set(same)) == 1, same  # one lookup, whole
+    assert {41, 42, 81, 82} <= set(recalled(lookups(result.replace("twin", "double"))))  # a result that differs is news
+    said = "I've moved you to the Pensione Fiore annex, here it is."
+    assert {41, 42, 81, 82} <= set(recalled(lookups(result, said)))  # the older call says something of its own
+
+
 def big_memory(lines: int, kind: str) -> ContextPlan:
     """A plan whose memory may alone exceed the budget: dated fact lines or narrative sentences."""
     if kind == "facts":
