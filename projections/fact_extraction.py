@@ -935,6 +935,14 @@ def _clause_around(sentence: str, start: int, end: int) -> str:
 
 # "will be rejected", "being accepted": the verb as a possibility (a passive after "be"), no decision.
 _PASSIVE_BEFORE = re.compile(r"\b(?:be|being)\s+(?:\w+ly\s+)?$", re.I)
+# "the room is already confirmed": a state of the thing named right before the verb, no new decision.
+# A fact named by that noun (``room_confirmed``), when no subject word names it; "Everything is
+# confirmed" (no determiner) stays a decision.
+_STATE_OF = re.compile(
+    r"\b(?:the|your|my|our|his|her|their)\s+(?P<noun>[a-z]{3,})\s+(?:is|are|was|were|has been|have been)"
+    r"\s+(?:already\s+|now\s+|\w+ly\s+)?$",
+    re.I,
+)
 # "Let's go with this approach", "I'll go with that": the decision is what the other side just said.
 _POINTING = re.compile(r"\s*(?:this|that|these|those|it)\b(?:\s+\w+)?\s*[.!]*\s*$", re.I)
 
@@ -965,6 +973,9 @@ def _decision(sentence: str, book: FactBook, source: int | None, previous: str |
     else:  # "Deal." and "I'll take it" accept an offer; "let's go with ..." chooses
         verb = "accepted" if _ACCEPTING.search(m.group(0)) else "chosen"
     subject = _nearest_subject(sentence, m.start())
+    if subject is None and by_verb is not None and (state := _STATE_OF.search(sentence, 0, m.start())):
+        noun = state.group("noun").lower()
+        subject = None if noun in NOT_SUBJECTS or noun in STOP_WORDS else noun
     value = _statement(sentence)
     if len(sentence.split()) > DECISION_CLAUSE_WORDS:
         value = _statement(_clause_around(sentence, m.start(), m.end()))

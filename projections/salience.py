@@ -46,8 +46,8 @@ _MARKUP = re.compile(r"^\s*(?:#{1,6}\s+|[-*+•]\s+|\d{1,2}[.)]\s+|>\s*)|\*\*|__
 # fewer than ACKNOWLEDGMENT_WORDS content words after it and nothing specific, the statement says
 # nothing to keep.
 _ACKNOWLEDGMENT = re.compile(
-    r"^\W*(?:(?:ok(?:ay)?|great|perfect|awesome|cool|nice|wonderful|excellent|yes|yeah|sure|thanks?|"
-    r"thank you(?: so much| very much)?|(?:that )?makes (?:a lot of |total )?sense|sounds (?:good|great|perfect|"
+    r"^\W*(?:(?:ok(?:ay)?|great|perfect|awesome|cool|nice|wonderful|excellent|yes|yeah|sure|"
+    r"thank you(?: so much| very much)?|thanks?|(?:that )?makes (?:a lot of |total )?sense|sounds (?:good|great|perfect|"
     r"like a (?:good |great |solid )?plan)|got it|i see|that helps|that's (?:helpful|great|perfect|clear)"
     # a pause: "give me a minute", "one sec," (never a bare "Second," or "A moment ago")
     r"|(?:give|allow) me (?:a|one) (?:minute|moment|sec(?:ond)?)|(?:just |wait )?(?:a|one) (?:sec(?:ond)?|moment|minute)(?=\s*[,.!:;]|\s*$)"
@@ -60,6 +60,11 @@ _ACKNOWLEDGMENT = re.compile(
     re.I,
 )
 ACKNOWLEDGMENT_WORDS = 3
+# Thanks or a pleasantry that ends on the listener's name ("Glad that helps, Sofia.", "Thanks, Mira!"):
+# the name addresses them and says nothing. After assent a name may be the choice ("Great, Lisbon."),
+# so only thanks and pleasantries take a vocative.
+_COURTESY = re.compile(r"\b(?:thank|thanks|glad|welcome|happy to help|no problem|my pleasure|appreciate)\b", re.I)
+_VOCATIVE = re.compile(r"[A-Z][a-z'’-]+(?:\s+[A-Z][a-z'’-]+)?\s*[.!]*\s*")
 # The words a run-on sentence's clauses open with: it is cut before them, and a piece opening with one is marked.
 _CONNECTIVES = r"(?:and|but|so|which|because|while|although|since)\s"
 _CONNECTIVE = re.compile(_CONNECTIVES, re.I)
@@ -313,6 +318,8 @@ def says_nothing(text: str, role: str = "user") -> bool:
     if ack is None:
         return False
     rest = text[ack.end():]
+    if _VOCATIVE.fullmatch(rest) and ack.group(0).rstrip().endswith(",") and _COURTESY.search(ack.group(0)):
+        return True
     return not _specificity(rest, role, opening=False) and len(content_words(rest)) < ACKNOWLEDGMENT_WORDS
 
 

@@ -380,6 +380,19 @@ def test_marked_conditions_and_decisions_without_a_subject_are_all_kept():
     assert "decision_3" not in facts  # a restated decision is not a new one
 
 
+def test_a_thing_already_confirmed_is_named_by_that_thing_not_a_new_decision():
+    facts = facts_of(conversation(
+        ("assistant", "Hotels in that area get busy on weekends, so it's good that the room is already confirmed."),
+        ("assistant", "It's a twin, late checkout on request. Everything is confirmed, and you're in seat 24D."),
+        ("assistant", "Your transfer was approved yesterday."),
+    ))
+    decisions = {k: v for k, (v, c) in facts.items() if c == "DECISION"}
+    assert decisions["room_confirmed"] == "it's good that the room is already confirmed"
+    assert decisions["transfer_approved"] == "Your transfer was approved yesterday"
+    assert decisions["decision"] == "Everything is confirmed, and you're in seat 24D"  # nothing named: a decision
+    assert len(decisions) == 3
+
+
 def test_a_decision_in_a_long_sentence_is_its_clause():
     facts = facts_of(conversation(
         ("user", "I'm trying to deploy my portfolio site and I've decided to use Netlify over GitHub Pages due to "

@@ -78,7 +78,8 @@ def test_thanks_assent_and_pauses_are_never_chosen_but_a_thanks_or_pause_that_go
     chosen = [s.text for s in select(statements, None)]
     # No budget limit: everything with something to say, nothing else ("Thanks!" alone is too short a sentence).
     pleasantries = ["Let me know if anything else comes up.", "I really appreciate how patient you've been with all of this.",
-                    "Feel free to ask if any of this sounds confusing.", "You're welcome, the refund of 293.45 EUR is on its way."]
+                    "Feel free to ask if any of this sounds confusing.", "You're welcome, the refund of 293.45 EUR is on its way.",
+                    "Glad that helps, Sofia.", "Thank you, Ms Fitzgerald!"]  # a name that addresses the listener says nothing
     said = [s for i, t in enumerate(pleasantries) for s in statements_of(message(40 + i, t, tokens), tokens)]
     assert [s.text for s in select(said, None)] == [pleasantries[3]]  # a pleasantry that goes on is kept
     assert chosen == ["I'll start by listing all my assets and naming Douglas as the executor.", *texts[3:4], *texts[6:]]
