@@ -22,6 +22,7 @@ from .fact_patterns import (
     ABBREVIATIONS,
     ADVICE_OPENING_RE,
     ADVICE_RE,
+    AMOUNT_AFTER_RE,
     AMOUNT_KEYS,
     AMOUNT_RE,
     ASKING_AUX_RE,
@@ -812,6 +813,9 @@ def _put_value(
     if key:
         book.put_named(key, value, source, sentence, text)
         return
+    named = AMOUNT_AFTER_RE.match(sentence, at.end()) if at is not None and stem == "amount" else None
+    if named is not None and named.group("noun") not in NOT_SUBJECTS and named.group("noun") not in STOP_WORDS:
+        subject = _with_kind(named.group("noun"), "_amount")
     if subject:
         book.put_subject(subject, value, source)  # named by its own subject: a new value is that thing's new value
         return
@@ -1111,11 +1115,17 @@ def _states(sentence: str, book: FactBook, source: int | None) -> None:
         book.put(f"{subject}_status" if subject else "status", status, source, "STATE")
 
 
+# "Will you tell me if the flight is cancelled?", "And if it's broken?": a matter the user supposes
+# is not the one they came about. The supposition ends with its clause: "If it helps, the mug arrived
+# broken." is the matter.
+_SUPPOSED = re.compile(r"\b(?:if|whether|in case|unless|what happens when)\b[^.!?,;\n]*$", re.I)
+
+
 def _extract_topic(text: str, book: FactBook, source: int | None) -> None:
     if book.get("topic") is not None:
         return  # the first topic stays (put_once): no need to look for another
     for pattern, topic in TOPICS:
-        if pattern.search(text):
+        if any(not _SUPPOSED.search(text, 0, m.start()) for m in pattern.finditer(text)):
             if topic == "cancellation":
                 obj = TOPIC_OBJECT_RE.search(text)
                 topic = f"{obj.group(1).lower()} cancellation" if obj else topic

@@ -126,6 +126,10 @@ NOT_ATTRIBUTIVE = frozenset(
     " puts pays costs feels faster slower sooner later available spent paid".split()
 )
 
+# The amount named right after it: "I've entered $1,043.75 as the claimed amount" -> claimed_amount,
+# the key a later "the claimed amount is now $1,200" updates.
+AMOUNT_AFTER_RE = re.compile(r"\s+as\s+(?:the|your|my|our)\s+(?P<noun>[a-z]{3,})\s+(?:amount|sum)\b")
+
 # The event a date is the date of, when no keyword names it. Before the date: an event noun
 # before "on", "for", "by" ..., over names and places between ("my therapy session with Sara on
 # March 10", "a team lunch at The Blue Lagoon on August 30"). After it: "for the cutover", or any
@@ -330,6 +334,10 @@ TOPICS = [
     (re.compile(r"\b(?:(?:change|update|correct)\w*\s+(?:my |the |our )?(?:shipping |delivery |billing |mailing |home )?address"
                 r"|new (?:shipping |delivery |mailing |home )?address|wrong address|address (?:change|update))\b", re.I),
      "address change"),
+    # An insurance or warranty claim: "I need to file a claim on the bathroom floor" (the damage it is
+    # about comes later, "Can I throw away the damaged items?", and is no wrong-item complaint).
+    (re.compile(r"\b(?:(?:file|filing|open|opening|make|submit|lodge|start)\s+(?:a|an|my|the)\s+(?:\w+\s+)?claim"
+                r"|following up on (?:a|my|the) claim|report (?:the )?damage)\b", re.I), "claim"),
 ]
 TOPIC_OBJECT_RE = re.compile(r"\b(order|subscription|booking|reservation|account|plan|membership|flight)\b", re.I)
 

@@ -175,11 +175,22 @@ def test_a_value_no_keyword_names_takes_the_noun_of_its_clause():
         ("assistant", "That is 2025-03-01 then."),
     ))
     assert facts["deductible_amount"] == ("$751.25", "NUMERIC")
-    assert facts["amount_0"] == ("$4,181.05", "NUMERIC")  # nothing names it: a fact of its message
+    assert facts["claimed_amount"] == ("$4,181.05", "NUMERIC")  # named after it: "as the claimed amount"
     assert facts["adjuster_date"] == ("2025-10-10", "ENTITY")
     assert facts["pickup_date"] == ("2025-02-06", "ENTITY")
     assert facts["deposit_amount"] == ("€200", "NUMERIC")
     assert facts["date_2"] == ("2025-03-01", "ENTITY")  # "That is": a pronoun names nothing
+    assert not any(k.startswith("amount") for k in facts)
+    # The name after it is the key a later statement of that thing updates.
+    updated = extract_facts(conversation(
+        ("assistant", "Okay, I've entered $4,181.05 as the claimed amount."),
+        ("assistant", "Updated: the claimed amount is now $4,600.00 instead of $4,181.05."),
+    ))
+    assert [(f.key, f.value, f.superseded_by) for f in updated] == [
+        ("claimed_amount", "$4,181.05", "$4,600.00"), ("claimed_amount", "$4,600.00", None)]
+    # Only "as the <name> amount": "as the amount" or "as a fee" is not this rule's.
+    bare = facts_of(conversation(("assistant", "I've entered $90.00 as the amount, and $12 as an extra.")))
+    assert bare["amount_0"] == ("$90.00", "NUMERIC")
     # An unnamed copy of a named value is no fact of its own, whichever comes first.
     later = facts_of(conversation(("user", "Okay, $7 then."), ("assistant", "Your refund is now $7.")))
     assert later["refund_amount"] == ("$7", "NUMERIC") and not any(k.startswith("amount") for k in later)
@@ -326,10 +337,14 @@ def test_the_topic_names_a_support_matter_not_a_word():
     assert topic("Please change my shipping address to 4 Elm Row.") == "address change"
     assert topic("The mug arrived broken.") == "damaged or wrong item"
     assert topic("Would an exchange be faster?") == "exchange"
+    assert topic("I need to file a claim on the bathroom and hallway floor.") == "claim"
+    assert topic("I want to report damage on the roof, policy POL-1277149.") == "claim"
+    assert topic("If it helps, the mug arrived broken.") == "damaged or wrong item"  # a new sentence's matter
     for text in ["I've been tracking my reading progress all week.", "I stayed up late finishing the essay.",
                  "My study plan is solid now.", "We should address the issue in the next sprint.",
                  "The function's return value is None.", "Let's swap ideas on the outline.",
-                 "Which email address do you have for me now?"]:
+                 "Which email address do you have for me now?", "I claim no expertise in tax law.",
+                 "Will you tell me if the flight is cancelled?", "And if it's broken?"]:  # supposed, not the matter
         assert topic(text) is None, text
 
 
