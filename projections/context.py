@@ -98,8 +98,12 @@ OVERVIEW_RANK = 128
 RECENT_SHARE = 0.25
 RECENT_MAX = 300
 # A turn at least this long that the memory quotes whole (a window summary's "- (348) user: ..." line)
-# is not recalled again; a shorter one ("Yes, do that.") may be a coincidence of wording.
+# is not recalled again; a shorter one ("Yes, do that.") may be a coincidence of wording, so it counts
+# only when a line quotes that very message whole, by its number: "- (229) user: Will the refund go to my card?".
 QUOTED_CHARS = 40
+# A memory line quoting one message whole: "- (229) user: Will the refund go to my card?" (a window
+# summary's last line ends its "[Previous context: ...]").
+_QUOTE_LINE = re.compile(r"^- \((\d+)\) (\w+): (.*?)\]?$", re.M)
 # A turn at least REPEAT_CHARS long, recalled whole (not as an excerpt), whose very text is in the context
 # already (a question asked again word for word: "Will the refund go to my card?") is not recalled a
 # second time on its own: the newest saying is kept (recall and the newest-first fill meet it first).
@@ -380,6 +384,7 @@ class _Recall:
         self.quoted = quoted  # the memory's text: a turn it quotes whole is not recalled again
         self.said = said if said is not None else set()  # _said() of the turns in the context: not recalled again alone
         self.quoted_at: dict[int, bool] = {}  # message index -> whether ``quoted`` holds it (the callers ask twice)
+        self.quote_lines: dict[tuple[int, str], str] | None = None  # (index, role) -> the text a memory line quotes
         self.count_tokens = count_tokens
         self.exclude = exclude
         self.upper = upper
@@ -477,8 +482,13 @@ class _Recall:
 
     def _quotes(self, m: MessageRecord) -> bool:
         """True when the memory quotes ``m`` whole already (recalling it would say it twice); searched once per message."""
-        if not self.quoted or len(m.content) < QUOTED_CHARS:
+        if not self.quoted:
             return False
+        if len(m.content) < QUOTED_CHARS:
+            if self.quote_lines is None:  # parsed once per read, on the first short turn asked about
+                self.quote_lines = {(int(i), role): text for i, role, text in _QUOTE_LINE.findall(self.quoted)}
+            text = m.content.strip()
+            return bool(text) and self.quote_lines.get((m.index, m.role)) == text
         found = self.quoted_at.get(m.index)
         if found is None:
             found = self.quoted_at[m.index] = m.content.strip() in self.quoted

@@ -114,6 +114,15 @@ def test_a_turn_the_memory_quotes_whole_is_not_recalled_again():
     out = context(messages, plan_after(200, memory), budget=500, query="ship the bulky brass lamp in boxes")
     recalled = [m.index for m in out if m.kind == "recalled"]
     assert 100 not in recalled and 101 in recalled, recalled
+    # A short turn counts as quoted only by a line quoting that very message by its number.
+    planted.update({150: "Will the refund go to my card?", 151: "Yes, to the card you paid with."})
+    messages = chat(201, planted)
+    for line, quoted in ((f"- (150) user: {planted[150]}]", True), (f"- (148) user: {planted[150]}", False),
+                         (f"- (150) user: {planted[150]} … and when?", False)):
+        out = context(messages, plan_after(200, f"[Previous context: Summary: a refund.\nMessages:\n{line}"),
+                      budget=500, query="will the refund go to my card")
+        recalled = [m.index for m in out if m.kind == "recalled"]
+        assert (150 not in recalled) is quoted and 151 in recalled, (line, recalled)
 
 
 def test_a_question_asked_again_word_for_word_is_recalled_once_unless_it_brings_its_answer():
