@@ -680,10 +680,19 @@ def _extract_ids(text: str, book: FactBook, source: int | None, spans: _Spans) -
         key = PREFIX_KEYS.get(m.group("prefix").lower()) or _keyword_key(CODE_KEYS, text, m.start(), "reference_id")
         found.append((m.start(), key, m.group(0)))
         spans.take(m.start(), m.end())
+    versions = []  # (match, said to be old: "now runs v4.5.6, replacing v3.7.11")
     for m in VERSION_RE.finditer(text):
         if spans.free(m.start(), m.end()):
-            found.append((m.start(), _keyword_key(VERSION_KEYS, text, m.start(), "version"), m.group(0)))
             spans.take(m.start(), m.end())
+            versions.append((m, SUPERSEDED_RE.search(text, max(0, m.start() - 24), m.start()) is not None))
+    replaced = [m.group(0) for m, old in versions if old]
+    for m, old in versions:
+        if old:
+            continue
+        key = _keyword_key(VERSION_KEYS, text, m.start(), "version")
+        if key == "version" and any(book.put_correction(r, m.group(0), source) for r in replaced):
+            continue  # no keyword: the new value of the key that held the old one (firmware_version)
+        found.append((m.start(), key, m.group(0)))
     for m in WORD_ID_RE.finditer(text):
         if not spans.free(m.start("id"), m.end("id")):
             continue
@@ -768,6 +777,11 @@ _CORRECTING = re.compile(
 )
 
 
+# Before a value, what makes it the new value of the one named before it: "moved from May 3 to May 5".
+_TO_BEFORE = re.compile(r"\s+to\s+$", re.I)
+_FROM_BEFORE = re.compile(r"\bfrom\s+$", re.I)
+
+
 def _corrects(
     book: FactBook, pattern: re.Pattern[str], spell: Callable[[re.Match[str]], str], value: str,
     source: int | None, sentence: str, at: re.Match[str] | None,
@@ -775,12 +789,16 @@ def _corrects(
     """Set ``value`` as the new value of the key holding the value it corrects, if any; return whether it did.
 
     "With everything included, it's £3,347.10 per month, not £4,200.70 as
-    first quoted": ``price: £4,200.70`` becomes £3,347.10, the old value in
+    first quoted" (or "moved from £4,200.70 to £3,347.10"): ``price: £4,200.70`` becomes £3,347.10, the old value in
     its lineage, where it would otherwise stand beside a bare ``amount_54``
     (:meth:`FactBook.put_correction`). ``at`` is ``pattern``'s match of the value in ``sentence``.
     """
     said = None if at is None else _CORRECTING.match(sentence, at.end())
     old = None if said is None else pattern.match(sentence, said.end())
+    if old is None and at is not None and (to := _TO_BEFORE.search(sentence, 0, at.start())) is not None:
+        # "The pickup moved from May 3 to May 5": the value "from" introduces, right before "to".
+        old = next((v for v in pattern.finditer(sentence, 0, to.start())
+                    if v.end() == to.start() and _FROM_BEFORE.search(sentence, 0, v.start())), None)
     return old is not None and book.put_correction(spell(old), value, source)
 
 

@@ -160,9 +160,10 @@ DATE_RE = fast_start(
 )
 # Said right before an amount or a date, these make it an old or a denied value, not the current one:
 # "$938.55, revised from ... instead of $1,043.75"; "it's £3,347.10 per month, not £4,200.70 as first
-# quoted"; "on May 5 rather than May 3".
+# quoted"; "on May 5 rather than May 3"; "now runs v4.5.6, replacing v3.7.11"; "moved from May 3".
 SUPERSEDED_RE = re.compile(
-    r"\b(?:instead of|previously|formerly|originally|down from|up from|compared (?:to|with)|versus|vs\.?"
+    r"\b(?:instead of|replacing|previously|formerly|originally|down from|up from|compared (?:to|with)|versus|vs\.?"
+    r"|(?:upgraded|updated|changed|moved|switched|migrated) from"
     r"|not(?:\s+(?:on|in|at|for|by|until|till))?|rather than)\s+$", re.I
 )
 # Words that say a value changed ("the deadline moved to", "the budget is now", "revised to"). A

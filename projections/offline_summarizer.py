@@ -44,8 +44,8 @@ from .prompts import PROMPT_VERSION, message_text, prompt_hash, render_facts, to
 from .salience import Statement, forget_statements, rank, says_nothing, select, statements_from_text, statements_of
 
 # Bump when a rule changes what the summarizer outputs: it is part of prompt_hash, hence of the cache key.
-RULES_VERSION = "offline-salience-53"
-MODEL = "offline-salience-53"
+RULES_VERSION = "offline-salience-54"
+MODEL = "offline-salience-54"
 MAX_LINE_CHARS = 200
 DEFAULT_TOKEN_CAP = 500
 FACTS_SHARE = 0.25  # at most this share of a text summary goes to the key facts

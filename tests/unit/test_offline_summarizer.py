@@ -765,6 +765,23 @@ def test_a_keyword_key_far_from_its_value_changes_only_when_the_message_says_so(
     assert [(f.value, f.superseded_by) for f in near if not f.current] == [("April 15", "April 18")]
 
 
+def test_a_value_said_to_replace_another_updates_the_key_that_held_it():
+    def lineage(*turns):
+        return [(f.key, f.value, f.superseded_by) for f in extract_facts(conversation(*turns))
+                if f.key.endswith(("version", "date"))]
+
+    assert lineage(("assistant", "The unit reports firmware v3.7.11."),
+                   ("assistant", "Yes, the unit now runs v4.5.6, replacing v3.7.11.")) == [
+        ("firmware_version", "v3.7.11", "v4.5.6"), ("firmware_version", "v4.5.6", None)]  # not "version: v4.5.6, v3.7.11"
+    assert lineage(("assistant", "The unit reports firmware v3.7.11."),
+                   ("assistant", "Updated from v3.7.11: the unit runs v4.5.6 now.")) == [
+        ("firmware_version", "v3.7.11", "v4.5.6"), ("firmware_version", "v4.5.6", None)]
+    assert lineage(("assistant", "Your pickup is on May 3."), ("user", "The pickup moved from May 3 to May 5.")) == [
+        ("pickup_date", "May 3", "May 5"), ("pickup_date", "May 5", None)]
+    assert lineage(("assistant", "We tested v1.2.0 and v1.3.0.")) == [("version", "v1.2.0, v1.3.0", None)]  # no old one
+    assert lineage(("user", "I fly from Lisbon to Porto on May 5.")) == [("departure_date", "May 5", None)]
+
+
 def test_cancelling_an_order_keeps_its_id():
     facts = facts_of(conversation(("user", "Please cancel my order #1234.")))
     assert facts["order_id"] == ("#1234", "ENTITY")
