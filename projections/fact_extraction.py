@@ -789,8 +789,9 @@ def _corrects(
     """Set ``value`` as the new value of the key holding the value it corrects, if any; return whether it did.
 
     "With everything included, it's £3,347.10 per month, not £4,200.70 as
-    first quoted" (or "moved from £4,200.70 to £3,347.10"): ``price: £4,200.70`` becomes £3,347.10, the old value in
-    its lineage, where it would otherwise stand beside a bare ``amount_54``
+    first quoted", or "it moved from £4,200.70 to £3,347.10": ``price:
+    £4,200.70`` becomes £3,347.10, the old value in its lineage, where it
+    would otherwise stand beside a bare ``amount_54``
     (:meth:`FactBook.put_correction`). ``at`` is ``pattern``'s match of the value in ``sentence``.
     """
     said = None if at is None else _CORRECTING.match(sentence, at.end())
@@ -807,9 +808,9 @@ def _put_value(
     text: str, sentence: str, pos: int, pattern: re.Pattern[str], spell: Callable[[re.Match[str]], str],
     bare: bool = True,
 ) -> None:
-    """Keep an amount or date at ``pos`` in ``sentence``: under its keyword's key, else its subject's, else
-    as the new value of the one it corrects (``pattern``/``spell`` read that one), else bare. With no
-    keyword before it, an amount said of a thing ("a $2,000 penalty", :func:`_attributive`) is that
+    """Keep an amount or date at ``pos`` in ``sentence``: under its keyword's key, else its subject's (or, for
+    an amount, the name after it: "as the claimed amount"), else as the new value of the one it corrects
+    (``pattern``/``spell`` read that one), else bare. With no keyword before it, an amount said of a thing ("a $2,000 penalty", :func:`_attributive`) is that
     thing's, and a date said of an event ("my therapy session on March 10", :func:`_dated_thing`) that event's.
     With ``bare`` False a value nothing names is not kept."""
     key, after = _keywords_around(rules, sentence, pos, pattern)
@@ -831,6 +832,7 @@ def _put_value(
     if key:
         book.put_named(key, value, source, sentence, text)
         return
+    # "$1,043.75 as the claimed amount": named right after it, like a subject (a later value updates it).
     named = AMOUNT_AFTER_RE.match(sentence, at.end()) if at is not None and stem == "amount" else None
     if named is not None and named.group("noun") not in NOT_SUBJECTS and named.group("noun") not in STOP_WORDS:
         subject = _with_kind(named.group("noun"), "_amount")
