@@ -31,8 +31,16 @@ def test_cached_context_follows_appends_retractions_and_forget(service):
         w.post("/v1/conversations/cached-1/messages", params={"wait": "true"},
                json={"messages": [{"id": f"m{i}", "role": "user", "content": f"note {i}"} for i in range(3)]})
         first = _said(w, "cached-1")
-        hits = _hits(w)
-        assert _said(w, "cached-1") == first == ["note 0", "note 1", "note 2"]
+        # The projector's listener bumps the conversation's version a moment after the waiting write
+        # returns (module docstring): an answer stored before that is stale, so the repeat may miss
+        # once under load. Within a few reads the same read is answered from the cache.
+        deadline = time.monotonic() + 10
+        while True:
+            hits = _hits(w)
+            assert _said(w, "cached-1") == first == ["note 0", "note 1", "note 2"]
+            if _hits(w) == hits + 1 or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
         assert _hits(w) == hits + 1  # the same read again: answered from the cache
         # Answered before routing (memfold.service.fastpath), yet with the route's key checks.
         reader = service.key("cache-co", "reader")
