@@ -484,14 +484,16 @@ class _Recall:
         """True when the memory quotes ``m`` whole already (recalling it would say it twice); searched once per message."""
         if not self.quoted:
             return False
-        if len(m.content) < QUOTED_CHARS:
-            if self.quote_lines is None:  # parsed once per read, on the first short turn asked about
-                self.quote_lines = {(int(i), role): text for i, role, text in _QUOTE_LINE.findall(self.quoted)}
-            text = m.content.strip()
-            return bool(text) and self.quote_lines.get((m.index, m.role)) == text
         found = self.quoted_at.get(m.index)
         if found is None:
-            found = self.quoted_at[m.index] = m.content.strip() in self.quoted
+            text = m.content.strip()
+            if len(m.content) >= QUOTED_CHARS:
+                found = text in self.quoted
+            else:  # short: only a line quoting this very message by its number (QUOTED_CHARS)
+                if self.quote_lines is None:  # parsed once per read, on the first short turn asked about
+                    self.quote_lines = {(int(i), role): line for i, role, line in _QUOTE_LINE.findall(self.quoted)}
+                found = bool(text) and self.quote_lines.get((m.index, m.role)) == text
+            self.quoted_at[m.index] = found
         return found
 
     def _repeated(self, group: Sequence[MessageRecord]) -> bool:

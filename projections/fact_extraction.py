@@ -560,6 +560,11 @@ def _keyword_key(rules: list[tuple[re.Pattern[str], str]], sentence: str, pos: i
     return before or after or default
 
 
+def _can_name(noun: str) -> bool:
+    """True when ``noun``, read right by a value or a verb ("as the claimed amount", "the room is confirmed"), can key a fact."""
+    return noun not in NOT_SUBJECTS and noun not in STOP_WORDS
+
+
 def _with_kind(noun: str, suffix: str) -> str:
     """Return ``noun`` as a key of ``suffix``'s kind: "deductible" -> "deductible_amount"; "fee" stays "fee"."""
     return noun if noun.endswith((suffix.strip("_"), "total", "cost", "fee", "price")) else noun + suffix
@@ -834,7 +839,7 @@ def _put_value(
         return
     # "$1,043.75 as the claimed amount": named right after it, like a subject (a later value updates it).
     named = AMOUNT_AFTER_RE.match(sentence, at.end()) if at is not None and stem == "amount" else None
-    if named is not None and named.group("noun") not in NOT_SUBJECTS and named.group("noun") not in STOP_WORDS:
+    if named is not None and _can_name(named.group("noun")):
         subject = _with_kind(named.group("noun"), "_amount")
     if subject:
         book.put_subject(subject, value, source)  # named by its own subject: a new value is that thing's new value
@@ -999,7 +1004,7 @@ def _decision(sentence: str, book: FactBook, source: int | None, previous: str |
     subject = _nearest_subject(sentence, m.start())
     if subject is None and by_verb is not None and (state := _STATE_OF.search(sentence, 0, m.start())):
         noun = state.group("noun").lower()
-        subject = None if noun in NOT_SUBJECTS or noun in STOP_WORDS else noun
+        subject = noun if _can_name(noun) else None
     value = _statement(sentence)
     if len(sentence.split()) > DECISION_CLAUSE_WORDS:
         value = _statement(_clause_around(sentence, m.start(), m.end()))
@@ -1141,11 +1146,17 @@ def _states(sentence: str, book: FactBook, source: int | None) -> None:
 _SUPPOSED = re.compile(r"\b(?:if|whether|in case|unless|what happens when)\b[^.!?,;\n]*$", re.I)
 
 
+def _supposed(text: str, pos: int) -> bool:
+    """True when ``pos`` is inside a supposition (:data:`_SUPPOSED`), searched from its clause's start only."""
+    start = max(text.rfind(c, 0, pos) for c in ".!?,;\n") + 1
+    return _SUPPOSED.search(text, start, pos) is not None
+
+
 def _extract_topic(text: str, book: FactBook, source: int | None) -> None:
     if book.get("topic") is not None:
         return  # the first topic stays (put_once): no need to look for another
     for pattern, topic in TOPICS:
-        if any(not _SUPPOSED.search(text, 0, m.start()) for m in pattern.finditer(text)):
+        if any(not _supposed(text, m.start()) for m in pattern.finditer(text)):
             if topic == "cancellation":
                 obj = TOPIC_OBJECT_RE.search(text)
                 topic = f"{obj.group(1).lower()} cancellation" if obj else topic

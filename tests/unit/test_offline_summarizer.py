@@ -56,6 +56,11 @@ def facts_of(messages, existing=()) -> dict[str, tuple[str, str]]:
     return as_dict(out.facts)
 
 
+def of_category(facts: dict[str, tuple[str, str]], category: str) -> dict[str, str]:
+    """The ``key: value`` of ``facts`` (as :func:`facts_of` gives them) of one category."""
+    return {k: v for k, (v, c) in facts.items() if c == category}
+
+
 # --------------------------------------------------------------------------- extraction
 
 
@@ -401,7 +406,7 @@ def test_a_thing_already_confirmed_is_named_by_that_thing_not_a_new_decision():
         ("assistant", "It's a twin, late checkout on request. Everything is confirmed, and you're in seat 24D."),
         ("assistant", "Your transfer was approved yesterday."),
     ))
-    decisions = {k: v for k, (v, c) in facts.items() if c == "DECISION"}
+    decisions = of_category(facts, "DECISION")
     assert decisions["room_confirmed"] == "it's good that the room is already confirmed"
     assert decisions["transfer_approved"] == "Your transfer was approved yesterday"
     assert decisions["decision"] == "Everything is confirmed, and you're in seat 24D"  # nothing named: a decision
@@ -493,7 +498,7 @@ def test_the_state_of_something_else_is_no_status_of_the_case():
         ("assistant", "It has been delivered, by the way."),
         ("user", "The neighbour's fence is damaged too."),
     ))
-    states = {k: v for k, (v, c) in facts.items() if c == "STATE"}
+    states = of_category(facts, "STATE")
     assert states == {"order_status": "delivered"}  # not "damaged": the fence is no order
 
 
