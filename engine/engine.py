@@ -30,7 +30,15 @@ from .errors import (
     UnknownMessageError,
     ValidationError,
 )
-from .events import MessageAppended, MessageRetracted, MessageRetractedPayload, ToolCall, same_message, utcnow
+from .events import (
+    MessageAppended,
+    MessageRetracted,
+    MessageRetractedPayload,
+    ToolCall,
+    conversation_key,
+    same_message,
+    utcnow,
+)
 from .ids import content_hash, new_event_id
 from .ports import ContextMessage, ContextPlan, FoldContext, MessageRecord, Policy
 from .positions import Position
@@ -367,6 +375,25 @@ class MemoryEngine:
         if given:
             self.check_conflicts([e for _, e in given], lines=[line for line, _ in given])
         return self.append_events(events)
+
+    def keyed_event_id(self, conversation_id: str, idempotency_key: str, *, tenant_id: str = "default") -> str:
+        """Return the event id of a message its writer names by ``idempotency_key`` (ingest: a hash of the line).
+
+        Keyed by the conversation's data key: the same key gives the same id
+        while the conversation lives (a re-run stores nothing twice), and the
+        id tells nothing about the content once the conversation is forgotten.
+        Without a key store (content unsealed: nothing can be erased anyway)
+        it is a plain hash. Raises :class:`ConversationForgottenError` for a
+        forgotten conversation.
+        """
+        for name, value in (("conversation_id", conversation_id), ("idempotency_key", idempotency_key),
+                            ("tenant_id", tenant_id)):
+            if not isinstance(value, str) or not value:
+                raise ValidationError(f"{name} must be a non-empty string", field=name)
+        scope = conversation_key(tenant_id, conversation_id)
+        if self.sealer is None:
+            return content_hash("event id", scope, idempotency_key)
+        return self.sealer.keyed_id(scope, idempotency_key)
 
     def check_conflicts(self, events: Sequence[MessageAppended], lines: Sequence[int] | None = None) -> dict[str, Position]:
         """Return the positions of ``events`` the log already holds; raise on one held with other content.

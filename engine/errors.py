@@ -7,6 +7,7 @@
      │    ├── MessageTooLargeError
      │    ├── EventConflictError                an event_id already stored with different content
      │    ├── UnknownConversationError          a read names a conversation the projection does not hold
+     │    ├── ConversationForgottenError        an append to a forgotten conversation (reopen it first)
      │    ├── UnknownMessageError               a retraction names no message of that conversation
      │    ├── AlreadyRetractedError             a retraction names a message retracted before
      │    └── UnknownReplayError                a command names a replay namespace that does not exist
@@ -21,6 +22,7 @@
      │    └── LogCorruptionError                the log breaks an invariant (gap in seq, offsets out of order)
      ├── ProjectionError                        the DuckDB projection
      │    ├── ProjectionBusyError               another process holds the projection file for writing
+     │    ├── ErasureIncompleteError            forget could not remove every copy yet; forget again
      │    └── ProjectionLagTimeout              wait_for() gave up before the projector reached a position
      ├── SummarizerError                        a summarizer could not produce a usable summary
      │    ├── SummarizerTimeoutError
@@ -83,6 +85,16 @@ class EventConflictError(ValidationError):
 
 class UnknownConversationError(ValidationError):
     """A read names a conversation the projection does not hold (a typo, another tenant)."""
+
+
+class ConversationForgottenError(ValidationError):
+    """An append names a conversation that was forgotten; nothing was written.
+
+    Its data key is destroyed, so new content would be sealed under a new key
+    in a conversation whose history is gone: say so instead of storing it
+    silently. ``MemoryEngine.reopen`` (``memfold reopen``, ``POST
+    .../reopen``) starts it again on purpose; HTTP answers 410 Gone.
+    """
 
 
 class UnknownMessageError(ValidationError):
@@ -156,6 +168,18 @@ class ProjectionError(MemfoldError):
 
 class ProjectionBusyError(ProjectionError):
     """Another process holds the DuckDB projection for writing (DuckDB allows one writer per file)."""
+
+
+class ErasureIncompleteError(ProjectionError):
+    """``forget`` destroyed the data key but could not yet remove every readable copy (disk full, a busy file).
+
+    The erasure is recorded as pending; ``forget`` again (or any engine
+    start) finishes it. ``remaining`` names what is left.
+    """
+
+    def __init__(self, message: str, *, remaining: list[str] | None = None):
+        self.remaining = list(remaining or [])
+        super().__init__(message)
 
 
 class ProjectionLagTimeout(ProjectionError):

@@ -13,6 +13,8 @@ None, ``encrypted`` set): :func:`is_shredded` tells readers it was erased.
 from __future__ import annotations
 
 import base64
+import hashlib
+import hmac
 import json
 import os
 from collections.abc import Sequence
@@ -47,6 +49,18 @@ class Sealer:
             self._ciphers.clear()
         for key_id in key_ids:
             self._ciphers.pop(key_id, None)
+
+    def keyed_id(self, scope: str, name: str) -> str:
+        """Return a 32-hex id for ``name`` in conversation ``scope``: an HMAC under its data key.
+
+        Stable while the conversation's key lives (a writer that names a
+        message the same way twice gets the same id), and no oracle for
+        ``name`` once the key is destroyed. Creates the key if the
+        conversation has none yet.
+        """
+        key_id, key = self.keys.active_keys([scope])[scope]
+        subkey = hmac.digest(key, b"memfold event ids", hashlib.sha256)
+        return hmac.new(subkey, name.encode("utf-8"), hashlib.sha256).hexdigest()[:32]
 
     def seal(self, events: Sequence[Event]) -> list[Event]:
         """Return ``events`` with their content sealed; events without content, or already sealed, pass as is.
