@@ -77,6 +77,23 @@ class IngestReport:
         return 2 if self.rejected else 0
 
 
+def line_key(source: str, text: bytes, occurrence: int) -> str:
+    """Return the idempotency key of an input line: what names it across re-runs, whatever line number it has.
+
+    ``source`` is the file's name or ``--source``; ``text`` the line's
+    stripped bytes; ``occurrence`` counts earlier lines of the same source
+    with the same bytes (1 for the first), so a user who says "ok" twice
+    keeps both. Deleting or inserting other lines changes no key. The key is
+    never stored as it is: the engine turns it into the event id under the
+    conversation's data key (``MemoryEngine.keyed_event_id``), and
+    ``memfold --url ingest`` sends it as the message ``id``, so embedded and
+    remote ingest name a line the same way.
+    """
+    digest = hashlib.blake2b(text, digest_size=16, key=source.encode("utf-8")[:64], person=b"memfold-line")
+    digest.update(occurrence.to_bytes(8, "big"))
+    return "ln-" + digest.hexdigest()
+
+
 def line_id(source_key: str, line_no: int, text: bytes) -> str:
     """Return the derived event id of line ``line_no`` (1-based) with stripped bytes ``text`` of a source.
 
