@@ -11,7 +11,9 @@ What is checked (README "What happens to bad input" lists the same):
 - shape: a JSON object whose keys are all in :data:`MESSAGE_KEYS`;
 - types: strings where strings belong, ``importance`` a real number in
   [0, 1] (``true`` is not a number), ``tool_calls`` a list of
-  ``{"id", "name", "arguments"}`` objects whose ``arguments`` is a string;
+  ``{"id", "name", "arguments"}`` objects (or ``ToolCall`` instances,
+  checked field by field the same way, however they were built) whose
+  ``arguments`` is a string;
 - encodability: no lone surrogate (``"\\ud800"``) in any string or key, no
   NaN or Infinity anywhere (they are not JSON);
 - nesting: metadata at most :data:`MAX_DEPTH` levels deep;
@@ -182,9 +184,10 @@ def _tool_calls(value: Any, fail) -> tuple[ToolCall, ...]:
     for i, call in enumerate(value):
         where = f"tool_calls[{i}]"
         if isinstance(call, ToolCall):
-            calls.append(call)
-            continue
-        if not isinstance(call, Mapping):
+            # Checked like a JSON object: an instance may come from model_construct (no validation at all),
+            # and a normally built one carries no length limits; both must meet the same checks.
+            call = {key: getattr(call, key, None) for key in ("id", "name", "arguments")}
+        elif not isinstance(call, Mapping):
             raise fail(f"must be an object {{id, name, arguments}}, got {_kind(call)}", where)
         extra = [k for k in call if k not in ("id", "name", "arguments")]
         if extra:

@@ -142,3 +142,20 @@ def test_the_token_count_is_recorded_at_append_when_the_encoding_is_named() -> N
     assert check(ok(content="hello there")).payload.tokens == {}  # no encoding named: nothing recorded
     with pytest.raises(MessageTooLargeError):  # the recorded count is the one the size check used
         check(ok(content="x" * 501), encoding="chars")
+
+
+def test_a_tool_call_instance_meets_the_same_checks_as_an_object():
+    from memfold.engine.events import ToolCall
+
+    built = ToolCall.model_construct(id=5, name="f", arguments="{}")  # no validation at all
+    with pytest.raises(ValidationError) as info:
+        check(ok(role="assistant", tool_calls=[built]))
+    assert info.value.field == "tool_calls[0].id"
+    with pytest.raises(ValidationError) as info:
+        check(ok(role="assistant", tool_calls=[ToolCall(id="t" * 10_000, name="f")]))
+    assert info.value.field == "tool_calls[0].id" and "the limit is 200" in str(info.value)
+    with pytest.raises(ValidationError) as info:
+        check(ok(role="assistant", tool_calls=[ToolCall.model_construct(id="t")]))  # name missing
+    assert info.value.field == "tool_calls[0].name"
+    event = check(ok(role="assistant", tool_calls=[ToolCall(id="t", name="f", arguments='{"a": 1}')]))
+    assert event.payload.tool_calls == (ToolCall(id="t", name="f", arguments='{"a": 1}'),)
