@@ -46,16 +46,20 @@ class _Frozen(BaseModel):
 
 
 class EncryptedContent(_Frozen):
-    """Reserved for crypto-shredding: content sealed with a per-conversation data key.
+    """What a user supplied (and what was derived from it), sealed with the conversation's data key.
 
-    When present, the plain ``content``/``text`` field is empty; the key store
-    holds ``key_id``. Declared now so that erasure needs no schema change later.
+    ``fields`` names the payload fields the ciphertext holds, as one JSON
+    object; while sealed those fields hold their empty values. ``fields``
+    None is the first sealed form (before every private field was sealed):
+    a message's ``content`` as UTF-8, or a summary's ``{"text", "facts"}``.
+    The key store holds ``key_id``.
     """
 
     key_id: str
     algorithm: str
     nonce_b64: str
     ciphertext_b64: str
+    fields: tuple[str, ...] | None = None
 
 
 class ToolCall(_Frozen):
@@ -133,6 +137,7 @@ class MessageRetractedPayload(_Frozen):
 
     retracted_event_id: str = Field(min_length=1, max_length=200)
     reason: str | None = Field(default=None, max_length=1000)
+    encrypted: EncryptedContent | None = None
 
 
 class ClockTickedPayload(_Frozen):
@@ -196,6 +201,7 @@ class SummaryFailedPayload(_Frozen):
     summarizer: str = ""
     model: str = ""
     latency_ms: int = 0
+    encrypted: EncryptedContent | None = None
 
 
 class TopicAssignedPayload(_Frozen):
@@ -206,6 +212,7 @@ class TopicAssignedPayload(_Frozen):
     similarity: float | None = None
     created: bool = False
     title: str | None = None
+    encrypted: EncryptedContent | None = None
 
 
 class TopicCompactedPayload(_Frozen):
@@ -311,8 +318,9 @@ class MessageRetracted(Event):
     """
 
     TYPE: ClassVar[str] = "MessageRetracted"
+    VERSION: ClassVar[int] = 2
     type: Literal["MessageRetracted"] = "MessageRetracted"
-    schema_version: Literal[1] = 1
+    schema_version: Literal[2] = 2
     payload: MessageRetractedPayload
 
 
@@ -356,15 +364,17 @@ class SummaryProduced(Event):
 
 class SummaryFailed(Event):
     TYPE: ClassVar[str] = "SummaryFailed"
+    VERSION: ClassVar[int] = 2
     type: Literal["SummaryFailed"] = "SummaryFailed"
-    schema_version: Literal[1] = 1
+    schema_version: Literal[2] = 2
     payload: SummaryFailedPayload
 
 
 class TopicAssigned(Event):
     TYPE: ClassVar[str] = "TopicAssigned"
+    VERSION: ClassVar[int] = 2
     type: Literal["TopicAssigned"] = "TopicAssigned"
-    schema_version: Literal[1] = 1
+    schema_version: Literal[2] = 2
     payload: TopicAssignedPayload
 
 
@@ -397,6 +407,18 @@ EVENT_CLASSES: dict[str, type[Event]] = {
         TopicCompacted,
         TopicEvicted,
     )
+}
+
+# The payload fields that hold what a user supplied, or what was derived from it, per event type:
+# sealed under the conversation's data key on append (engine.sealing) and blanked in the projection
+# when the conversation is forgotten. Everything else in an event is the envelope an audit keeps.
+PRIVATE_FIELDS: dict[str, tuple[str, ...]] = {
+    MessageAppended.TYPE: ("content", "name", "model_variant", "metadata", "importance", "tool_calls",
+                           "tool_call_id", "embedding"),
+    SummaryProduced.TYPE: ("text", "facts"),
+    SummaryFailed.TYPE: ("reason",),
+    MessageRetracted.TYPE: ("reason",),
+    TopicAssigned.TYPE: ("title",),
 }
 
 AnyEvent = Annotated[
@@ -470,6 +492,14 @@ def _summary_produced_v1_to_v2(raw: dict[str, Any]) -> dict[str, Any]:
     return raw
 
 
+@UPCASTERS.register(MessageRetracted.TYPE, 1)
+@UPCASTERS.register(SummaryFailed.TYPE, 1)
+@UPCASTERS.register(TopicAssigned.TYPE, 1)
+def _sealable_v1_to_v2(raw: dict[str, Any]) -> dict[str, Any]:
+    """v2 may seal its text (reason, title) under the conversation's key; a v1 event has it in the clear."""
+    return raw
+
+
 # --------------------------------------------------------------------------- decoding
 
 
@@ -514,7 +544,7 @@ def _message_from_wire(w: wire.MessageAppendedWire) -> MessageAppended | None:
     if sealed is not None:
         sealed = unchecked(EncryptedContent, {
             "key_id": sealed.key_id, "algorithm": sealed.algorithm,
-            "nonce_b64": sealed.nonce_b64, "ciphertext_b64": sealed.ciphertext_b64,
+            "nonce_b64": sealed.nonce_b64, "ciphertext_b64": sealed.ciphertext_b64, "fields": sealed.fields,
         })
     payload = unchecked(MessagePayload, {
         "role": p.role, "content": p.content, "encrypted": sealed, "name": p.name,

@@ -1,9 +1,12 @@
 """Seal and unseal event content with per-conversation data keys (AES-256-GCM, ``cryptography``).
 
-What is sealed: a message's ``content``, a summary's ``text`` and ``facts``.
-The sealed form keeps every other field readable (ids, roles, seq, ranges,
-model, tokens), so the log still shows *that* things happened after the key
-is gone. The additional authenticated data binds a ciphertext to its
+What is sealed: every field of :data:`~memfold.engine.events.PRIVATE_FIELDS`,
+what a user supplied or a policy derived from it (a message's content, name,
+metadata, tool calls and their ids, embedding; a summary's text and facts; a
+topic's title; the reasons of retractions and failed summaries). The sealed
+form keeps the envelope readable (ids, roles, seq, ranges, model, token
+counts), so the log still shows *that* things happened after the key is
+gone. The additional authenticated data binds a ciphertext to its
 conversation and event id: it cannot be moved onto another event.
 
 Unsealing an event whose key was destroyed returns it still sealed (content
@@ -23,7 +26,17 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from .errors import EventDecodeError
-from .events import EncryptedContent, Event, Fact, MessageAppended, SummaryProduced, replaced, unchecked
+from .events import (
+    EVENT_CLASSES,
+    PRIVATE_FIELDS,
+    EncryptedContent,
+    Event,
+    Fact,
+    MessageAppended,
+    ToolCall,
+    replaced,
+    unchecked,
+)
 from .keystore import KeyStore
 
 ALGORITHM = "AES-256-GCM"
@@ -63,7 +76,7 @@ class Sealer:
         return hmac.new(subkey, name.encode("utf-8"), hashlib.sha256).hexdigest()[:32]
 
     def seal(self, events: Sequence[Event]) -> list[Event]:
-        """Return ``events`` with their content sealed; events without content, or already sealed, pass as is.
+        """Return ``events`` with their private fields sealed; events with nothing private, or sealed, pass as is.
 
         Keys for conversations new to the key store are created first, in one
         durable write, so no ciphertext can reach the log before its key.
@@ -80,28 +93,31 @@ class Sealer:
 
     def _seal(self, event: Event, key: tuple[str, bytes], nonce: bytes) -> Event:
         p = event.payload
-        if isinstance(event, MessageAppended):
-            sealed = self._encrypt(event, p.content.encode("utf-8"), key, nonce)
-            return replaced(event, payload=replaced(p, content=None, encrypted=sealed))
-        plain = json.dumps({"text": p.text, "facts": [f.model_dump(mode="json") for f in p.facts]}).encode("utf-8")
-        sealed = self._encrypt(event, plain, key, nonce)
-        return replaced(event, payload=replaced(p, text="", facts=(), encrypted=sealed))
+        fields = PRIVATE_FIELDS[event.type]
+        plain = type(p).__pydantic_serializer__.to_json(p, include=set(fields))
+        sealed = self._encrypt(event, plain, key, nonce, fields)
+        blanks = {f: (dict(v) if isinstance(v, dict) else v) for f, v in _BLANKS[event.type].items()}
+        return replaced(event, payload=replaced(p, encrypted=sealed, **blanks))
 
-    def _encrypt(self, event: Event, plain: bytes, key: tuple[str, bytes], nonce: bytes) -> EncryptedContent:
+    def _encrypt(
+        self, event: Event, plain: bytes, key: tuple[str, bytes], nonce: bytes, fields: tuple[str, ...]
+    ) -> EncryptedContent:
         ciphertext = self._cipher(*key).encrypt(nonce, plain, _aad(event))
         # Built from values made right here: validation would only cost time on the append path.
         values = {
             "key_id": key[0], "algorithm": ALGORITHM,
             "nonce_b64": base64.b64encode(nonce).decode("ascii"),
             "ciphertext_b64": base64.b64encode(ciphertext).decode("ascii"),
+            "fields": fields,
         }
         return unchecked(EncryptedContent, values)
 
     def unseal(self, event: Event) -> Event:
-        """Return ``event`` with its content readable; still sealed when its key was destroyed.
+        """Return ``event`` with its private fields readable; still sealed when its key was destroyed.
 
         Raises :class:`EventDecodeError` when the key exists but the
-        ciphertext does not authenticate (tampered or misplaced content).
+        ciphertext does not authenticate (tampered or misplaced content), or
+        the plaintext is not what the sealed form says it holds.
         """
         sealed = getattr(event.payload, "encrypted", None)
         if sealed is None:
@@ -120,12 +136,40 @@ class Sealer:
                 f"event {event.event_id}: sealed content does not authenticate with key {sealed.key_id}"
             ) from exc
         p = event.payload
-        if isinstance(event, MessageAppended):
-            payload = replaced(p, content=plain.decode("utf-8"), encrypted=None)
-        else:
-            data = json.loads(plain)
-            payload = replaced(p, text=data["text"], facts=tuple(Fact(**f) for f in data["facts"]), encrypted=None)
+        try:
+            if sealed.fields is None:
+                payload = _unseal_first_form(event, plain)
+            else:
+                payload = replaced(p, encrypted=None, **_restored(json.loads(plain), sealed.fields))
+        except (ValueError, TypeError, KeyError) as exc:
+            raise EventDecodeError(f"event {event.event_id}: sealed content is not a {event.type} payload: {exc}") from exc
         return replaced(event, payload=payload)
+
+
+def _unseal_first_form(event: Event, plain: bytes):
+    """The payload of an event sealed before every private field was: only message content or summary text."""
+    p = event.payload
+    if isinstance(event, MessageAppended):
+        return replaced(p, content=plain.decode("utf-8"), encrypted=None)
+    data = json.loads(plain)
+    return replaced(p, text=data["text"], facts=tuple(Fact(**f) for f in data["facts"]), encrypted=None)
+
+
+def _restored(data: dict, fields: tuple[str, ...]) -> dict:
+    """The sealed fields' values as the payload holds them (tuples and models, not JSON lists and objects).
+
+    The plaintext authenticated and was serialized from a validated payload,
+    so only the JSON forms are turned back; facts are validated (their times are text in JSON).
+    """
+    out = {f: data[f] for f in fields}
+    if "tool_calls" in out:
+        out["tool_calls"] = tuple(unchecked(ToolCall, {"id": t["id"], "name": t["name"], "arguments": t["arguments"]})
+                                  for t in out["tool_calls"])
+    if out.get("embedding") is not None:
+        out["embedding"] = tuple(out["embedding"])
+    if "facts" in out:
+        out["facts"] = tuple(Fact(**f) for f in out["facts"])
+    return out
 
 
 def is_shredded(event: Event) -> bool:
@@ -133,10 +177,28 @@ def is_shredded(event: Event) -> bool:
     return getattr(event.payload, "encrypted", None) is not None
 
 
+def _blanks() -> dict[str, dict[str, object]]:
+    """Each private field's empty value (its default; "" for a required text): what a sealed event holds."""
+    out = {}
+    for name, fields in PRIVATE_FIELDS.items():
+        model = EVENT_CLASSES[name].model_fields["payload"].annotation
+        out[name] = {}
+        for f in fields:
+            info = model.model_fields[f]
+            out[name][f] = "" if info.is_required() else info.get_default(call_default_factory=True)
+    return out
+
+
+_BLANKS = _blanks()
+
+
 def _sealable(event: Event) -> bool:
-    if isinstance(event, MessageAppended):
-        return event.payload.encrypted is None and event.payload.content is not None
-    return isinstance(event, SummaryProduced) and event.payload.encrypted is None
+    fields = PRIVATE_FIELDS.get(event.type)
+    if fields is None or event.payload.encrypted is not None:
+        return False
+    blank = _BLANKS[event.type]
+    values = event.payload.__dict__
+    return any(values[f] != blank[f] for f in fields)
 
 
 def _aad(event: Event) -> bytes:

@@ -24,6 +24,7 @@ class Encrypted(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     algorithm: str
     nonce_b64: str
     ciphertext_b64: str
+    fields: tuple[str, ...] | None = None
 
 
 class ToolCallWire(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
