@@ -123,6 +123,14 @@ class MessagePayload(_Frozen):
 
 
 class ConversationDeletedPayload(_Frozen):
+    """``reason`` is the operator's note, kept readable as the audit record: never put user content in it."""
+
+    reason: str | None = None
+
+
+class ConversationReopenedPayload(_Frozen):
+    """``reason``: the operator's note, like a deletion's."""
+
     reason: str | None = None
 
 
@@ -331,6 +339,19 @@ class ConversationDeleted(Event):
     payload: ConversationDeletedPayload = ConversationDeletedPayload()
 
 
+class ConversationReopened(Event):
+    """A forgotten conversation starts again, empty, on purpose: appends are accepted from here on.
+
+    Folds give it a fresh state (no messages, no memory); what came before
+    the deletion stays shredded in the log.
+    """
+
+    TYPE: ClassVar[str] = "ConversationReopened"
+    type: Literal["ConversationReopened"] = "ConversationReopened"
+    schema_version: Literal[1] = 1
+    payload: ConversationReopenedPayload = ConversationReopenedPayload()
+
+
 class SettingsChanged(Event):
     TYPE: ClassVar[str] = "SettingsChanged"
     type: Literal["SettingsChanged"] = "SettingsChanged"
@@ -398,6 +419,7 @@ EVENT_CLASSES: dict[str, type[Event]] = {
         MessageAppended,
         MessageRetracted,
         ConversationDeleted,
+        ConversationReopened,
         SettingsChanged,
         ClockTicked,
         SummaryRequested,
@@ -423,7 +445,7 @@ PRIVATE_FIELDS: dict[str, tuple[str, ...]] = {
 
 AnyEvent = Annotated[
     (
-        MessageAppended | MessageRetracted | ConversationDeleted | SettingsChanged | ClockTicked
+        MessageAppended | MessageRetracted | ConversationDeleted | ConversationReopened | SettingsChanged | ClockTicked
         | SummaryRequested | SummaryProduced | SummaryFailed | TopicAssigned | TopicCompacted | TopicEvicted
     ),
     Field(discriminator="type"),

@@ -16,6 +16,7 @@ from pydantic import BaseModel
 
 from memfold.engine.events import (
     ConversationDeleted,
+    ConversationReopened,
     Event,
     MessageAppended,
     MessageRetracted,
@@ -38,7 +39,9 @@ from memfold.engine.ports import FoldContext, MessageRecord, Policy
 # 4: a topic's summary retires the facts rows its topic's previous summary held and it drops;
 #    topics keep what the user took back (State.retractions).
 # 5: topics' facts rows a user's message takes back are retired by that message (not current after it).
-FOLD_VERSION = 5
+# 6: a deletion zeroes the conversation's counts (a replay, whose messages are shredded, counts none);
+#    ConversationReopened starts a forgotten conversation again from fresh states.
+FOLD_VERSION = 6
 
 
 def step(
@@ -277,7 +280,11 @@ def fold_event(
        only when the payload's settings hash is that policy's; topic events
        only into the policy they name; every other event into every policy.
     3. Once a conversation is deleted, nothing but ``ConversationDeleted``
-       folds (a message of a deleted conversation gets no index).
+       and ``ConversationReopened`` folds (a message of a deleted
+       conversation gets no index). A deletion zeroes the counts: its
+       messages are gone (shredded, in a replay: never counted). A reopen of
+       a deleted conversation gives every policy its initial state and the
+       counts start at zero; a reopen of a live one changes nothing.
     4. A ``MessageRetracted`` folds into no policy: indices and policy state
        stay as they were (the projector marks the message row retracted, and
        reads, summary inputs included, leave it out).
@@ -298,7 +305,12 @@ def fold_event(
         if owner in policies and event.payload.settings_hash != policies[owner][1].settings_hash:
             owner = "<other settings>"  # recorded under other settings: audit rows only, no fold
     elif isinstance(event, ConversationDeleted):
-        counters = ConversationCounters(counters.message_count, counters.token_count, True)
+        counters = ConversationCounters(0, 0, True)
+    elif isinstance(event, ConversationReopened):
+        if not counters.deleted:
+            return EventFold(counters)
+        fresh = {name: impl.initial(event.tenant_id, event.conversation_id) for name, (impl, _ctx) in policies.items()}
+        return EventFold(ConversationCounters(), None, fresh)
     elif isinstance(event, MessageRetracted):
         return EventFold(counters)
     elif event.type.startswith("Topic"):

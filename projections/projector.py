@@ -19,6 +19,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from memfold.engine.events import (
+    PRIVATE_FIELDS,
     ConversationDeleted,
     Event,
     MessageAppended,
@@ -297,6 +298,8 @@ class Projector:
             positions[part] = offset + 1
             conv_key = (event.tenant_id, event.conversation_id)
             conv = self._conversation(event.tenant_id, event.conversation_id, part)
+            if is_shredded(event):  # its key was destroyed: the conversation was forgotten, fold nothing of it
+                conv.deleted = True
             self._event_row(ch, record, erased=conv.deleted)
             touched_convs.add(conv_key)
             conv.last_seq = max(conv.last_seq, event.seq)
@@ -308,8 +311,7 @@ class Projector:
                 tokens = (next(token_iter) if counted is None else counted) + MESSAGE_OVERHEAD
             else:
                 tokens = 0
-            if is_shredded(event):  # its key was destroyed: the conversation was forgotten, fold nothing of it
-                conv.deleted = True
+            had_text = conv.message_count > 0
             folded = fold_event(
                 event,
                 ConversationCounters(conv.message_count, conv.token_count, conv.deleted),
@@ -337,7 +339,7 @@ class Projector:
                 self._facts_evicted(ch, event)
             elif isinstance(event, ConversationDeleted):
                 ch.deleted.add(conv_key)
-                if conv.message_count:  # its text was in this file: rewrite it once the deletion commits
+                if had_text:  # its text was in this file: rewrite it once the deletion commits
                     ch.erased.add(conv_key)
                 _drop_message_rows(ch, conv_key)
                 retrieval.drop_conversation(ch.search, conv_key)
@@ -389,7 +391,7 @@ class Projector:
         cols["seq"].append(e.seq)
         cols["occurred_at"].append(e.occurred_at)
         cols["causation_id"].append(e.causation_id)
-        if erased and isinstance(e, (MessageAppended, SummaryProduced)):
+        if erased and e.type in PRIVATE_FIELDS:
             cols["payload"].append(ERASED_PAYLOAD)  # as the erasure left the earlier ones
             return
         payload = e.payload  # what model_dump_json() returns, without its per-call keyword handling

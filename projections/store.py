@@ -25,7 +25,7 @@ import duckdb
 import pyarrow as pa
 
 from memfold.engine.errors import ProjectionBusyError, ProjectionError
-from memfold.engine.events import SummaryRequested, ToolCall
+from memfold.engine.events import PRIVATE_FIELDS, SummaryRequested, ToolCall
 from memfold.engine.ports import MessageRecord
 from memfold.engine.positions import Position
 
@@ -817,9 +817,10 @@ def _erase(cur: duckdb.DuckDBPyConnection, tenant_id: str, conversation_id: str)
     for table in ("messages", "summaries", "facts", "policy_rows", "search_docs", "state_history", "llm_cache",
                   "dense_vectors"):
         count += cur.execute(f"DELETE FROM {table} WHERE tenant_id = ? AND conversation_id = ?", key).fetchone()[0]
+    private = ", ".join(f"'{t}'" for t in PRIVATE_FIELDS)
     count += cur.execute(
         "UPDATE events SET payload = ? WHERE tenant_id = ? AND conversation_id = ? "
-        "AND type IN ('MessageAppended', 'SummaryProduced') AND payload::VARCHAR <> ?",
+        f"AND type IN ({private}) AND payload::VARCHAR <> ?",
         [ERASED_PAYLOAD, *key, ERASED_PAYLOAD],
     ).fetchone()[0]
     return count
