@@ -15,6 +15,7 @@ from .models import (
     Context,
     ContextMessage,
     Conversation,
+    ConversationGoneError,
     Identity,
     InvalidRequestError,
     Message,
@@ -28,6 +29,6 @@ from .models import (
 
 __all__ = [
     "ApiError", "Appended", "AsyncClient", "AuthenticationError", "Client", "ConflictError", "Context", "ContextMessage",
-    "Conversation", "Identity", "InvalidRequestError", "Message", "NotFoundError", "PermissionDeniedError",
+    "Conversation", "ConversationGoneError", "Identity", "InvalidRequestError", "Message", "NotFoundError", "PermissionDeniedError",
     "RateLimitedError", "RequestTooLargeError", "ServiceUnavailableError", "SqlResult",
 ]

@@ -75,6 +75,11 @@ def _params(**values: Any) -> dict[str, Any]:
     return {k: (str(v).lower() if isinstance(v, bool) else v) for k, v in values.items() if v is not None}
 
 
+def _unreachable(url: str, exc: httpx.TransportError) -> ServiceUnavailableError:
+    return ServiceUnavailableError(0, type(exc).__name__, f"{url}: {exc or 'no answer'}; is `memfold serve` running "
+                                                          "there? Check --url (env MEMFOLD_URL)")
+
+
 class _Base:
     def __init__(self, url: str | None, api_key: str | None, timeout: float, max_retries: int, backoff: float):
         self.url = (url or os.environ.get("MEMFOLD_URL") or "http://127.0.0.1:8080").rstrip("/")
@@ -125,7 +130,7 @@ class Client(_Base):
                     return self._result(response)
             except httpx.TransportError as exc:
                 if attempt == self.max_retries:
-                    raise ServiceUnavailableError(0, type(exc).__name__, f"{self.url}: {exc}") from exc
+                    raise _unreachable(self.url, exc) from exc
             time.sleep(self._delay(attempt, response))
         raise AssertionError("unreachable")
 
@@ -134,6 +139,7 @@ class Client(_Base):
 
         ``wait`` returns once the service's projection holds them, so a read
         that follows sees them. Retried safely (see the module docstring).
+        Raises :class:`ConversationGoneError` (410) for a forgotten conversation.
         """
         body = self._request("POST", _conv(conversation_id) + "/messages", json=_messages_body(messages),
                              params=_params(wait=wait))
@@ -168,9 +174,18 @@ class Client(_Base):
         self._request("DELETE", f"{_conv(conversation_id)}/messages/{quote(message_id, safe='')}",
                       params=_params(reason=reason))
 
-    def forget(self, conversation_id: str, *, reason: str | None = None) -> None:
-        """Erase a conversation (admin keys); afterwards it answers 404 and its log content is unreadable."""
-        self._request("DELETE", _conv(conversation_id), params=_params(reason=reason))
+    def forget(self, conversation_id: str, *, reason: str | None = None) -> dict[str, Any]:
+        """Erase a conversation (admin keys); afterwards it answers 404 and its log content is unreadable.
+
+        Returns the service's answer (``forgotten``, the ``partition`` and
+        ``offset`` of its ``ConversationDeleted``). An append to it then raises
+        :class:`ConversationGoneError` until :meth:`reopen`.
+        """
+        return self._request("DELETE", _conv(conversation_id), params=_params(reason=reason))
+
+    def reopen(self, conversation_id: str) -> dict[str, Any]:
+        """Start a forgotten conversation again: appends are accepted from now on; its erased history stays gone."""
+        return self._request("POST", _conv(conversation_id) + "/reopen")
 
     def summaries(self, conversation_id: str, *, policy: str | None = None) -> list[dict[str, Any]]:
         """Return the summary requests and outcomes of a conversation, oldest first."""
@@ -287,7 +302,7 @@ class AsyncClient(_Base):
                     return self._result(response)
             except httpx.TransportError as exc:
                 if attempt == self.max_retries:
-                    raise ServiceUnavailableError(0, type(exc).__name__, f"{self.url}: {exc}") from exc
+                    raise _unreachable(self.url, exc) from exc
             await asyncio.sleep(self._delay(attempt, response))
         raise AssertionError("unreachable")
 
@@ -318,9 +333,13 @@ class AsyncClient(_Base):
         await self._request("DELETE", f"{_conv(conversation_id)}/messages/{quote(message_id, safe='')}",
                             params=_params(reason=reason))
 
-    async def forget(self, conversation_id: str, *, reason: str | None = None) -> None:
+    async def forget(self, conversation_id: str, *, reason: str | None = None) -> dict[str, Any]:
         """See :meth:`Client.forget`."""
-        await self._request("DELETE", _conv(conversation_id), params=_params(reason=reason))
+        return await self._request("DELETE", _conv(conversation_id), params=_params(reason=reason))
+
+    async def reopen(self, conversation_id: str) -> dict[str, Any]:
+        """See :meth:`Client.reopen`."""
+        return await self._request("POST", _conv(conversation_id) + "/reopen")
 
     async def summaries(self, conversation_id: str, *, policy: str | None = None) -> list[dict[str, Any]]:
         """See :meth:`Client.summaries`."""

@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from memfold.engine.errors import MemfoldError, ValidationError
+from memfold.engine.errors import ConversationForgottenError, MemfoldError, ValidationError
 
 
 class _Result(BaseModel):
@@ -124,6 +124,10 @@ class ConflictError(ApiError):
     """409: a message id already stored with different content; nothing was written."""
 
 
+class ConversationGoneError(ApiError, ConversationForgottenError):
+    """410: the conversation was forgotten; nothing was written. ``reopen`` starts it again."""
+
+
 class RequestTooLargeError(ApiError):
     """413: a body, batch or message above the service's limits; nothing was written."""
 
@@ -141,7 +145,7 @@ class ServiceUnavailableError(ApiError):
 
 
 _BY_STATUS = {401: AuthenticationError, 403: PermissionDeniedError, 404: NotFoundError, 409: ConflictError,
-              413: RequestTooLargeError,
+              410: ConversationGoneError, 413: RequestTooLargeError,
               422: InvalidRequestError, 429: RateLimitedError}
 
 

@@ -1,11 +1,17 @@
 """The ``memfold`` command line: append, ingest, context, history, summaries, sql, schema, demo, serve, keys.
 
 Replay namespaces (replay, replays, drop, promote) are in cli_replay.py; memory over time (forget,
-verify, audit) in cli_memory.py.
+reopen, verify, audit) in cli_memory.py.
 
-``--url`` (env ``MEMFOLD_URL``) runs append, ingest, context, history,
-summaries and sql against a running ``memfold serve`` instead of a data dir
-(see cli_remote.py), with ``--api-key`` (env ``MEMFOLD_API_KEY``).
+``--url`` (env ``MEMFOLD_URL``) runs the commands the HTTP API serves
+against a running ``memfold serve`` instead of a data dir (see
+cli_remote.py, ``REMOTE``), with ``--api-key`` (env ``MEMFOLD_API_KEY``).
+Every other command works on a local data dir only and refuses ``--url``
+(exit 2) before touching anything: remote means remote, never the local data.
+
+Human-readable output shows control characters of stored content as
+escapes (``\\x1b``), so content cannot drive the terminal; ``--json``
+escapes them as JSON does (``\\u001b``), C1 and bidi controls included.
 
 Every command takes ``--data-dir`` (env ``MEMFOLD_DATA_DIR``, default
 ``./.memfold``). Errors are one plain line on stderr and a non-zero exit
@@ -34,6 +40,7 @@ import csv
 import functools
 import json
 import os
+import re
 import sys
 import time
 from collections.abc import Sequence
@@ -43,7 +50,15 @@ from pathlib import Path
 from typing import Any
 
 from . import cli_diff, cli_memory, cli_replay
-from .errors import ConfigError, InputFileError, MemfoldError, ProjectionBusyError, ValidationError
+from .errors import (
+    ConfigError,
+    ConversationForgottenError,
+    ErasureIncompleteError,
+    InputFileError,
+    MemfoldError,
+    ProjectionBusyError,
+    ValidationError,
+)
 
 
 class UsageError(Exception):
@@ -82,7 +97,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--config", default=None, help="memfold.toml (env MEMFOLD_CONFIG, default ./memfold.toml if present)")
     p.add_argument("--policy", default=None, help="policy to read/keep (env MEMFOLD_POLICY, default sliding_window)")
     p.add_argument("--log", default=None, help="event log URL: sqlite:///FILE (default) or kafka://HOST:PORT")
-    p.add_argument("--url", default=os.environ.get("MEMFOLD_URL"),
+    p.add_argument("--url", default=None,
                    help="talk to a running 'memfold serve' at this URL instead of a data dir (env MEMFOLD_URL)")
     p.add_argument("--api-key", default=os.environ.get("MEMFOLD_API_KEY"),
                    help="API key for --url (env MEMFOLD_API_KEY)")
@@ -205,15 +220,27 @@ def main(argv: Sequence[str] | None = None) -> int:
             from .runtime import tune_gc
 
             tune_gc()
-        if args.url and args.command in _REMOTE:
-            from .cli_remote import run_remote
+        flag = "--url" if args.url else "MEMFOLD_URL"
+        args.url = args.url or os.environ.get("MEMFOLD_URL") or None
+        if args.url:
+            from .cli_remote import REMOTE, run_remote
 
+            if args.command not in REMOTE:
+                raise UsageError(
+                    f"{args.command} works on a local data dir; {flag} is not supported for it "
+                    f"(run it without {flag} where the data dir is)"
+                )
             return run_remote(args)
         return _COMMANDS[args.command](args)
     except UsageError as exc:
         return _fail(f"usage: {exc}", 2)
     except ProjectionBusyError as exc:
         return _fail(f"busy, retry: {exc}", 3)
+    except ConversationForgottenError as exc:
+        hint = "" if "reopen" in str(exc) else "; `memfold reopen CONVERSATION` starts it again"
+        return _fail(f"conversation forgotten: {exc}{hint}", 2)
+    except ErasureIncompleteError as exc:
+        return _fail(f"erasure not finished: {exc}; run memfold forget again", 1)
     except ValidationError as exc:
         return _fail(f"invalid input: {exc}", 2)
     except ConfigError as exc:
@@ -235,7 +262,9 @@ def _one_line(text: str) -> str:
 
 
 def _fail(message: str, code: int) -> int:
-    print(f"memfold: {_one_line(message)}", file=sys.stderr)
+    from .render import terminal_safe
+
+    print(f"memfold: {terminal_safe(_one_line(message))}", file=sys.stderr)
     return code
 
 
@@ -310,9 +339,14 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
+# What json.dumps(ensure_ascii=False) leaves raw although a terminal acts on it: DEL, C1 controls, bidi controls.
+_JSON_UNSAFE = re.compile("[\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
 def _print_json(value: Any) -> None:
-    json.dump(value, sys.stdout, ensure_ascii=False, indent=2, default=_jsonable)
-    sys.stdout.write("\n")
+    """Print ``value`` as indented JSON, every control character escaped (``\\u001b``, ``\\u009b``)."""
+    text = json.dumps(value, ensure_ascii=False, indent=2, default=_jsonable)
+    sys.stdout.write(_JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text) + "\n")
 
 
 # --------------------------------------------------------------------------- commands
@@ -342,6 +376,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
     path = Path(args.file)
     check_readable(path)  # before the data dir is opened: a typo creates nothing
+    refuse_errors_on_input(args.errors, args.file)  # before "w" truncates it
     errors = _open_errors_file(args.errors)
     try:
         with _engine(args, writing=True) as engine:
@@ -355,8 +390,10 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     finally:
         if errors is not None:
             errors.close()
+    from .render import terminal_safe
+
     for rejection in report.rejected[:SHOWN_REJECTIONS]:
-        print(f"memfold: line {rejection.line} rejected: {_one_line(rejection.reason)}", file=sys.stderr)
+        print(f"memfold: line {rejection.line} rejected: {terminal_safe(_one_line(rejection.reason))}", file=sys.stderr)
     hidden = len(report.rejected) - SHOWN_REJECTIONS
     if hidden > 0:
         where = f"all are in {args.errors}" if args.errors else "--errors FILE writes all as JSONL"
@@ -373,6 +410,22 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     if report.stopped:
         print(f"memfold: {_one_line(report.stopped)}", file=sys.stderr)
     return report.exit_code
+
+
+def refuse_errors_on_input(errors: str | None, file: str) -> None:
+    """Raise :class:`UsageError` when ``--errors`` names the input itself (same inode: a link, ``/dev/stdin``).
+
+    Opening it for writing would truncate the input before a line was read.
+    """
+    if errors is None:
+        return
+    try:
+        same = os.path.samefile(errors, file)
+    except OSError:  # the errors file does not exist yet: it cannot be the input
+        return
+    if same:
+        raise UsageError(f"--errors {errors} is the input file {file}; writing rejections there would erase "
+                         "the input: give another file")
 
 
 def _open_errors_file(name: str | None):
@@ -419,8 +472,10 @@ def cmd_history(args: argparse.Namespace) -> int:
             ]
         )
     else:
+        from .render import history_line
+
         for m in history:
-            print(f"[{m.index:>4}] {m.role:<9} {m.content}")
+            print(history_line(m.index, m.role, m.content))
     return 0
 
 
@@ -647,9 +702,6 @@ def cmd_keys(args: argparse.Namespace) -> int:
 # 20,000 messages from the cache 6,329 -> 8,031 msg/s). Long-running processes (serve, worker) keep
 # CPython's defaults: no gain was measured there.
 _BULK = ("replay", "rebuild", "verify")
-
-# Commands that --url runs against a service instead of a data dir.
-_REMOTE = ("append", "ingest", "context", "history", "summaries", "sql")
 
 _COMMANDS = {
     "append": cmd_append,

@@ -1,4 +1,4 @@
-"""The ``memfold`` commands about a conversation's memory over time: forget (and audit, time travel).
+"""The ``memfold`` commands about a conversation's memory over time: forget, reopen (and audit, time travel).
 
 Kept apart from :mod:`memfold.engine.cli` so the general commands stay small;
 :func:`add_commands` registers the sub-parsers and ``COMMANDS`` maps them.
@@ -19,6 +19,10 @@ def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
     f.add_argument("--tenant", default="default")
     f.add_argument("--reason", default=None, help="recorded on the ConversationDeleted event")
 
+    r = command("reopen", help="start a forgotten conversation again (new messages get a new data key)")
+    r.add_argument("conversation")
+    r.add_argument("--tenant", default="default")
+
     v = command("verify", help="fold the log again beside the live projection and prove them identical")
     v.add_argument("conversation", nargs="?", help="compare only this conversation's rows")
     v.add_argument("--tenant", default="default")
@@ -36,9 +40,24 @@ def cmd_forget(args: argparse.Namespace) -> int:
 
     if not args.conversation.strip():
         raise ValidationError("conversation is required and must not be blank", field="conversation")
+    from .render import terminal_safe
+
     with _engine(args, read_only=False) as engine:
         position = engine.forget(args.conversation, tenant_id=args.tenant, reason=args.reason)
-    print(f"forgot {args.tenant}/{args.conversation} (ConversationDeleted at {position}; data key destroyed)")
+    print(terminal_safe(f"forgot {args.tenant}/{args.conversation} (ConversationDeleted at {position}; "
+                        "data key destroyed)"))
+    return 0
+
+
+def cmd_reopen(args: argparse.Namespace) -> int:
+    """Start a forgotten conversation again: appends to it are accepted from now on, under a new data key."""
+    from .cli import _engine
+    from .render import terminal_safe
+
+    with _engine(args, read_only=False) as engine:
+        position = engine.reopen(args.conversation, tenant_id=args.tenant)
+    at = f" at {position}" if position is not None else ""
+    print(terminal_safe(f"reopened {args.tenant}/{args.conversation}{at}; its forgotten history stays erased"))
     return 0
 
 
@@ -64,7 +83,10 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
 
 def _print_audit(report: dict[str, Any]) -> None:
-    from .render import print_table
+    from .render import print_table, terminal_safe
+
+    def print(line: str) -> None:  # noqa: A001 - every line below shows stored values
+        sys.stdout.write(terminal_safe(line) + "\n")
 
     c = report["conversation"]
     print(f"{c['tenant_id']}/{c['conversation_id']}: {c['status']}, {c['message_count']} messages, "
@@ -102,8 +124,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if not diffs:
         print(f"verified: the live projection of {scope} is exactly what the log folds to")
         return 0
+    from .render import terminal_safe
+
     for d in diffs:
-        print(d.describe())
+        print(terminal_safe(d.describe()))
     print(f"memfold: {len(diffs)} table(s) differ from a replay of the log ({scope})", file=sys.stderr)
     return 1
 
@@ -144,5 +168,5 @@ def print_views(args: argparse.Namespace) -> int:
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
-    "forget": cmd_forget, "audit": cmd_audit, "verify": cmd_verify,
+    "forget": cmd_forget, "reopen": cmd_reopen, "audit": cmd_audit, "verify": cmd_verify,
 }

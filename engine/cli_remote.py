@@ -1,10 +1,14 @@
 """The CLI's ``--url`` mode: the same commands against a running ``memfold serve``.
 
+``REMOTE`` lists the commands the HTTP API serves; ``memfold`` refuses
+``--url`` for every other one (they work on a local data dir). A remote
+command never reads or writes the local data dir.
+
 A service owns its projection, so reading while another process ingests
 works: both are requests to it. Output shapes match the local commands'
 ``--json`` shapes where the service returns the same data. The tenant is
-the API key's (``--tenant`` is not sent: the service never takes it from a
-request).
+the API key's: ``--tenant`` is never sent, and a ``--tenant`` other than
+``default`` that is not the key's tenant is refused (exit 2).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,13 +31,37 @@ def run_remote(args: argparse.Namespace) -> int:
     if not args.api_key:
         raise ValidationError("--url needs an API key: pass --api-key or set MEMFOLD_API_KEY", field="api_key")
     with Client(args.url, args.api_key) as client:
-        return _REMOTE[args.command](client, args)
+        _check_tenant(client, args)
+        return REMOTE[args.command](client, args)
+
+
+def _usage(message: str) -> Exception:
+    from .cli import UsageError
+
+    return UsageError(message)
+
+
+def _check_tenant(client, args: argparse.Namespace) -> None:
+    """Refuse a ``--tenant`` that is not the API key's: the service answers for the key's tenant only."""
+    tenant = getattr(args, "tenant", None)
+    if tenant is None or tenant == "default":
+        return
+    own = client.me().tenant_id
+    if tenant != own:
+        raise _usage(f"--tenant {tenant}: the API key is tenant {own!r}'s, and --url acts as the key's tenant; "
+                     f"use a key of tenant {tenant!r}")
 
 
 def _print_json(value: Any) -> None:
     from .cli import _print_json as print_json
 
     print_json(value)
+
+
+def _say(line: str) -> None:
+    from .render import terminal_safe
+
+    print(terminal_safe(line))
 
 
 def _append(client, args) -> int:
@@ -42,71 +71,13 @@ def _append(client, args) -> int:
     if args.json:
         _print_json({"event_id": done.event_id, "partition": done.partition, "offset": done.offset})
     else:
-        print(f"appended to {args.conversation} at {done.partition}:{done.offset} via {client.url}")
+        _say(f"appended to {args.conversation} at {done.partition}:{done.offset} via {client.url}")
     return 0
 
 
-def _ingest(client, args) -> int:
-    """Send the file's lines in batches per conversation; a bad line is reported and skipped, like a local ingest.
-
-    Every line gets a message id (its ``event_id`` or ``id`` key, else one
-    the client makes), so a batch retried after a lost answer is stored once.
-    """
-    from memfold.client import InvalidRequestError, RequestTooLargeError
-
-    started = time.perf_counter()
-    accepted, rejected = 0, []
-    batches: dict[str, list[tuple[int, dict]]] = {}
-
-    def send(conversation: str, batch: list[tuple[int, dict]]) -> None:
-        """Append ``batch``; when the service refuses it, halve it until the refused lines are alone."""
-        nonlocal accepted
-        try:
-            client.append(conversation, [m for _, m in batch], wait=False)
-            accepted += len(batch)
-        except (InvalidRequestError, RequestTooLargeError) as exc:
-            if len(batch) == 1:
-                rejected.append((batch[0][0], str(exc)))
-                return
-            half = len(batch) // 2
-            send(conversation, batch[:half])
-            send(conversation, batch[half:])
-
-    def flush(conversation: str) -> None:
-        batch = batches.pop(conversation, [])
-        if batch:
-            send(conversation, batch)
-
-    with Path(args.file).open(encoding="utf-8") as f:
-        for line_no, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-                conversation = row.pop("conversation_id")
-                row.pop("tenant_id", None)
-                if "ts" in row:
-                    row.setdefault("occurred_at", row.pop("ts"))
-                if "event_id" in row:
-                    row.setdefault("id", row.pop("event_id"))
-            except (ValueError, KeyError, AttributeError, TypeError) as exc:
-                rejected.append((line_no, f"not a message object with a conversation_id: {exc}"))
-                continue
-            batch = batches.setdefault(conversation, [])
-            batch.append((line_no, row))
-            if len(batch) >= min(args.batch_size, 1000):
-                flush(conversation)
-    for conversation in list(batches):
-        flush(conversation)
-    seconds = time.perf_counter() - started
-    for line_no, reason in rejected:
-        print(f"memfold: line {line_no} rejected: {reason}", file=sys.stderr)
-    print(f"ingested {accepted} messages in {seconds:.2f}s via {client.url}; {len(rejected)} line(s) rejected")
-    return 0 if not rejected else 2
-
-
 def _context(client, args) -> int:
-    context = client.context(args.conversation, budget=args.budget, query=getattr(args, "query", None), policy=args.policy)
+    context = client.context(args.conversation, budget=args.budget, query=getattr(args, "query", None),
+                             policy=args.policy, as_of=args.as_of)
     if args.json:  # the local shape: role, content, kind, tokens (+ index and tool fields when set)
         _print_json([m.model_dump(exclude_none=True) for m in context.messages])
         return 0
@@ -119,13 +90,28 @@ def _context(client, args) -> int:
     return 0
 
 
+HISTORY_PAGE = 10_000
+
+
+def _all_messages(client, conversation: str) -> list:
+    """Return every stored message of ``conversation``, page by page (a page is at most ``HISTORY_PAGE``)."""
+    out: list = []
+    while True:
+        page = client.messages(conversation, start=len(out), limit=HISTORY_PAGE)
+        out += page
+        if len(page) < HISTORY_PAGE:
+            return out
+
+
 def _history(client, args) -> int:
-    messages = client.messages(args.conversation, limit=10_000)
+    messages = _all_messages(client, args.conversation)
     if args.json:
         _print_json([m.model_dump(mode="json") for m in messages])
     else:
+        from .render import history_line
+
         for m in messages:
-            print(f"[{m.index:>4}] {m.role:<9} {m.content}")
+            print(history_line(m.index, m.role, m.content))
     return 0
 
 
@@ -141,6 +127,14 @@ def _summaries(client, args) -> int:
 
 
 def _sql(client, args) -> int:
+    if args.views:  # the documented views are part of this memfold, not of the data
+        from .cli_memory import print_views
+
+        return print_views(args)
+    if args.replay:
+        raise _usage("sql --replay works on a local data dir; the HTTP API queries the live projection only")
+    if not args.query:
+        raise ValidationError("give a SQL query, or --views to list the documented views", field="query")
     result = client.sql(args.query)
     if args.json:
         _print_json([dict(zip(result.columns, r)) for r in result.rows])
@@ -157,5 +151,318 @@ def _sql(client, args) -> int:
     return 0
 
 
-_REMOTE = {"append": _append, "ingest": _ingest, "context": _context, "history": _history,
-           "summaries": _summaries, "sql": _sql}
+def _forget(client, args) -> int:
+    from memfold.client import ApiError
+
+    from .errors import ErasureIncompleteError
+
+    if not args.conversation.strip():
+        raise ValidationError("conversation is required and must not be blank", field="conversation")
+    try:
+        done = client.forget(args.conversation, reason=args.reason)
+    except ApiError as exc:
+        if exc.type == "ErasureIncompleteError":
+            raise ErasureIncompleteError(str(exc)) from exc
+        raise
+    at = f" at {done['partition']}:{done['offset']}" if isinstance(done, dict) and "offset" in done else ""
+    _say(f"forgot {args.conversation} via {client.url} (ConversationDeleted{at}; data key destroyed)")
+    return 0
+
+
+def _reopen(client, args) -> int:
+    done = client.reopen(args.conversation)
+    at = f" at {done['partition']}:{done['offset']}" if isinstance(done, dict) and "offset" in done else ""
+    _say(f"reopened {args.conversation}{at} via {client.url}; its forgotten history stays erased")
+    return 0
+
+
+def _audit(client, args) -> int:
+    from .cli_memory import _print_audit
+
+    report = client.audit(args.conversation)
+    if args.html:
+        from .audit_page import render
+
+        Path(args.html).write_text(render(report), encoding="utf-8")
+    if args.json:
+        _print_json(report)
+    else:
+        _print_audit(report)
+        if args.html:
+            _say(f"HTML page written to {args.html}")
+    return 0
+
+
+def _verify(client, args) -> int:
+    found = client.verify(args.conversation)
+    scope = args.conversation or "every conversation"
+    if found["identical"]:
+        _say(f"verified via {client.url}: the live projection of {scope} is exactly what the log folds to")
+        return 0
+    for d in found["differences"]:
+        _say(f"{d['table']}: {d['only_live']} row(s) only live, {d['only_replay']} only in the replay")
+    print(f"memfold: {len(found['differences'])} table(s) differ from a replay of the log ({scope})", file=sys.stderr)
+    return 1
+
+
+def _replay(client, args) -> int:
+    from .overrides import load_file, parse_assignments
+
+    overrides = parse_assignments(args.assignments)
+    if args.settings:
+        taken, ignored = load_file(args.settings)
+        overrides = {**taken, **overrides}
+        if ignored:
+            print(f"memfold: {args.settings}: a replay changes policy settings only; ignored: {', '.join(ignored)}",
+                  file=sys.stderr)
+    conversations = [c.strip() for c in args.conversations.split(",") if c.strip()] if args.conversations else None
+    client.replay(args.name, policy=args.policy, overrides=overrides or None, conversations=conversations)
+    status = client.wait_replay(args.name)
+    job = status.get("job") or {}
+    if args.json:
+        _print_json(status)
+    else:
+        _say(f"replay {args.name} via {client.url}: {job.get('state', status.get('status'))}, "
+             f"settings hash {status.get('settings_hash')}")
+    if job.get("state") == "failed":
+        print(f"memfold: replay {args.name} failed: {job.get('error')}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _replays(client, args) -> int:
+    rows = client.replays()
+    if args.json:
+        _print_json(rows)
+        return 0
+    if not rows:
+        _say(f"no replays at {client.url}")
+        return 0
+    from .render import print_table
+
+    print_table(["name", "settings", "status", "job", "created"],
+                [(r["name"], r.get("settings_hash"), r.get("status"), (r.get("job") or {}).get("state"),
+                  r.get("created_at")) for r in rows])
+    return 0
+
+
+def _drop(client, args) -> int:
+    client.drop_replay(args.name)
+    _say(f"dropped replay {args.name} via {client.url}")
+    return 0
+
+
+def _promote(client, args) -> int:
+    done = client.promote(args.name)
+    _say(f"promoted replay {args.name} via {client.url}: SettingsChanged at {done['partition']}:{done['offset']}; "
+         f"read policy {done.get('policy')}")
+    return 0
+
+
+def _diff(client, args) -> int:
+    """Print the service's diff as JSON (``--json`` or not: the table is drawn from the local result only)."""
+    questions = None
+    if args.questions:
+        from .replay_diff import load_questions
+
+        questions = [{"conversation_id": q.conversation_id, "question": q.question, "answer": q.answer}
+                     for q in load_questions(args.questions)]
+    _print_json(client.diff(args.name, conversation_id=args.conversation, budget=args.budget, questions=questions))
+    return 0
+
+
+class _RemoteIngest:
+    """One ``memfold --url ingest`` run: the lines of a JSONL file sent per conversation in batches.
+
+    A line's message ``id`` is its ``event_id`` when it gives one, else
+    :func:`~memfold.engine.ingest.line_key` of (source, bytes, occurrence):
+    the key embedded ingest derives its event id from, so a re-run (or a run
+    after an embedded one) stores nothing twice. Ids the conversation already
+    holds are counted as duplicates and not sent again; that is also what
+    ``--resume`` does here (every run skips what is stored). With
+    ``--strict`` lines are sent in file order, so nothing after the first bad
+    line (bad here or refused by the service) is written.
+    """
+
+    def __init__(self, client, args: argparse.Namespace, tenant: str):
+        self.client, self.args, self.tenant = client, args, tenant
+        self.accepted = self.duplicates = self.conflicts = 0
+        self.rejected: list[tuple[int, str, str | None]] = []  # (line, reason, field)
+        self.pending: dict[str, list[tuple[int, dict]]] = {}
+        self.queued = 0
+        self.known: dict[str, set[str]] = {}
+        self.newest: dict[int, tuple[int, str, dict]] = {}  # partition -> (offset, conversation, message)
+        self.stop_line: int | None = None
+        self.stopped: str | None = None
+        self.failed = False
+        self.batch = min(args.batch_size, 1000)
+
+    def reject(self, line_no: int, reason: str, field: str | None = None) -> None:
+        self.rejected.append((line_no, reason, field))
+        if self.args.strict and self.stop_line is None:
+            self.stop_line = line_no
+            self.stopped = f"stopped at line {line_no} (--strict); nothing after it was written"
+
+    def held(self, conversation: str) -> set[str]:
+        """Return the message ids ``conversation`` already holds (read once per run)."""
+        from memfold.client import NotFoundError
+
+        if conversation not in self.known:
+            try:
+                self.known[conversation] = {m.id for m in _all_messages(self.client, conversation) if m.id}
+            except NotFoundError:
+                self.known[conversation] = set()
+        return self.known[conversation]
+
+    def parse(self, line_no: int, text: bytes, key: str) -> None:
+        """Check one line and queue it for its conversation, or reject it."""
+        try:
+            row = json.loads(text)
+        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+            return self.reject(line_no, f"not valid JSON ({exc})")
+        if not isinstance(row, dict):
+            return self.reject(line_no, "not a message object (a JSON object per line)")
+        conversation = row.pop("conversation_id", None)
+        if not isinstance(conversation, str) or not conversation.strip():
+            return self.reject(line_no, "conversation_id is required (a non-empty string)", "conversation_id")
+        tenant = row.pop("tenant_id", None)
+        if tenant is not None and tenant != self.tenant:
+            return self.reject(line_no, f"tenant_id {tenant!r} is not the API key's tenant {self.tenant!r}; ingest "
+                                        f"it with a key of tenant {tenant!r}", "tenant_id")
+        if "ts" in row:
+            row.setdefault("occurred_at", row.pop("ts"))
+        if "event_id" in row:
+            row.setdefault("id", row.pop("event_id"))
+        row.setdefault("id", key)
+        held = self.held(conversation)
+        if row["id"] in held:
+            self.duplicates += 1
+            return None
+        held.add(row["id"])
+        batch = self.pending.setdefault(conversation, [])
+        batch.append((line_no, row))
+        self.queued += 1
+        if self.args.strict and self.queued >= self.batch:
+            self.flush_in_order()
+        elif len(batch) >= self.batch:
+            self.queued -= len(batch)
+            self.send(conversation, self.pending.pop(conversation))
+        return None
+
+    def flush_in_order(self) -> None:
+        """Send every queued line in file order: each run of lines of one conversation as one batch."""
+        lines = sorted((n, c, m) for c, batch in self.pending.items() for n, m in batch)
+        self.pending.clear()
+        self.queued = 0
+        run: list[tuple[int, dict]] = []
+        for i, (n, conversation, message) in enumerate(lines):
+            run.append((n, message))
+            if i + 1 == len(lines) or lines[i + 1][1] != conversation:
+                self.send(conversation, run)
+                run = []
+
+    def send(self, conversation: str, batch: list[tuple[int, dict]]) -> None:
+        """Append ``batch``; when the service refuses it, halve it until the refused lines are alone."""
+        from memfold.client import ConflictError, ConversationGoneError, InvalidRequestError, RequestTooLargeError
+
+        if self.stop_line is not None:
+            batch = [(n, m) for n, m in batch if n < self.stop_line]
+        if not batch:
+            return
+        try:
+            done = self.client.append(conversation, [m for _, m in batch], wait=False)
+        except ConversationGoneError:
+            for n, _ in batch:
+                self.reject(n, f"conversation {conversation!r} was forgotten; `memfold reopen {conversation}` "
+                               "starts it again", "conversation_id")
+            return
+        except (InvalidRequestError, RequestTooLargeError, ConflictError) as exc:
+            if len(batch) == 1:
+                self.conflicts += isinstance(exc, ConflictError)
+                return self.reject(batch[0][0], str(exc), getattr(exc, "field", None))
+            half = len(batch) // 2
+            self.send(conversation, batch[:half])
+            self.send(conversation, batch[half:])
+            return
+        self.accepted += len(batch)
+        last = done[-1]
+        if last.offset >= self.newest.get(last.partition, (-1,))[0]:
+            self.newest[last.partition] = (last.offset, conversation, batch[-1][1])
+
+    def wait(self) -> None:
+        """Return once a read sees every line sent: the newest message of each partition, sent again with a wait.
+
+        The service answers a message id it holds with the stored event and
+        waits until its projection reached it; nothing is stored twice.
+        """
+        for _, conversation, message in self.newest.values():
+            self.client.append(conversation, [message], wait=True)
+
+    def run(self, path: Path) -> None:
+        """Read ``path`` and send every line; stop at the first bad line with ``--strict``."""
+        from memfold.client import ServiceUnavailableError
+
+        from .ingest import line_key
+
+        source = self.args.source or path.name
+        seen: dict[bytes, int] = {}
+        line_no = 0
+        try:
+            with path.open("rb") as fh:
+                for line_no, raw in enumerate(fh, start=1):
+                    text = raw.strip()
+                    if not text:
+                        continue
+                    seen[text] = seen.get(text, 0) + 1
+                    self.parse(line_no, text, line_key(source, text, seen[text]))
+                    if self.stop_line is not None:
+                        break
+            self.flush_in_order()
+            if not self.args.no_wait:
+                self.wait()
+        except ServiceUnavailableError as exc:
+            self.failed = True
+            self.stopped = (f"the service failed at or before line {line_no}: {exc}; lines sent before are "
+                            "stored: run the same command again (stored lines count as duplicates)")
+
+
+def _ingest(client, args) -> int:
+    """Ingest a JSONL file through the service; the report and exit codes are a local ingest's."""
+    from .cli import SHOWN_REJECTIONS, _one_line, refuse_errors_on_input
+    from .ingest import check_readable
+    from .render import terminal_safe
+
+    path = Path(args.file)
+    check_readable(path)
+    refuse_errors_on_input(args.errors, args.file)
+    started = time.perf_counter()
+    run = _RemoteIngest(client, args, client.me().tenant_id)
+    run.run(path)
+    seconds = time.perf_counter() - started
+    if args.errors:
+        with open(args.errors, "w", encoding="utf-8") as out:
+            for line_no, reason, field in run.rejected:
+                out.write(json.dumps({"line": line_no, "field": field, "error": reason}, ensure_ascii=False) + "\n")
+    for line_no, reason, _ in run.rejected[:SHOWN_REJECTIONS]:
+        print(f"memfold: line {line_no} rejected: {terminal_safe(_one_line(reason))}", file=sys.stderr)
+    hidden = len(run.rejected) - SHOWN_REJECTIONS
+    if hidden > 0:
+        where = f"all are in {args.errors}" if args.errors else "--errors FILE writes all as JSONL"
+        print(f"memfold: ... and {hidden} more rejected line(s) ({where})", file=sys.stderr)
+    conflicts = f" ({run.conflicts} conflicting id)" if run.conflicts else ""
+    waited = "" if not args.no_wait else "; not waited for: a read may not see them yet (drop --no-wait to wait)"
+    _say(f"ingested {run.accepted} messages, duplicates {run.duplicates}, rejected {len(run.rejected)}{conflicts} "
+         f"in {seconds:.2f}s via {client.url}{waited}")
+    if run.stopped:
+        print(f"memfold: {terminal_safe(_one_line(run.stopped))}", file=sys.stderr)
+    if run.failed:
+        return 1
+    return 2 if run.rejected else 0
+
+
+REMOTE: dict[str, Callable[[Any, argparse.Namespace], int]] = {
+    "append": _append, "ingest": _ingest, "context": _context, "history": _history, "summaries": _summaries,
+    "sql": _sql, "forget": _forget, "reopen": _reopen, "audit": _audit, "verify": _verify, "replay": _replay,
+    "replays": _replays, "drop": _drop, "promote": _promote, "diff": _diff,
+}
+"""The commands ``--url`` runs against the service; every other command refuses ``--url``."""
