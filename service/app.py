@@ -16,13 +16,18 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Annotated
 
-from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi import Depends, FastAPI, HTTPException, Request, Security
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from fastapi.routing import APIRoute
+from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
+from fastapi_offline import FastAPIOffline
 
 from memfold.engine.errors import (
     AlreadyRetractedError,
     ConfigError,
+    ConversationForgottenError,
+    ErasureIncompleteError,
     EventConflictError,
     LogUnavailableError,
     MemfoldError,
@@ -38,6 +43,7 @@ from .context_cache import ContextCache
 from .keys import ApiKey, ApiKeyStore
 from .limits import BodySizeLimit, Limits, RateLimiter
 from .metrics import ServiceMetrics
+from .sql import SqlTimeoutError
 
 log = logging.getLogger("memfold.service")
 
@@ -71,6 +77,15 @@ def _presented_key(request: Request) -> str | None:
     return request.headers.get("x-api-key")
 
 
+# Declared for the OpenAPI document only (its security schemes, so /docs' "Authorize" can send a key):
+# the key itself is read by _presented_key, which also answers the fast path.
+_BEARER = HTTPBearer(auto_error=False, scheme_name="bearer", description="Authorization: Bearer mf_<id>_<secret>")
+_HEADER = APIKeyHeader(name="X-API-Key", auto_error=False, scheme_name="apiKey", description="X-API-Key: mf_<id>_<secret>")
+_Documented = Annotated[HTTPAuthorizationCredentials | None, Security(_BEARER)]
+_DocumentedHeader = Annotated[str | None, Security(_HEADER)]
+_ROLE_FOR = {"read": "a reader", "write": "a writer", "forget": "an admin", "admin": "an admin", "operate": "an operator"}
+
+
 def require(permission: str):
     """Return a dependency that authenticates the request's key and checks ``permission`` and the rate.
 
@@ -78,7 +93,7 @@ def require(permission: str):
     dictionary hit (:meth:`ApiKeyStore.authenticate`), the rate a lock.
     """
 
-    async def dependency(request: Request) -> ApiKey:
+    async def dependency(request: Request, _bearer: _Documented, _header: _DocumentedHeader) -> ApiKey:
         svc: Services = request.app.state.memfold
         presented = _presented_key(request)
         key = svc.keys.authenticate(presented) if presented else None
@@ -90,7 +105,8 @@ def require(permission: str):
             )
         if not key.allows(permission):
             svc.metrics.rejected.labels("forbidden").inc()
-            raise HTTPException(403, f"a {key.role} key may not {permission}; ask for a key with that role")
+            raise HTTPException(403, f"this key's role ({key.role}) may not {permission}; {_ROLE_FOR[permission]} key "
+                                     "(or one of a role above it) is needed")
         wait = svc.limiter.take(key.key_id)
         if wait:
             svc.metrics.rejected.labels("rate").inc()
@@ -119,8 +135,8 @@ def _error(status: int, kind: str, message: str, *, field=None, line=None, heade
     return JSONResponse({"error": body}, status_code=status, headers=headers)
 
 
-_HTTP_KINDS = {401: "Unauthorized", 403: "Forbidden", 404: "NotFound", 409: "Conflict", 413: "PayloadTooLarge",
-               429: "RateLimited"}
+_HTTP_KINDS = {401: "Unauthorized", 403: "Forbidden", 404: "NotFound", 408: "Timeout", 409: "Conflict",
+               410: "Gone", 413: "PayloadTooLarge", 429: "RateLimited"}
 
 
 def _install_error_handlers(app: FastAPI) -> None:
@@ -143,6 +159,12 @@ def _install_error_handlers(app: FastAPI) -> None:
         kind = type(exc).__name__
         if isinstance(exc, (EventConflictError, AlreadyRetractedError)):
             return _error(409, kind, str(exc), field=exc.field, line=exc.line)
+        if isinstance(exc, SqlTimeoutError):
+            return _error(408, kind, str(exc), field=exc.field)
+        if isinstance(exc, ConversationForgottenError):  # before ValidationError: it is one
+            return _error(410, kind, str(exc), field=exc.field, line=exc.line)
+        if isinstance(exc, ErasureIncompleteError):
+            return _error(503, kind, str(exc), headers={"Retry-After": "5"})
         if isinstance(exc, (UnknownReplayError, UnknownConversationError)):
             return _error(404, kind, str(exc), field=exc.field)
         if isinstance(exc, MessageTooLargeError):
@@ -185,8 +207,15 @@ class _RequestMetrics:
             await self.app(scope, receive, send_status)
         finally:
             route = scope.get("route")
-            template = getattr(route, "path", "unmatched")
+            # path_format drops converters ({conversation_id:path} -> {conversation_id}): labels stay as dashboards know them
+            template = getattr(route, "path_format", None) or getattr(route, "path", "unmatched")
             self.metrics.requests.labels(template, scope["method"], str(status[0])).observe(time.perf_counter() - started)
+
+
+def operation_id(route: APIRoute) -> str:
+    """Return a route's OpenAPI operationId: its function's name in camelCase (``get_context`` -> ``getContext``)."""
+    first, *rest = route.name.split("_")
+    return first + "".join(w.capitalize() for w in rest)
 
 
 def create_app(engine, keys: ApiKeyStore, limits: Limits | None = None) -> FastAPI:
@@ -197,7 +226,9 @@ def create_app(engine, keys: ApiKeyStore, limits: Limits | None = None) -> FastA
     from .ui import router as ui_router
 
     limits = limits or Limits()
-    app = FastAPI(
+    app = FastAPIOffline(  # /docs and /redoc load their scripts from this service, not a CDN
+        static_url="/docs-assets",
+        generate_unique_id_function=operation_id,
         title="memfold",
         summary="Event-sourced conversation memory over HTTP.",
         description="Append messages, read the context for the next model call, inspect how memory evolved. "
@@ -228,7 +259,7 @@ def create_app(engine, keys: ApiKeyStore, limits: Limits | None = None) -> FastA
 
     from .fastpath import ContextFastPath
 
-    context_route = next(r for r in router.routes if r.path == "/v1/conversations/{conversation_id}/context")
+    context_route = next(r for r in router.routes if r.path == "/v1/conversations/{conversation_id:path}/context")
     app.add_middleware(ContextFastPath, services=app.state.memfold, route=context_route)  # inside the metrics
     app.add_middleware(_RequestMetrics, metrics=metrics)
     app.add_middleware(BodySizeLimit, limit=limits.max_body_bytes)

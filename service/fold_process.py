@@ -722,9 +722,15 @@ class RemoteEngine:
         self._settings_changed(self.fold.call("hello")[1])  # the caller reads the new settings next
         return position
 
-    def tenant_sql(self, tenant_id: str, query: str, limit: int) -> tuple[list[str], list[list[Any]], bool]:
+    def tenant_sql(self, tenant_id: str, query: str, limit: int,
+                   timeout_s: float = 10.0) -> tuple[list[str], list[list[Any]], bool]:
         """:func:`.sql.run_tenant_sql` over the fold process's store."""
-        return self.fold.call("tenant_sql", (tenant_id, query, limit))
+        return self.fold.call("tenant_sql", (tenant_id, query, limit, timeout_s))
+
+    def keyed_event_id(self, *args: Any, **kwargs: Any) -> str:
+        # Here, not in the fold process: an append names every message this way, and this process's
+        # engine shares the key store (it seals what it appends).
+        return self.local.keyed_event_id(*args, **kwargs)
 
     def context_in_memory(self, *args: Any, **kwargs: Any) -> bool:
         return False  # every read is computed in the fold process: hand it to a thread

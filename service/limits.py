@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -14,13 +15,15 @@ class Limits:
 
     ``max_body_bytes`` bounds one request body, ``max_batch`` the messages of
     one append; ``rate`` and ``burst`` are a token bucket per API key
-    (requests per second, bucket size).
+    (requests per second, bucket size); ``sql_timeout_s`` one /v1/sql statement.
     """
 
     max_body_bytes: int = 4 * 1024 * 1024
     max_batch: int = 1000
     rate: float = 200.0
     burst: int = 400
+    # POST /v1/sql stops a statement running longer (408); env MEMFOLD_SQL_TIMEOUT_S, read when serving starts.
+    sql_timeout_s: float = field(default_factory=lambda: float(os.environ.get("MEMFOLD_SQL_TIMEOUT_S", "10")))
 
 
 class RateLimiter:
@@ -47,12 +50,15 @@ class RateLimiter:
             return (1.0 - tokens) / self.rate
 
 
-class BodyTooLarge(Exception):
-    """Raised inside the ASGI receive wrapper when a streamed body passes the limit."""
-
-
 class BodySizeLimit:
-    """ASGI middleware: answer 413 to a body over ``limit`` bytes, before any of it reaches a route."""
+    """ASGI middleware: answer 413 to a body over ``limit`` bytes, before any of it reaches a route.
+
+    A declared ``Content-Length`` over the limit is refused unread. A body
+    without one (``Transfer-Encoding: chunked``) is read here, at most
+    ``limit`` bytes of it, and handed on once complete: refusing it inside
+    the route's own read would surface as the framework's 400 ("error
+    parsing the body"), not 413.
+    """
 
     def __init__(self, app, limit: int):
         self.app = app
@@ -62,31 +68,29 @@ class BodySizeLimit:
         if scope["type"] != "http" or self.limit <= 0:
             return await self.app(scope, receive, send)
         declared = dict(scope.get("headers") or ()).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.limit:
-            return await _too_large(send, int(declared), self.limit)
-        seen = 0
-        started = False
-
-        async def counted_receive():
-            nonlocal seen
+        if declared is not None:
+            if declared.isdigit() and int(declared) > self.limit:
+                return await _too_large(send, int(declared), self.limit)
+            return await self.app(scope, receive, send)  # the server reads no more than it declared
+        if scope.get("method") in ("GET", "HEAD", "OPTIONS"):
+            return await self.app(scope, receive, send)
+        messages, seen = [], 0
+        while True:
             message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > self.limit:
-                    raise BodyTooLarge()
-            return message
+            if message["type"] != "http.request":  # the client went away: let the app see it
+                messages.append(message)
+                break
+            seen += len(message.get("body", b""))
+            if seen > self.limit:
+                return await _too_large(send, seen, self.limit)
+            messages.append(message)
+            if not message.get("more_body", False):
+                break
 
-        async def tracking_send(message):
-            nonlocal started
-            if message["type"] == "http.response.start":
-                started = True
-            await send(message)
+        async def replay():
+            return messages.pop(0) if messages else await receive()
 
-        try:
-            await self.app(scope, counted_receive, tracking_send)
-        except BodyTooLarge:
-            if not started:
-                await _too_large(send, seen, self.limit)
+        await self.app(scope, replay, send)
 
 
 async def _too_large(send, size: int, limit: int) -> None:

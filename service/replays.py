@@ -262,7 +262,7 @@ def verify_all(request: Request, key: Operator) -> dict:
     return _differences(services(request).engine.verify())
 
 
-@router.post("/conversations/{conversation_id}/verify", tags=["replays"])
+@router.post("/conversations/{conversation_id:path}/verify", tags=["replays"])
 def verify_conversation(request: Request, key: Admin,
                         conversation_id: str = Path(min_length=1, max_length=200)) -> dict:
     """Verify one conversation of the key's tenant: its projection is what its events fold to (admin keys)."""

@@ -12,17 +12,21 @@ event loop.
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
+import json
 import re
 import time
 from datetime import datetime
 from functools import partial
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
+from pydantic import AfterValidator
 
-from memfold.engine.errors import UnknownMessageError, ValidationError
+from memfold.engine.errors import ConversationForgottenError, UnknownMessageError, ValidationError
 from memfold.engine.ids import content_hash
 from memfold.engine.positions import Position
 
@@ -43,21 +47,43 @@ from .schemas import (
     context_body,
 )
 
-CLIENT_ID_KEY = "message_id"  # metadata key recording the caller's message id
+CLIENT_ID_KEY = "memfold.client_id"  # metadata key recording the caller's message id; never shown in metadata
+_LEGACY_CLIENT_ID_KEY = "message_id"  # where memfold before 0.2 recorded it (shown as ``id`` still, not in metadata)
 
 _ERRORS = {401: {"model": ErrorResponse}, 404: {"model": ErrorResponse}, 422: {"model": ErrorResponse},
            429: {"model": ErrorResponse}}
 router = APIRouter(prefix="/v1", responses=_ERRORS)
-ConversationId = Path(min_length=1, max_length=200, description="the conversation, unique within the key's tenant")
 
 
-def event_id_for(tenant_id: str, conversation_id: str, message_id: str) -> str:
-    """Return the log event id of a caller's message id: the same inputs always give the same id.
+def _routable(conversation_id: str) -> str:
+    # An id may hold '/' (sent as is or as %2F): every route ends in a fixed suffix, so the split is clear,
+    # except that a DELETE ending in '/messages/<id>' is a retraction: such a conversation could not be forgotten.
+    if "/messages/" in conversation_id:
+        raise ValueError("a conversation id may contain '/', but not the segment '/messages/' "
+                         "(DELETE .../messages/<id> retracts a message); choose another id")
+    return conversation_id
 
-    Namespaced by tenant and conversation, so two tenants (or conversations)
-    using the same message id never collide, and a retry maps to the stored event.
-    """
+
+# ``{conversation_id:path}`` in every route: the id may contain '/'.
+ConversationId = Path(min_length=1, max_length=200, description="the conversation, unique within the key's tenant "
+                      "(may contain '/', sent as is or percent-encoded, but not the segment '/messages/')")
+ConversationPath = Annotated[str, ConversationId, AfterValidator(_routable)]
+
+
+def legacy_event_id(tenant_id: str, conversation_id: str, message_id: str) -> str:
+    """Return the event id memfold before 0.2 gave a caller's message id (an unkeyed hash): only to find old messages."""
     return "m" + content_hash(tenant_id, conversation_id, message_id, length=31)
+
+
+def event_id_for(engine, tenant_id: str, conversation_id: str, message_id: str) -> str:
+    """Return the log event id of a caller's message id: the same inputs give the same id while the conversation lives.
+
+    An HMAC under the conversation's data key (:meth:`MemoryEngine.keyed_event_id`), not a plain hash:
+    callers' ids may be hashes of the content (remote ingest sends one per line), and an unkeyed id
+    would let anyone holding the log confirm a guess at erased content. Raises
+    :class:`ConversationForgottenError` for a forgotten conversation.
+    """
+    return engine.keyed_event_id(conversation_id, message_id, tenant_id=tenant_id)
 
 
 def existing(request: Request, tenant_id: str, conversation_id: str) -> dict[str, Any]:
@@ -74,11 +100,11 @@ async def me(key: Reader) -> Identity:
     return Identity(key_id=key.key_id, tenant_id=key.tenant_id, role=key.role)
 
 
-@router.post("/conversations/{conversation_id}/messages", response_model=AppendResponse, status_code=201,
+@router.post("/conversations/{conversation_id:path}/messages", response_model=AppendResponse, status_code=201,
              tags=["messages"], responses={409: {"model": ErrorResponse}, 413: {"model": ErrorResponse}})
 async def append_messages(
     request: Request, body: AppendRequest, key: Writer,
-    conversation_id: str = ConversationId,
+    conversation_id: ConversationPath,
     wait: bool = Query(False, description="return once the projection holds the messages (read-your-writes)"),
 ) -> AppendResponse:
     """Append one message or a batch, all or nothing, in order.
@@ -113,7 +139,7 @@ def _validated(engine, tenant: str, conversation_id: str, body: AppendRequest) -
         row = m.model_dump(exclude_none=True, exclude={"id"})
         row.update(conversation_id=conversation_id, tenant_id=tenant)
         if m.id is not None:
-            row["event_id"] = event_id_for(tenant, conversation_id, m.id)
+            row["event_id"] = event_id_for(engine, tenant, conversation_id, m.id)
             row["metadata"] = {**(m.metadata or {}), CLIENT_ID_KEY: m.id}
         events.append(engine.validate(row, line=i + 1))
     return events
@@ -123,40 +149,48 @@ def _validated(engine, tenant: str, conversation_id: str, body: AppendRequest) -
 def list_conversations(
     request: Request, key: Reader, limit: int = Query(100, ge=1, le=1000), offset: int = Query(0, ge=0),
 ) -> ConversationsResponse:
-    """List the tenant's conversations, most recently active first."""
+    """List the tenant's conversations, most recently active first; ``message_count`` leaves retracted messages out."""
     _, rows = services(request).engine.store.query(
-        "SELECT conversation_id, message_count, token_count, first_at, last_at FROM conversations "
-        "WHERE tenant_id = ? AND NOT coalesce(deleted, false) ORDER BY last_at DESC, conversation_id LIMIT ? OFFSET ?",
-        [key.tenant_id, limit, offset],
+        "SELECT c.conversation_id, c.message_count - coalesce(r.retracted, 0), c.token_count, c.first_at, c.last_at "
+        "FROM conversations c LEFT JOIN (SELECT conversation_id, count(*) AS retracted FROM messages "
+        "WHERE tenant_id = ? AND retracted GROUP BY conversation_id) r USING (conversation_id) "
+        "WHERE c.tenant_id = ? AND NOT coalesce(c.deleted, false) ORDER BY c.last_at DESC, c.conversation_id "
+        "LIMIT ? OFFSET ?",
+        [key.tenant_id, key.tenant_id, limit, offset],
     )
     keys = ("conversation_id", "message_count", "token_count", "first_at", "last_at")
     return ConversationsResponse(conversations=[dict(zip(keys, r)) for r in rows])
 
 
-@router.get("/conversations/{conversation_id}/messages", response_model=MessagesResponse, tags=["messages"])
+@router.get("/conversations/{conversation_id:path}/messages", response_model=MessagesResponse, tags=["messages"])
 def list_messages(
-    request: Request, key: Reader, conversation_id: str = ConversationId,
+    request: Request, key: Reader, conversation_id: ConversationPath,
     start: int = Query(0, ge=0, description="first message index (0-based)"),
     limit: int = Query(1000, ge=1, le=10_000),
 ) -> MessagesResponse:
     """Return the stored messages of a conversation, oldest first."""
     existing(request, key.tenant_id, conversation_id)
     records = services(request).engine.store.messages(key.tenant_id, conversation_id, start, start + limit - 1)
-    return MessagesResponse(conversation_id=conversation_id, messages=[
-        {
-            "id": (m.metadata or {}).get(CLIENT_ID_KEY), "event_id": m.event_id, "index": m.index, "seq": m.seq,
+    out = []
+    for m in records:
+        metadata = dict(m.metadata or {})
+        caller_id = metadata.pop(CLIENT_ID_KEY, None)
+        if caller_id is None and _LEGACY_CLIENT_ID_KEY in metadata and m.event_id == legacy_event_id(key.tenant_id, conversation_id,
+                                                                str(metadata.get(_LEGACY_CLIENT_ID_KEY))):
+            caller_id = metadata.pop(_LEGACY_CLIENT_ID_KEY)  # recorded by memfold before 0.2 (not the caller's own key)
+        out.append({
+            "id": caller_id, "event_id": m.event_id, "index": m.index, "seq": m.seq,
             "role": m.role, "content": m.content, "tokens": m.tokens, "occurred_at": m.occurred_at, "name": m.name,
             "model_variant": m.model_variant, "tool_calls": [tc.model_dump() for tc in m.tool_calls],
-            "tool_call_id": m.tool_call_id, "importance": m.importance, "metadata": dict(m.metadata or {}),
-        }
-        for m in records
-    ])
+            "tool_call_id": m.tool_call_id, "importance": m.importance, "metadata": metadata,
+        })
+    return MessagesResponse(conversation_id=conversation_id, messages=out)
 
 
-@router.delete("/conversations/{conversation_id}/messages/{message_id}", tags=["messages"],
+@router.delete("/conversations/{conversation_id:path}/messages/{message_id:path}", tags=["messages"],
                responses={409: {"model": ErrorResponse}})
 def retract_message(
-    request: Request, key: Writer, conversation_id: str = ConversationId,
+    request: Request, key: Writer, conversation_id: ConversationPath,
     message_id: str = Path(min_length=1, max_length=200, description="the message's event_id, or the id it was appended with"),
     reason: str | None = Query(None, max_length=1000, description="recorded on the MessageRetracted event"),
 ) -> dict:
@@ -168,7 +202,11 @@ def retract_message(
     """
     existing(request, key.tenant_id, conversation_id)
     engine = services(request).engine
-    for event_id in (message_id, event_id_for(key.tenant_id, conversation_id, message_id)):
+    try:
+        keyed = event_id_for(engine, key.tenant_id, conversation_id, message_id)
+    except ConversationForgottenError:
+        raise HTTPException(404, f"no conversation {conversation_id!r}") from None  # forgotten since `existing`
+    for event_id in dict.fromkeys((message_id, keyed, legacy_event_id(key.tenant_id, conversation_id, message_id))):
         try:
             position = engine.retract(conversation_id, event_id, tenant_id=key.tenant_id, reason=reason)
         except UnknownMessageError:
@@ -179,9 +217,9 @@ def retract_message(
     raise HTTPException(404, f"no message {message_id!r} in conversation {conversation_id!r}")
 
 
-@router.get("/conversations/{conversation_id}/context", response_model=ContextResponse, tags=["context"])
+@router.get("/conversations/{conversation_id:path}/context", response_model=ContextResponse, tags=["context"])
 async def get_context(
-    request: Request, key: Reader, conversation_id: str = ConversationId,
+    request: Request, key: Reader, conversation_id: ConversationPath,
     budget: int | None = Query(None, ge=1, description="token budget (default: no limit)"),
     policy: str | None = Query(None, description="policy to read (default: the tenant's)"),
     query: str | None = Query(None, max_length=10_000,
@@ -236,22 +274,48 @@ def _render_context(request: Request, tenant: str, conversation_id: str, budget:
     return context_body(conversation_id, name, budget, messages)
 
 
-@router.delete("/conversations/{conversation_id}", tags=["conversations"])
+@router.delete("/conversations/{conversation_id:path}", tags=["conversations"],
+               responses={503: {"model": ErrorResponse}})
 def forget_conversation(
-    request: Request, key: Forgetter, conversation_id: str = ConversationId,
+    request: Request, key: Forgetter, conversation_id: ConversationPath,
     reason: str | None = Query(None, max_length=1000, description="recorded on the ConversationDeleted event"),
 ) -> dict:
     """Erase a conversation (admin keys): its rows go, its data key is destroyed, so the log's copy is unreadable.
 
     Returns once the projection no longer holds it. The deletion itself is
     an event, so the audit trail keeps that the conversation existed.
+    Idempotent: forgetting a forgotten conversation again answers 200 and
+    finishes any erasure the first call could not (503 with Retry-After
+    while something still cannot be removed); 404 only for an id this
+    tenant never had.
     """
-    existing(request, key.tenant_id, conversation_id)
-    position = services(request).engine.forget(conversation_id, tenant_id=key.tenant_id, reason=reason)
+    engine = services(request).engine
+    if engine.audit(conversation_id, tenant_id=key.tenant_id)["conversation"]["status"] == "unknown":
+        raise HTTPException(404, f"no conversation {conversation_id!r}")
+    position = engine.forget(conversation_id, tenant_id=key.tenant_id, reason=reason)
     services(request).contexts.bump([position])
     services(request).contexts.deleted([(key.tenant_id, conversation_id)])  # the projector's word may come later
     return {"conversation_id": conversation_id, "forgotten": True, "partition": position.partition,
             "offset": position.offset}
+
+
+@router.post("/conversations/{conversation_id:path}/reopen", tags=["conversations"],
+             responses={409: {"model": ErrorResponse}})
+def reopen_conversation(request: Request, key: Forgetter, conversation_id: ConversationPath) -> dict:
+    """Accept appends again to a forgotten conversation (admin keys): it starts empty, under a new data key.
+
+    Its erased history stays erased. Until it is reopened, an append to a
+    forgotten conversation answers 410 Gone.
+    """
+    engine = services(request).engine
+    if engine.audit(conversation_id, tenant_id=key.tenant_id)["conversation"]["status"] == "unknown":
+        raise HTTPException(404, f"no conversation {conversation_id!r}")
+    done = engine.reopen(conversation_id, tenant_id=key.tenant_id)
+    services(request).contexts.deleted([(key.tenant_id, conversation_id)])  # known again once something is projected
+    answer: dict[str, Any] = {"conversation_id": conversation_id, "reopened": True}
+    if isinstance(done, Position):
+        answer.update(partition=done.partition, offset=done.offset)
+    return answer
 
 
 def _point(as_of: str | None) -> Position | datetime | None:
@@ -271,26 +335,34 @@ def _point(as_of: str | None) -> Position | datetime | None:
     return when
 
 
-@router.get("/conversations/{conversation_id}/summaries", tags=["memory"])
+@router.get("/conversations/{conversation_id:path}/summaries", tags=["memory"])
 def list_summaries(
-    request: Request, key: Reader, conversation_id: str = ConversationId, policy: str | None = Query(None),
+    request: Request, key: Reader, conversation_id: ConversationPath, policy: str | None = Query(None),
 ) -> dict:
     """Return every summary request of the conversation with its outcome and lineage, oldest first."""
     existing(request, key.tenant_id, conversation_id)
     rows = services(request).engine.summaries(conversation_id, tenant_id=key.tenant_id, policy=policy)
-    return {"conversation_id": conversation_id, "summaries": rows}
+    return {"conversation_id": conversation_id, "summaries": [_decoded(row) for row in rows]}
 
 
-@router.get("/conversations/{conversation_id}/facts", tags=["memory"])
-def list_facts(request: Request, key: Reader, conversation_id: str = ConversationId) -> dict:
+def _decoded(row: dict[str, Any]) -> dict[str, Any]:
+    """Return a summary row with its JSON column (``facts``) as JSON, not a string holding JSON."""
+    facts = row.get("facts")
+    if isinstance(facts, str):
+        row = {**row, "facts": json.loads(facts) if facts else []}
+    return row
+
+
+@router.get("/conversations/{conversation_id:path}/facts", tags=["memory"])
+def list_facts(request: Request, key: Reader, conversation_id: ConversationPath) -> dict:
     """Return every fact memory held, bi-temporal: when it was stated, learned, changed (superseded) and retired."""
     existing(request, key.tenant_id, conversation_id)
     trail = services(request).engine.audit(conversation_id, tenant_id=key.tenant_id)
     return {"conversation_id": conversation_id, "facts": trail["facts"]}
 
 
-@router.get("/conversations/{conversation_id}/audit", tags=["memory"])
-def get_audit(request: Request, key: Reader, conversation_id: str = ConversationId) -> dict:
+@router.get("/conversations/{conversation_id:path}/audit", tags=["memory"])
+def get_audit(request: Request, key: Reader, conversation_id: ConversationPath) -> dict:
     """Return how the conversation's memory evolved: summary versions with lineage, facts, settings, erasure.
 
     An erased conversation still answers here (it existed, and when it was
@@ -304,19 +376,26 @@ def get_audit(request: Request, key: Reader, conversation_id: str = Conversation
 
 @router.post("/search", response_model=SearchResponse, tags=["memory"])
 def search(request: Request, body: SearchRequest, key: Reader) -> SearchResponse:
-    """Return the tenant's messages best matching ``query`` (BM25 per conversation, merged by score).
+    """Return the tenant's messages best matching ``query`` (BM25 per conversation, merged by score), a page at a time.
 
-    Searches the listed conversations (unknown ids are skipped, exactly like
-    another tenant's), else the most recently active ones.
+    Searches the listed ``conversation_ids`` (unknown ids are skipped, exactly
+    like another tenant's), else one page of the tenant's conversations in
+    id order: ``conversations`` of them after ``cursor``. ``next_cursor``
+    names the next page (null after the last), so walking the pages reaches
+    every conversation, including those created meanwhile with later ids.
     """
     engine = services(request).engine
+    next_cursor = None
     if body.conversation_ids:
         ids = body.conversation_ids
     else:
+        after = _after(body.cursor)
         _, rows = engine.store.query(
             "SELECT conversation_id FROM conversations WHERE tenant_id = ? AND NOT coalesce(deleted, false) "
-            "ORDER BY last_at DESC LIMIT ?", [key.tenant_id, body.conversations])
-        ids = [r[0] for r in rows]
+            "AND conversation_id > ? ORDER BY conversation_id LIMIT ?", [key.tenant_id, after, body.conversations + 1])
+        ids = [r[0] for r in rows[: body.conversations]]
+        if len(rows) > body.conversations:
+            next_cursor = _cursor(ids[-1])
     hits = []
     for conversation_id in dict.fromkeys(ids):
         if engine.store.conversation(key.tenant_id, conversation_id) is None:
@@ -326,19 +405,37 @@ def search(request: Request, body: SearchRequest, key: Reader) -> SearchResponse
         found = {m.index: m for m in engine.projector.search.messages_at(index_key, sorted(h.idx for h in ranked))}
         hits += [(h.score, conversation_id, found[h.idx]) for h in ranked if h.idx in found]
     hits.sort(key=lambda h: -h[0])
-    return SearchResponse(query=body.query, hits=[
+    return SearchResponse(query=body.query, next_cursor=next_cursor, conversations=len(ids), hits=[
         {"conversation_id": c, "index": m.index, "role": m.role, "content": m.content, "occurred_at": m.occurred_at,
          "score": round(score, 4)}
         for score, c, m in hits[: body.limit]
     ])
 
 
-@router.post("/sql", response_model=SqlResponse, tags=["analytics"], responses={403: {"model": ErrorResponse}})
+def _cursor(conversation_id: str) -> str:
+    return base64.urlsafe_b64encode(conversation_id.encode("utf-8")).decode("ascii").rstrip("=")
+
+
+def _after(cursor: str | None) -> str:
+    """Return the conversation id a search cursor continues after ('' for the first page)."""
+    if cursor is None:
+        return ""
+    try:
+        return base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        raise ValidationError("cursor is not one this service gave: pass a search answer's next_cursor unchanged",
+                              field="cursor") from None
+
+
+@router.post("/sql", response_model=SqlResponse, tags=["analytics"],
+             responses={403: {"model": ErrorResponse}, 408: {"model": ErrorResponse}})
 def run_sql(request: Request, body: SqlRequest, key: Admin) -> SqlResponse:
     """Run one read-only statement over the tenant's tables (conversations, messages, summaries, facts, events)."""
     from .sql import run_tenant_sql
 
     engine = services(request).engine
     remote = getattr(engine, "tenant_sql", None)  # the fold process's store (fold_process.RemoteEngine)
-    columns, rows, truncated = (remote or partial(run_tenant_sql, engine.store))(key.tenant_id, body.query, body.limit)
+    timeout = services(request).limits.sql_timeout_s
+    columns, rows, truncated = (remote or partial(run_tenant_sql, engine.store))(key.tenant_id, body.query, body.limit,
+                                                                                timeout)
     return SqlResponse(columns=columns, rows=rows, truncated=truncated)

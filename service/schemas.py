@@ -128,12 +128,15 @@ class ConversationsResponse(BaseModel):
 
 
 class SearchRequest(_Body):
-    """A query over the tenant's conversations: the listed ones, else the most recently active."""
+    """A query over the tenant's conversations: the listed ones, else one page of all of them (see ``cursor``)."""
 
     query: str = Field(min_length=1, max_length=10_000)
-    conversation_ids: list[str] | None = Field(None, min_length=1, max_length=100)
-    conversations: int = Field(20, ge=1, le=100, description="how many recent conversations to search when none are listed")
-    limit: int = Field(10, ge=1, le=100)
+    conversation_ids: list[str] | None = Field(None, min_length=1, max_length=100,
+                                               description="search only these (unknown ids are skipped); no paging")
+    conversations: int = Field(20, ge=1, le=100, description="page size: how many conversations one page searches "
+                               "when none are listed (in conversation id order)")
+    cursor: str | None = Field(None, max_length=1000, description="the previous answer's next_cursor, for the next page")
+    limit: int = Field(10, ge=1, le=100, description="the most hits one page answers")
 
 
 class SearchHit(BaseModel):
@@ -150,6 +153,8 @@ class SearchHit(BaseModel):
 class SearchResponse(BaseModel):
     query: str
     hits: list[SearchHit]
+    conversations: int = Field(description="how many conversations this page searched")
+    next_cursor: str | None = Field(description="send it as ``cursor`` for the next page; null after the last page")
 
 
 class SqlRequest(_Body):
