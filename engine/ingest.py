@@ -1,37 +1,48 @@
-"""Bulk ingestion of JSONL files: one message per line; bad lines reported and skipped; re-runs store nothing twice.
+"""Bulk ingestion of JSONL input: one message per line; bad lines reported and skipped; re-runs store nothing twice.
 
-Idempotence comes from derived ids. A line without an ``event_id`` gets
-``source(12 hex) + line number(8 hex) + line hash(12 hex)``, where the source
-is the file's name (or ``--source KEY``). So:
+The input is read once, front to back, and never probed: a regular file, a
+pipe, ``/dev/stdin`` or a process substitution are all read the same way.
 
-- re-running the same file, or resuming a killed ingest, finds every stored
+Idempotence comes from keyed ids. A line without an ``event_id`` is named
+by :func:`line_key` (its source, its stripped bytes and how many earlier
+lines of the source had the same bytes), and its event id is that key under
+its conversation's data key (``MemoryEngine.keyed_event_id``). So:
+
+- re-running the same input, or resuming a killed ingest, finds every stored
   line's id in the log and stores it no second time (counted as a duplicate);
-- a new line, or the same text on another line or in another source, gets a
-  new id: a user who says "ok" twice keeps both messages;
-- a line that was fixed after being rejected has new bytes, hence a new id.
+- deleting or inserting other lines (a rejected line taken out) changes no
+  other line's id;
+- the same text said twice in a source gets two ids: a user who says "ok"
+  twice keeps both messages; the same text in another source is new input;
+- a line that was fixed after being rejected has new bytes, hence a new id;
+- an id tells nothing of the line's content once its conversation is forgotten.
 
 A line with its own ``event_id`` keeps it; if the log holds that id with
-different content the line is a *conflict*: reported, not stored.
+different content the line is a *conflict*: reported, not stored. A line
+naming a forgotten conversation is rejected (``reopen`` it first).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
+import stat
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from .errors import EventConflictError, InputFileError, MemfoldError, ValidationError
-from .events import MessageAppended, same_message
-from .ids import content_hash
+from .events import MessageAppended, replaced, same_message
 from .positions import Position
 
 # A line longer than this is rejected without being parsed: content is
 # limited in characters (<= 4 bytes each), metadata and tool calls add at most this much.
 EXTRA_LINE_BYTES = 2 * 1024 * 1024
-_FIND_CHUNK = 5000
+_SKIP_CHUNK = 64 * 1024  # an over-long line is passed over this many bytes at a time, never held whole
+_UNNAMED = "unnamed"  # the id a line is validated under before its keyed id is known
 
 
 @dataclass(frozen=True)
@@ -53,8 +64,8 @@ class IngestReport:
     ``accepted``: messages this run stored; ``duplicates``: lines whose
     message the log already held (stored by an earlier run); ``rejected``:
     lines not stored, conflicts included; ``resumed_after``: with ``resume``,
-    the last line the log already held (lines it held were skipped unread and
-    counted as duplicates); ``stopped``: why the run ended before
+    the last line the log already held (0 when it held none; the lines it held
+    are counted as duplicates); ``stopped``: why the run ended before
     the end of the file (``strict`` or the log failing), else ``None``.
     """
 
@@ -94,15 +105,6 @@ def line_key(source: str, text: bytes, occurrence: int) -> str:
     return "ln-" + digest.hexdigest()
 
 
-def line_id(source_key: str, line_no: int, text: bytes) -> str:
-    """Return the derived event id of line ``line_no`` (1-based) with stripped bytes ``text`` of a source.
-
-    Ids of one source sort by line number, so the log's id index grows at one
-    place per file instead of taking random page writes.
-    """
-    return f"{source_key}{line_no:08x}{hashlib.blake2b(text, digest_size=6).hexdigest()}"
-
-
 def ingest_file(
     engine: Any,
     path: Path,
@@ -115,49 +117,64 @@ def ingest_file(
 ) -> IngestReport:
     """Append every valid line of ``path`` in batches; return an :class:`IngestReport`.
 
-    1. Check the file can be read (else :class:`InputFileError`, nothing read).
-    2. With ``resume``, ask the log which lines it holds and skip them
-       unread (counted as duplicates). Every other line is read: a Kafka
-       batch cut by a crash may have stored some of its lines and not others,
-       so "after the last stored line" would lose the rest; lines rejected
-       by the run that stopped are reported again.
-    3. Parse and validate each line; a bad line is reported with its number
-       and field and skipped (``strict``: the ingest stops there, nothing after
-       it is written). Nothing a line contains can raise out of here.
+    ``path`` may be a regular file or a stream (a pipe, ``/dev/stdin``, a
+    process substitution): it is read once, in order, and nothing of it is
+    read before step 2. ``source`` names the input in its lines' keys
+    (default: the file's name).
+
+    1. Check the path can be opened for reading (else :class:`InputFileError`, nothing read).
+    2. Read line by line, at most the line limit at a time: a longer line is
+       passed over in chunks (never held whole) and rejected.
+    3. Parse and validate each line and give it its id (:func:`line_key`
+       under the conversation's data key, or the line's own ``event_id``); a
+       bad line is reported with its number and field and skipped
+       (``strict``: the ingest stops there, nothing after it is written).
+       Nothing a line contains can raise out of here.
     4. Append valid lines in batches, each atomically: lines already in the
        log are duplicates, an explicit ``event_id`` held with other content a
        conflict. If the log fails, the run stops and says from which line to
        resume; lines of earlier batches stay stored.
+
+    ``resume`` changes what is stored in no way (every run stores only the
+    lines the log lacks, whichever lines a cut Kafka batch kept); it reports
+    the last line the log already held as ``resumed_after``.
     """
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 
     check_readable(path)
     report = IngestReport()
     started = time.perf_counter()
-    key = content_hash(source or path.name, length=12)
+    source_name = source or path.name
     max_line = 4 * engine.settings.max_message_chars + EXTRA_LINE_BYTES
-    stored: set[int] = set()
-    if resume:
-        stored = _stored_lines(engine, path, key)
-        report.resumed_after = max(stored, default=0)
+    seen: dict[bytes, int] = {}  # digest of a line's bytes -> how many lines had them so far
     batch: list[tuple[int, MessageAppended, bool]] = []  # (line, event, id given by the line)
+    if resume:
+        report.resumed_after = 0
 
     columns = (TextColumn("ingesting"), BarColumn(), TransferSpeedColumn(), TimeRemainingColumn())
-    with Progress(*columns, disable=not progress, transient=True) as bar, path.open("rb") as fh:
-        task = bar.add_task("ingest", total=path.stat().st_size)
-        for line_no, raw in enumerate(fh, start=1):
-            bar.advance(task, len(raw))
+    try:
+        fh = path.open("rb")
+    except OSError as exc:
+        raise InputFileError(f"{path} cannot be read: {exc.strerror or exc}") from exc
+    with Progress(*columns, disable=not progress, transient=True) as bar, fh:
+        info = os.fstat(fh.fileno())
+        # A pipe has no size: the bar then shows bytes read and speed, no fraction.
+        task = bar.add_task("ingest", total=info.st_size if stat.S_ISREG(info.st_mode) else None)
+        for line_no, (size, raw) in enumerate(_bounded_lines(fh, max_line), start=1):
+            bar.advance(task, size)
             report.lines = line_no
-            text = raw.strip()
-            if not text:
-                continue
-            if line_no in stored:
-                report.duplicates += 1
-                continue
-            if len(text) > max_line:
-                rejection = Rejection(line_no, f"line is {len(text)} bytes; the limit is {max_line}")
+            if raw is None:
+                rejection: Rejection | None = Rejection(line_no, f"line is {size} bytes; the limit is {max_line}")
             else:
-                rejection = _parse(engine, text, line_no, key, batch)
+                text = raw.strip()
+                if not text:
+                    continue
+                digest = hashlib.blake2b(text, digest_size=16).digest()
+                occurrence = seen[digest] = seen.get(digest, 0) + 1
+                if len(text) > max_line:
+                    rejection = Rejection(line_no, f"line is {len(text)} bytes; the limit is {max_line}")
+                else:
+                    rejection = _parse(engine, text, line_no, line_key(source_name, text, occurrence), batch)
             if rejection is not None:
                 report.rejected.append(rejection)
                 if strict:
@@ -172,33 +189,61 @@ def ingest_file(
 
 
 def check_readable(path: Path) -> None:
-    """Raise :class:`InputFileError` unless ``path`` is a file this process can read."""
+    """Raise :class:`InputFileError` unless ``path`` is a file or stream this process may read.
+
+    Reads nothing: a byte taken from a pipe to test it would be lost to the ingest.
+    """
     if not path.exists():
         raise InputFileError(f"{path}: no such file; give the path of a JSONL file (one message per line)")
     if path.is_dir():
         raise InputFileError(f"{path} is a directory; give the path of a JSONL file (one message per line)")
-    try:
-        with path.open("rb") as fh:
-            fh.read(1)
-    except OSError as exc:
-        raise InputFileError(f"{path} cannot be read: {exc.strerror or exc}") from exc
+    if not os.access(path, os.R_OK):
+        raise InputFileError(f"{path} cannot be read: permission denied")
+
+
+def _bounded_lines(fh: BinaryIO, limit: int) -> Iterator[tuple[int, bytes | None]]:
+    """Yield ``(bytes, line)`` for each line of ``fh``; ``line`` is None when it holds more than ``limit`` bytes.
+
+    At most ``limit`` + 1 bytes of a line are held: the rest of a longer one
+    is read and dropped in chunks, so memory stays bounded whatever the input.
+    """
+    while raw := fh.readline(limit + 1):
+        if len(raw) <= limit or raw.endswith(b"\n"):
+            yield len(raw), raw
+            continue
+        size = len(raw)
+        del raw
+        while chunk := fh.readline(_SKIP_CHUNK):
+            size += len(chunk)
+            if chunk.endswith(b"\n"):
+                break
+        yield size, None
 
 
 def _parse(engine, text: bytes, line_no: int, key: str, batch: list) -> Rejection | None:
-    """Validate one line and add it to ``batch``; return the :class:`Rejection` if it is bad. Never raises."""
+    """Validate one line, name it, and add it to ``batch``; return the :class:`Rejection` if it is bad. Never raises.
+
+    ``key`` is the line's :func:`line_key`; a line without its own
+    ``event_id`` gets ``engine.keyed_event_id`` of it, which also refuses a
+    forgotten conversation.
+    """
     try:
         obj = json.loads(text)
     except RecursionError:
         return Rejection(line_no, "not valid JSON: nested too deeply")
     except (ValueError, UnicodeDecodeError) as exc:
         return Rejection(line_no, f"not valid JSON ({exc})")
+    given = isinstance(obj, dict) and obj.get("event_id") is not None
     try:
-        event = engine.validate(obj, line=line_no, event_id=line_id(key, line_no, text))
+        event = engine.validate(obj, line=line_no, event_id=_UNNAMED)
+        if not given:
+            event = replaced(event, event_id=engine.keyed_event_id(
+                event.conversation_id, key, tenant_id=event.tenant_id))
     except ValidationError as exc:
         return Rejection(line_no, str(exc).removeprefix(f"line {line_no}: "), exc.field)
     except Exception as exc:  # a validation bug must cost this line only, and say so
         return Rejection(line_no, f"could not be validated ({type(exc).__name__}: {exc})")
-    batch.append((line_no, event, isinstance(obj, dict) and obj.get("event_id") is not None))
+    batch.append((line_no, event, given))
     return None
 
 
@@ -232,6 +277,8 @@ def _flush(engine, batch: list[tuple[int, MessageAppended, bool]], report: Inges
                 new.append((line_no, event))
             elif same_message(earlier, event):
                 report.duplicates += 1
+                if report.resumed_after is not None and event.event_id in stored:
+                    report.resumed_after = max(report.resumed_after, line_no)
             else:
                 conflict = EventConflictError(
                     f"event_id {event.event_id!r} is already stored with different content; "
@@ -272,37 +319,3 @@ def _append(engine, new: list[tuple[int, MessageAppended]], report: IngestReport
             report.rejected.append(Rejection(line_no, f"could not be stored: {exc}"))
         except Exception as exc:
             report.rejected.append(Rejection(line_no, f"could not be stored ({type(exc).__name__}: {exc})"))
-
-
-def _stored_lines(engine, path: Path, key: str) -> set[int]:
-    """Return the numbers of the lines of ``path`` whose message the log holds."""
-    stored: set[int] = set()
-    pending: list[tuple[str, int]] = []
-
-    def check() -> None:
-        found = engine.log.find([event_id for event_id, _ in pending])
-        stored.update(line_no for event_id, line_no in pending if event_id in found)
-        pending.clear()
-
-    with path.open("rb") as fh:
-        for line_no, raw in enumerate(fh, start=1):
-            text = raw.strip()
-            if not text:
-                continue
-            pending.append((_given_id(text) or line_id(key, line_no, text), line_no))
-            if len(pending) >= _FIND_CHUNK:
-                check()
-    if pending:
-        check()
-    return stored
-
-
-def _given_id(text: bytes) -> str | None:
-    if b'"event_id"' not in text:
-        return None
-    try:
-        obj = json.loads(text)
-    except (ValueError, UnicodeDecodeError, RecursionError):
-        return None
-    given = obj.get("event_id") if isinstance(obj, dict) else None
-    return given if isinstance(given, str) else None

@@ -9,8 +9,7 @@ import pytest
 
 from memfold.engine.engine import MemoryEngine
 from memfold.engine.errors import AppendFailedError, EventConflictError, InputFileError, ValidationError
-from memfold.engine.ids import content_hash
-from memfold.engine.ingest import ingest_file, line_id
+from memfold.engine.ingest import ingest_file, line_key
 from memfold.engine.settings import Settings
 
 
@@ -186,17 +185,52 @@ def test_a_failing_log_stops_the_ingest_and_resume_continues_where_the_log_says(
     assert sorted(e.payload.content for e in stored(engine)) == sorted(f"m{i}" for i in range(20) if i != 2)
 
 
+def line_event_id(engine, source: str, line: str, occurrence: int = 1) -> str:
+    obj = json.loads(line)
+    key = line_key(source, line.encode(), occurrence)
+    return engine.keyed_event_id(obj["conversation_id"], key, tenant_id=obj.get("tenant_id", "default"))
+
+
 def test_resume_stores_the_lines_a_cut_batch_left_out(engine, tmp_path):
     # A Kafka batch cut by a crash may keep some of its lines and not others (no atomic batches there).
     lines = [msg(f"m{i}", conversation=f"c{i % 3}") for i in range(12)]
     path = write(tmp_path / "in.jsonl", lines)
-    key = content_hash(path.name, length=12)
-    partial = [engine.validate(json.loads(lines[n - 1]), event_id=line_id(key, n, lines[n - 1].encode()))
+    partial = [engine.validate(json.loads(lines[n - 1]), event_id=line_event_id(engine, path.name, lines[n - 1]))
                for n in (1, 2, 3, 4, 6, 9)]
     engine.append_events(partial)
     resumed = ingest_file(engine, path, progress=False, resume=True)
     assert (resumed.resumed_after, resumed.duplicates, resumed.accepted) == (9, 6, 6)
     assert sorted(e.payload.content for e in stored(engine)) == sorted(f"m{i}" for i in range(12))
+
+
+def test_deleting_a_rejected_line_and_rerunning_stores_nothing_twice(engine, tmp_path):
+    lines = [msg(f"m{i}") for i in range(10)]
+    lines.insert(2, '{"conversation_id": "c1", "role": "robot", "content": "bad"}')
+    lines.insert(6, msg("ok"))
+    lines.append(msg("ok"))
+    path = write(tmp_path / "in.jsonl", lines)
+    first = ingest_file(engine, path, progress=False)
+    assert (first.accepted, [r.line for r in first.rejected]) == (12, [3])
+    del lines[2]  # the user takes the bad line out: every later line moves up one
+    write(path, lines)
+    again = ingest_file(engine, path, progress=False)
+    assert (again.accepted, again.duplicates, again.rejected) == (0, 12, [])
+    contents = [e.payload.content for e in stored(engine)]
+    assert sorted(contents) == sorted([f"m{i}" for i in range(10)] + ["ok", "ok"])
+
+
+def test_an_ingest_id_is_keyed_and_carries_no_content(engine, tmp_path):
+    line = msg("my card PIN is 4831")
+    path = write(tmp_path / "in.jsonl", [line])
+    assert ingest_file(engine, path, progress=False).accepted == 1
+    [event] = stored(engine)
+    assert event.event_id == line_event_id(engine, "in.jsonl", line)
+    # Not a function of the line alone: the same line in another data dir (another key) gets another id.
+    with MemoryEngine(Settings.load(None, data_dir=tmp_path / "other"), role="client") as other:
+        assert ingest_file(other, path, progress=False).accepted == 1
+        [elsewhere] = stored(other)
+    assert elsewhere.event_id != event.event_id
+    assert "4831" not in event.event_id and len(event.event_id) == 32
 
 
 def test_an_event_the_log_cannot_store_costs_only_its_line(engine, tmp_path):

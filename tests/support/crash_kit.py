@@ -28,8 +28,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from memfold.engine.engine import MemoryEngine
-from memfold.engine.ids import content_hash
-from memfold.engine.ingest import line_id
+from memfold.engine.ingest import line_key
 from memfold.engine.settings import Settings
 from memfold.projections.store import DuckDBProjectionStore
 
@@ -59,8 +58,8 @@ def _env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("MEMFOLD_")}
 
 
-def write_input(path: Path, lines: int, conversations: int, seed: int) -> list[str]:
-    """Write a JSONL file of ``lines`` messages over ``conversations``; return the derived id of each line."""
+def write_input(path: Path, lines: int, conversations: int, seed: int) -> None:
+    """Write a JSONL file of ``lines`` messages over ``conversations`` (each line different)."""
     rnd = random.Random(seed)
     texts = []
     for n in range(lines):
@@ -72,8 +71,16 @@ def write_input(path: Path, lines: int, conversations: int, seed: int) -> list[s
         texts.append(json.dumps({"conversation_id": f"conv-{c}", "tenant_id": "acme", "role": role,
                                  "content": content, "ts": (T0 + timedelta(seconds=n)).isoformat()}))
     path.write_text("\n".join(texts) + "\n")
-    key = content_hash(path.name, length=12)
-    return [line_id(key, n, text.encode()) for n, text in enumerate(texts, start=1)]
+
+
+def expected_ids(path: Path, data_dir: Path, **log) -> list[str]:
+    """Return the event id ingest gives each line of ``path``: its key under its conversation's data key."""
+    texts = path.read_text().splitlines()
+    assert len(set(texts)) == len(texts)  # each line its first occurrence
+    with MemoryEngine(_settings(data_dir, **log), role="client") as engine:
+        return [engine.keyed_event_id(obj["conversation_id"], line_key(path.name, text.encode(), 1),
+                                      tenant_id=obj["tenant_id"])
+                for text in texts for obj in [json.loads(text)]]
 
 
 class Child:
@@ -186,7 +193,7 @@ def embedded_trial(root: Path, rnd: random.Random, phase: str, lines: int = 600,
     summarizer worker or the folds of its outcomes.
     """
     data, path = root / "data", root / "in.jsonl"
-    expected = write_input(path, lines, conversations, seed=rnd.randrange(1 << 30))
+    write_input(path, lines, conversations, seed=rnd.randrange(1 << 30))
     batch = rnd.choice([25, 50, 100])
     child = Child([sys.executable, str(CHILD), str(data), str(path), str(batch)])
     if phase == "ingest":
@@ -199,7 +206,7 @@ def embedded_trial(root: Path, rnd: random.Random, phase: str, lines: int = 600,
     result = TrialResult(f"embedded-{phase}", killed=child.kill())
     acked = child.acked()
     _run([MEMFOLD, "--data-dir", str(data), "ingest", str(path), "--resume", "--quiet"])  # README: restart
-    check_log(result, stored_events(data), acked, expected)
+    check_log(result, stored_events(data), acked, expected_ids(path, data))
     compare(result, dump(data), rebuilt_dump(data, root / "rebuilt"))
     return result
 
@@ -213,7 +220,7 @@ KILL_WINDOWS = ((0.2, 0.9), (0.1, 0.4), (0.02, 0.15))
 def projector_trial(root: Path, rnd: random.Random, lines: int = 600, conversations: int = 6) -> TrialResult:
     """Kill ``memfold rebuild`` (the projector folding the whole log) at a random moment; restart it; check."""
     data, path = root / "data", root / "in.jsonl"
-    expected = write_input(path, lines, conversations, seed=rnd.randrange(1 << 30))
+    write_input(path, lines, conversations, seed=rnd.randrange(1 << 30))
     _run([MEMFOLD, "--data-dir", str(data), "ingest", str(path), "--quiet"])
     started = time.monotonic()
     _run([MEMFOLD, "--data-dir", str(data), "rebuild"])
@@ -226,7 +233,7 @@ def projector_trial(root: Path, rnd: random.Random, lines: int = 600, conversati
             break
     result = TrialResult("embedded-projector", killed=killed)
     _run([MEMFOLD, "--data-dir", str(data), "rebuild"])  # README: run it again
-    check_log(result, stored_events(data), [], expected)
+    check_log(result, stored_events(data), [], expected_ids(path, data))
     compare(result, dump(data), rebuilt_dump(data, root / "rebuilt"))
     return result
 
@@ -241,7 +248,7 @@ def replay_trial(root: Path, rnd: random.Random, lines: int = 600, conversations
     from support.worker_kit import projection
 
     data, path = root / "data", root / "in.jsonl"
-    expected = write_input(path, lines, conversations, seed=rnd.randrange(1 << 30))
+    write_input(path, lines, conversations, seed=rnd.randrange(1 << 30))
     _run([MEMFOLD, "--data-dir", str(data), "ingest", str(path), "--quiet"])
     live, events = dump(data), stored_events(data)
     knobs = ["--set", "sliding_window.rolling_window_size=6", "--set", "sliding_window.summarize_after_seq=2",
@@ -257,7 +264,7 @@ def replay_trial(root: Path, rnd: random.Random, lines: int = 600, conversations
     result.notes.append(again.stdout.strip())
     got, want = projection(data / "replays" / "cut" / "projections.duckdb"), projection(data / "replays" / "ref" / "projections.duckdb")
     compare(result, got, want)
-    check_log(result, stored_events(data), [], expected)
+    check_log(result, stored_events(data), [], expected_ids(path, data))
     if stored_events(data) != events or dump(data) != live:
         result.differs = True
         result.notes.append("the live log or projection changed")
@@ -289,7 +296,7 @@ def kafka_ingest_trial(root: Path, rnd: random.Random, bootstrap: str, lines: in
     topic = f"memfold.crash.{rnd.randrange(1 << 40):010x}.{uuid.uuid4().hex[:8]}"
     log = {"log": f"kafka://{bootstrap}", "topic": topic}
     data, path = root / "client", root / "in.jsonl"
-    expected = write_input(path, lines, conversations, seed=rnd.randrange(1 << 30))
+    write_input(path, lines, conversations, seed=rnd.randrange(1 << 30))
     batch = rnd.choice([20, 40])
     child = Child([sys.executable, str(CHILD), str(data), str(path), str(batch), log["log"], topic])
     # The client ends as soon as its last batch is acked (nothing to wait for, unlike embedded mode): on a
@@ -302,7 +309,7 @@ def kafka_ingest_trial(root: Path, rnd: random.Random, bootstrap: str, lines: in
     acked = child.acked()
     _run_env([MEMFOLD, "--data-dir", str(data), "--log", log["log"], "ingest", str(path), "--resume", "--quiet"],
              {"MEMFOLD_TOPIC": topic})  # README: restart
-    check_log(result, stored_events(data, **log), acked, expected)
+    check_log(result, stored_events(data, **log), acked, expected_ids(path, data, **log))
     result.notes.append(f"topic {topic}")
     return result
 
