@@ -188,6 +188,30 @@ def ingest_file(
     return report
 
 
+def line_event_ids(engine: Any, path: Path, *, source: str | None = None) -> dict[int, str]:
+    """Return, per line number, the event id :func:`ingest_file` gives each line of ``path`` that is a valid message.
+
+    Blank and invalid lines are absent. Reads ``path`` once and writes
+    nothing (it may create a conversation's data key, as ingesting would).
+    """
+    check_readable(path)
+    source_name = source or path.name
+    max_line = 4 * engine.settings.max_message_chars + EXTRA_LINE_BYTES
+    seen: dict[bytes, int] = {}
+    ids: dict[int, str] = {}
+    with path.open("rb") as fh:
+        for line_no, (_size, raw) in enumerate(_bounded_lines(fh, max_line), start=1):
+            text = raw.strip() if raw is not None else b""
+            if not text:
+                continue
+            digest = hashlib.blake2b(text, digest_size=16).digest()
+            occurrence = seen[digest] = seen.get(digest, 0) + 1
+            batch: list[tuple[int, MessageAppended, bool]] = []
+            if len(text) <= max_line and _parse(engine, text, line_no, line_key(source_name, text, occurrence), batch) is None:
+                ids[line_no] = batch[0][1].event_id
+    return ids
+
+
 def check_readable(path: Path) -> None:
     """Raise :class:`InputFileError` unless ``path`` is a file or stream this process may read.
 

@@ -20,8 +20,7 @@ from hypothesis import strategies as st
 
 from memfold.engine.engine import MemoryEngine
 from memfold.engine.errors import ValidationError
-from memfold.engine.ids import content_hash
-from memfold.engine.ingest import ingest_file, line_id
+from memfold.engine.ingest import ingest_file, line_event_ids
 from memfold.engine.settings import Settings
 from memfold.engine.validation import MESSAGE_KEYS
 
@@ -130,11 +129,11 @@ def test_fuzzed_jsonl_every_line_stored_once_or_reported(engine, tmp_path_factor
 
     report = ingest_file(engine, path, progress=False, batch_size=batch_size, source=source)
 
-    key = content_hash(source, length=12)
-    ids = {n: line_id(key, n, line.strip()) for n, line in enumerate(lines, start=1) if line.strip()}
+    ids = line_event_ids(engine, path, source=source)  # the lines that are messages; the others must be reported
     found = engine.log.find(list(ids.values()))
     rejected = [r.line for r in report.rejected]
     assert len(rejected) == len(set(rejected))
+    assert {n for n, line in enumerate(lines, start=1) if line.strip()} - ids.keys() <= set(rejected)
     for n, event_id in ids.items():
         assert (event_id in found) != (n in rejected), f"line {n}: stored={event_id in found} rejected={n in rejected}"
     assert valid_lines <= {n for n, event_id in ids.items() if event_id in found}
