@@ -18,7 +18,10 @@ conversation (admin keys).
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
+import time
 from typing import Any
 
 from agents.memory.session import SessionABC
@@ -26,6 +29,7 @@ from agents.memory.session import SessionABC
 from memfold.client import AsyncClient, ConflictError, NotFoundError
 
 ITEM_KEY = "agents_item"  # metadata key holding the verbatim item
+log = logging.getLogger("memfold.adapters.agents")
 
 
 def _text(content: Any) -> str:
@@ -57,11 +61,16 @@ def to_message(item: dict[str, Any]) -> dict[str, Any]:
 class MemfoldSession(SessionABC):
     """An Agents SDK session whose items live in the memfold conversation ``session_id``."""
 
-    def __init__(self, session_id: str, client: AsyncClient, *, budget: int | None = 4000):
+    def __init__(self, session_id: str, client: AsyncClient, *, budget: int | None = 4000,
+                 compaction_wait: float = 10.0, compaction_quiet: float = 0.25):
         self.session_id = session_id
         self.client = client
         self.budget = budget
+        self.compaction_wait = compaction_wait
+        self.compaction_quiet = compaction_quiet
         self.compacted = False
+        self.pending_summaries = 0  # what the last run_compaction found still on its way
+        self.memory_ready = False
 
     async def _stored(self) -> list[Any]:
         """Return the stored messages that are items of the session (memfold leaves retracted ones out)."""
@@ -112,7 +121,37 @@ class MemfoldSession(SessionABC):
     async def run_compaction(self, args: dict[str, Any] | None = None) -> None:
         """Let memfold's memory stand in for old items: ``get_items`` returns memory + the verbatim tail from now on.
 
-        memfold summarizes as messages arrive, so nothing is computed here and
-        no model is called; ``args`` (response id, mode) are not needed.
+        memfold summarizes as messages arrive, so no model is called here and
+        ``args`` (response id, mode) are not needed; but a summary the last
+        turn triggered may still be on its way. This waits for pending
+        summaries up to ``compaction_wait`` seconds (the session's setting),
+        (nothing processing, nothing new for ``compaction_quiet`` seconds),
+        then records what it found: ``pending_summaries`` (0 once memory is
+        current) and ``memory_ready`` (memory exists to stand in for old
+        items). When summaries are still pending it logs a warning saying so:
+        ``get_items`` returns the full history until the memory arrives.
         """
         self.compacted = True
+        now = time.monotonic()
+        deadline, quiet_since, last = now + self.compaction_wait, now, None
+        while True:
+            try:
+                rows = await self.client.summaries(self.session_id)
+            except NotFoundError:
+                rows = []
+            self.pending_summaries = sum(1 for r in rows if r.get("status") == "processing")
+            self.memory_ready = any(r.get("status") == "completed" for r in rows)
+            # The request a turn triggers is appended just after the turn is projected: done once nothing is
+            # processing and nothing new has appeared for ``compaction_quiet`` seconds.
+            shape = [(r.get("request_id"), r.get("status")) for r in rows]
+            now = time.monotonic()
+            if shape != last or self.pending_summaries:
+                quiet_since, last = now, shape
+            elif now - quiet_since >= self.compaction_quiet:
+                break
+            if now >= deadline:
+                break
+            await asyncio.sleep(0.05)
+        if self.pending_summaries:
+            log.warning("memfold session %r: %d summaries still pending after %.1f s; get_items returns the full "
+                        "history until they arrive", self.session_id, self.pending_summaries, self.compaction_wait)

@@ -63,8 +63,11 @@ def render(report: dict[str, Any]) -> str:
     if report["messages"]:
         parts.append("<h2>Messages</h2>")
         parts.append(_table(
-            ["#", "seq", "time", "role", "tokens", "message"],
-            [[m["index"], m["seq"], _fmt(m["occurred_at"]), m["role"], m["tokens"], m["preview"]] for m in report["messages"]],
+            ["#", "seq", "time", "role", "tokens", "status", "message"],
+            # A retracted message's content is withdrawn from every read: the page says so, without a preview.
+            [[m["index"], m["seq"], _fmt(m["occurred_at"]), m["role"], m["tokens"],
+              "retracted" if m.get("retracted") else "", "(retracted)" if m.get("retracted") else m["preview"]]
+             for m in report["messages"]],
         ))
     parts.append("</body></html>")
     return "\n".join(parts)

@@ -88,3 +88,22 @@ def test_runner_keeps_history_and_compacts_into_memfold_memory(service, openai_s
             assert len(items) < 28 and items[-1] == {"role": "assistant", "content": "small talk 23"}
 
     asyncio.run(main())
+
+
+def test_run_compaction_waits_for_the_summaries_it_stands_on(service):
+    key = service.key("agents-co", "writer")
+
+    async def main():
+        async with AsyncClient(service.url, key) as mf:
+            session = MemfoldSession("s-compact", mf, budget=250, compaction_wait=60)
+            await session.add_items([{"role": "user", "content": "My loyalty number is #66031."}])
+            await session.add_items([{"role": "user" if i % 2 == 0 else "assistant", "content": f"small talk {i}"}
+                                     for i in range(1, 28)])
+            await session.run_compaction()  # right after the batch that triggers a summary: no polling here
+            assert session.compacted and session.pending_summaries == 0 and session.memory_ready
+            assert all(s["status"] != "processing" for s in await mf.summaries("s-compact"))
+            items = await session.get_items()
+            assert items[0]["role"] == "system" and "#66031" in items[0]["content"]  # memory, at once
+            assert len(items) < 28
+
+    asyncio.run(main())

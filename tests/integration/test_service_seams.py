@@ -179,6 +179,12 @@ def test_what_callers_see_of_messages_summaries_and_counts(service):
             rows = http.get("/v1/conversations/views-1/summaries").json()["summaries"]
             return [s for s in rows if s["status"] == "completed"]
 
+        from memfold.engine.audit_page import render
+
+        page = render(http.get("/v1/conversations/views-1/audit").json())
+        row = re.search(r"<tr><td class='num'>3</td>.*?</tr>", page).group(0)
+        assert "<td>retracted</td>" in row and "#5503" not in row, row  # marked, its content not shown
+        assert "#5504" in page
         summary = _wait_for(completed, what="a completed summary")[0]
         assert isinstance(summary["facts"], list) and summary["facts"], summary["facts"]
         reader = service.key("seams-views", "reader")
