@@ -37,6 +37,7 @@ from typing import Any, BinaryIO
 from .errors import EventConflictError, InputFileError, MemfoldError, ValidationError
 from .events import MessageAppended, replaced, same_message
 from .positions import Position
+from .unreadable import UnreadableRecord
 
 # A line longer than this is rejected without being parsed: content is
 # limited in characters (<= 4 bytes each), metadata and tool calls add at most this much.
@@ -296,6 +297,12 @@ def _flush(engine, batch: list[tuple[int, MessageAppended, bool]], report: Inges
                 position = stored[event.event_id]
                 records = engine.log.read(position.partition, position.offset, 1) if given else []
                 earlier = records[0].event if records else event
+            if isinstance(earlier, UnreadableRecord):  # the id names a record no event decodes from: not this line
+                report.rejected.append(Rejection(
+                    line_no, f"event_id {event.event_id!r} names a stored record that cannot be read "
+                    f"({earlier.error}); use a new event_id", "event_id"))
+                report.conflicts += 1
+                continue
             if earlier is None:
                 first[event.event_id] = event
                 new.append((line_no, event))

@@ -33,6 +33,7 @@ from memfold.engine.ports import FoldContext, MessageRecord, Policy
 from memfold.engine.positions import LogRecord
 from memfold.engine.sealing import is_shredded
 from memfold.engine.tokens import MESSAGE_OVERHEAD, TokenCounter
+from memfold.engine.unreadable import UnreadableRecord
 
 from . import retrieval, time_travel
 from .fact_extraction import retracts
@@ -269,8 +270,11 @@ class Projector:
         Returns the row changes, the positions to store with them (partition →
         next offset), and the requests policies decided, to append to the log
         *after* the changes commit. Records before the store's position are
-        skipped, so re-delivery is a no-op. Caller must call :meth:`forget` if
-        the store rejects the changes.
+        skipped, so re-delivery is a no-op. An
+        :class:`~memfold.engine.unreadable.UnreadableRecord` folds nothing:
+        it becomes a ``poison_events`` row (``Changes.poison``) and the
+        position moves past it, so one bad record stops nothing else. Caller
+        must call :meth:`forget` if the store rejects the changes.
         """
         ch = Changes()
         applied = self.store.position()
@@ -281,7 +285,8 @@ class Projector:
         fresh = [
             r for r in records if r.position.offset >= max(applied.get(r.position.partition, 0), positions.get(r.position.partition, 0))
         ]
-        self._prefetch({(r.event.tenant_id, r.event.conversation_id): r.position.partition for r in fresh})
+        self._prefetch({(r.event.tenant_id, r.event.conversation_id): r.position.partition for r in fresh
+                        if type(r.event) is not UnreadableRecord})
         # Token counts: recorded on the message at append (validation); the rest counted in one pass.
         encoding = self.counter.encoding_name
         uncounted = [r.event.payload.content or "" for r in fresh
@@ -296,6 +301,12 @@ class Projector:
             if offset < positions.get(part, 0):
                 continue
             positions[part] = offset + 1
+            if type(event) is UnreadableRecord:
+                ch.poison.append({
+                    "partition": part, "offset": offset, "event_id": event.event_id, "stored_type": event.stored_type,
+                    "tenant_id": event.tenant_id, "conversation_id": event.conversation_id, "error": event.error,
+                })
+                continue
             conv_key = (event.tenant_id, event.conversation_id)
             conv = self._conversation(event.tenant_id, event.conversation_id, part)
             if is_shredded(event):  # its key was destroyed: the conversation was forgotten, fold nothing of it

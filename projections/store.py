@@ -93,6 +93,11 @@ _DDL = [
     """CREATE TABLE IF NOT EXISTS state_history (
         tenant_id VARCHAR, conversation_id VARCHAR, seq BIGINT, message_count BIGINT, token_count BIGINT,
         deleted BOOLEAN, states JSON)""",
+    # Log records no event decodes from (engine.unreadable): folded past, kept here for the operator.
+    """CREATE TABLE IF NOT EXISTS poison_events (
+        "partition" INTEGER, "offset" BIGINT, event_id VARCHAR, stored_type VARCHAR,
+        tenant_id VARCHAR, conversation_id VARCHAR, error VARCHAR, seen_at TIMESTAMPTZ,
+        PRIMARY KEY ("partition", "offset"))""",
 ]
 
 _MESSAGE_COLUMNS = (
@@ -131,6 +136,8 @@ class Changes:
     retracted: list[tuple[str, str, str]] = field(default_factory=list)  # (tenant, conversation, message event_id)
     state_history: list[dict[str, Any]] = field(default_factory=list)  # fold-state snapshots (projections.time_travel)
     records: list[MessageRecord] = field(default_factory=list)  # for the hot tail, not written
+    # poison_events rows: records that could not be decoded, folded past (partition, offset, ids known, error)
+    poison: list[dict[str, Any]] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.events["event_id"])
@@ -140,7 +147,10 @@ def _connect(path: Path, read_only: bool, wait_s: float) -> duckdb.DuckDBPyConne
     deadline = time.monotonic() + wait_s
     while True:
         try:
-            return duckdb.connect(str(path), read_only=read_only)
+            con = duckdb.connect(str(path), read_only=read_only)
+            if not read_only and path.stat().st_mode & 0o077:
+                os.chmod(path, 0o600)  # plaintext rows: owner-only, like the key store
+            return con
         except duckdb.IOException as exc:
             if "lock" not in str(exc).lower():
                 raise ProjectionError(f"cannot open projection {path}: {exc}") from exc
@@ -276,7 +286,7 @@ class DuckDBProjectionStore:
         with self._write_lock:
             cur.execute("DROP VIEW IF EXISTS search_postings")
             for table in ("positions", "events", "conversations", "messages", "summaries", "facts", "policy_state",
-                          "policy_rows", "search_docs", "state_history"):
+                          "policy_rows", "search_docs", "state_history", "poison_events"):
                 cur.execute(f"DROP TABLE IF EXISTS {table}")
             for ddl in (*_DDL, *view_ddl()):
                 cur.execute(ddl)
@@ -333,7 +343,27 @@ class DuckDBProjectionStore:
                 raise
             self._positions.update(positions)
 
+    @_read_again_after_a_swap
+    def poison_events(self) -> list[dict[str, Any]]:
+        """Return the log records the fold passed over because no event decodes from them, in log order.
+
+        Each row: ``partition``, ``offset``, what the log knew of the record
+        (``event_id``, ``stored_type``, ``tenant_id``, ``conversation_id``,
+        each None when unknown), the decode ``error`` and when the fold
+        first met it (``seen_at``).
+        """
+        cur = self.connection.execute('SELECT * FROM poison_events ORDER BY "partition", "offset"')
+        names = [d[0] for d in cur.description]
+        return [dict(zip(names, row)) for row in cur.fetchall()]
+
     def _write(self, cur: duckdb.DuckDBPyConnection, ch: Changes) -> None:
+        for row in ch.poison:
+            cur.execute(
+                'INSERT INTO poison_events ("partition", "offset", event_id, stored_type, tenant_id, conversation_id, '
+                "error, seen_at) VALUES (?, ?, ?, ?, ?, ?, ?, now()) ON CONFLICT DO NOTHING",
+                [row["partition"], row["offset"], row["event_id"], row["stored_type"], row["tenant_id"],
+                 row["conversation_id"], row["error"]],
+            )
         if ch.events["event_id"]:
             _insert_columns(cur, "events", ch.events)
         if ch.messages["event_id"]:
@@ -437,15 +467,26 @@ class DuckDBProjectionStore:
         for tenant_id, conversation_id in ch.deleted:
             _erase(cur, tenant_id, conversation_id)
 
-    def erase(self, tenant_id: str, conversation_id: str) -> int:
-        """Delete every content row of a conversation again (rows a late writer added); return how many went."""
+    def erase(self, tenant_id: str, conversation_id: str, *, fold_states: bool = False) -> int:
+        """Delete every content row of a conversation again (rows a late writer added); return how many went.
+
+        ``fold_states`` deletes its policy fold states too, in the same
+        transaction (a replay namespace that has not folded the deletion yet
+        keeps memory text there; the fold rebuilds them from the log).
+        """
         if self.read_only:
             raise ProjectionError("this projection is open read-only")
         cur = self.connection
         with self._write_lock:
             try:
                 cur.execute("BEGIN TRANSACTION")
-                count = _erase(cur, tenant_id, conversation_id)
+                count = 0
+                if fold_states:
+                    count = cur.execute("DELETE FROM policy_state WHERE tenant_id = ? AND conversation_id = ?",
+                                        [tenant_id, conversation_id]).fetchone()[0]
+                count += _erase(cur, tenant_id, conversation_id)
+                if count:
+                    _owe_compaction(cur)
                 cur.execute("COMMIT")
                 return count
             except duckdb.Error as exc:
@@ -456,7 +497,9 @@ class DuckDBProjectionStore:
         """Rewrite the DuckDB file so that deleted rows leave no bytes behind, then reopen it.
 
         DuckDB frees the blocks of deleted rows without overwriting them, so
-        an erased conversation's text would stay readable in the file. Steps:
+        an erased conversation's text would stay readable in the file; the
+        erasing transaction records that a rewrite is owed
+        (:meth:`compaction_owed`), and this clears it once done. Steps:
         (1) copy every table into a fresh file beside this one; (2) close the
         connection; (3) atomically rename the fresh file over this one;
         (4) reopen. Callers hold every writer still (the runner paused); a
@@ -473,10 +516,20 @@ class DuckDBProjectionStore:
                 catalog = self._con.execute("SELECT current_database()").fetchone()[0]
                 self._con.execute(f'COPY FROM DATABASE "{catalog}" TO memfold_compact')
                 self._con.execute("DETACH memfold_compact")
-            except duckdb.Error as exc:
+            except duckdb.Error as exc:  # a full disk, say: the half-written copy goes, the debt stays on record
+                try:
+                    self._con.execute("DETACH DATABASE IF EXISTS memfold_compact")
+                except duckdb.Error:
+                    pass
                 fresh.unlink(missing_ok=True)
+                fresh.with_name(fresh.name + ".wal").unlink(missing_ok=True)
                 raise ProjectionError(f"cannot compact the projection {self.path}: {exc}") from exc
             self._swap_in(fresh)
+            self._con.execute("DELETE FROM store_meta WHERE key = ?", [COMPACTION_OWED])
+
+    def compaction_owed(self) -> bool:
+        """True while rows were erased and the file not yet rewritten: their bytes may still be in freed blocks."""
+        return self.meta(COMPACTION_OWED) is not None
 
     def replace_with(self, other: DuckDBProjectionStore) -> None:
         """Make ``other`` (a projection built beside this one, then closed by this call) this store's file.
@@ -768,6 +821,24 @@ class DuckDBProjectionStore:
         except duckdb.Error as exc:
             raise ProjectionError(f"query failed: {exc}") from exc
 
+    def read_query(self, sql: str, params: Sequence[Any] | None = None) -> tuple[list[str], list[tuple[Any, ...]]]:
+        """Run ``sql`` if every statement in it only reads (SELECT, EXPLAIN); else raise :class:`ProjectionError`.
+
+        The statement types come from DuckDB's own parser, so a write hidden
+        after a ``;`` or in a CTE is found as DuckDB would run it.
+        """
+        try:
+            kinds = [st.type for st in self.connection.extract_statements(sql)]
+        except duckdb.Error as exc:
+            raise ProjectionError(f"query failed: {exc}") from exc
+        writes = sorted({k.name for k in kinds if k not in _READ_STATEMENTS})
+        if writes:
+            raise ProjectionError(
+                f"this SQL is read-only; the query has a {', '.join(writes)} statement. The projection is derived "
+                "from the log: change memory by appending, retracting or forgetting, not by writing rows"
+            )
+        return self.query(sql, params)
+
     @_read_again_after_a_swap
     def dump(self, tables: Iterable[str] = ("events", "conversations", "messages", "summaries", "facts", "policy_state", "policy_rows", "search_docs", "positions")) -> dict[str, list[tuple[Any, ...]]]:
         """Return every row of ``tables`` in a canonical order (for determinism and parity checks)."""
@@ -779,6 +850,8 @@ class DuckDBProjectionStore:
             out[table] = sorted(rows, key=lambda r: tuple("" if v is None else str(v) for v in r))
         return out
 
+
+_READ_STATEMENTS = frozenset({duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN})
 
 _READ_COLS = (
     "tenant_id, conversation_id, idx, seq, event_id, role, content, tokens, occurred_at, model_variant, "
@@ -802,6 +875,8 @@ def _records(rows: list[tuple[Any, ...]]) -> list[MessageRecord]:
 
 
 ERASED_PAYLOAD = '{"erased": true}'
+# store_meta key set by the transaction that erased rows, cleared once the file was rewritten without them.
+COMPACTION_OWED = "compaction_owed"
 
 
 def _erase(cur: duckdb.DuckDBPyConnection, tenant_id: str, conversation_id: str) -> int:
@@ -823,7 +898,14 @@ def _erase(cur: duckdb.DuckDBPyConnection, tenant_id: str, conversation_id: str)
         f"AND type IN ({private}) AND payload::VARCHAR <> ?",
         [ERASED_PAYLOAD, *key, ERASED_PAYLOAD],
     ).fetchone()[0]
+    if count:
+        _owe_compaction(cur)
     return count
+
+
+def _owe_compaction(cur: duckdb.DuckDBPyConnection) -> None:
+    """Record, in the erasing transaction, that the file must be rewritten: a crash or a full disk keeps the debt."""
+    cur.execute("INSERT INTO store_meta VALUES (?, '1') ON CONFLICT (key) DO UPDATE SET value = '1'", [COMPACTION_OWED])
 
 
 def _q(col: str) -> str:

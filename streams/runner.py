@@ -190,6 +190,13 @@ class Runner:
         self._committing_from = self.store.position()
         try:
             self._apply(changes, positions, decided)
+            for bad in changes.poison:  # once each: the committed position is past it now
+                log.warning(
+                    "log record at %s:%s (event %s, conversation %s/%s) cannot be read and was skipped: %s; "
+                    "it is listed in the projection's poison_events table",
+                    bad["partition"], bad["offset"], bad["event_id"], bad["tenant_id"], bad["conversation_id"],
+                    bad["error"],
+                )
             self.projector.committed(changes)
             if self.emit_requests:  # a read replica hands nothing to a summarizer
                 for r in records:

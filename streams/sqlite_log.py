@@ -30,6 +30,7 @@ from pathlib import Path
 from memfold.engine.errors import (
     AppendFailedError,
     ConfigError,
+    EventDecodeError,
     LogCorruptionError,
     LogUnavailableError,
     ValidationError,
@@ -38,6 +39,7 @@ from memfold.engine.events import Event, MessageAppended, decode
 from memfold.engine.partitioner import partition_for
 from memfold.engine.positions import LogRecord, Position, check_offsets
 from memfold.engine.sqlite_wal import enable_wal
+from memfold.engine.unreadable import UnreadableRecord
 
 SCHEMA_VERSION = 1
 _CHUNK = 500  # ids per IN (...) query, well below SQLite's bound-parameter limit
@@ -105,6 +107,7 @@ _READ = (
     "SELECT offset_no, type, body FROM events WHERE partition_no = ? AND offset_no >= ?"
     " ORDER BY offset_no LIMIT ?"
 )
+_IDENTITY = "SELECT event_id, tenant_id, conversation_id FROM events WHERE partition_no = ? AND offset_no = ?"
 
 
 def encode_with_seq(event: Event, seq: int) -> str:
@@ -289,8 +292,10 @@ class SQLiteEventLog:
         """Return up to ``limit`` records of ``partition`` starting *at* offset ``start``, in offset order.
 
         Only committed events are seen. Reading at or past the end returns
-        ``[]``. Stored events of an older schema are upcast on decode; an
-        undecodable one raises an ``EventDecodeError`` (never skipped).
+        ``[]``. Stored events of an older schema are upcast on decode; a row
+        that decodes to no event is returned as an
+        :class:`~memfold.engine.unreadable.UnreadableRecord` at its offset
+        (never skipped, never failing the rest of the read).
         """
         self._check_partition(partition)
         check_offsets(start, limit)
@@ -307,7 +312,7 @@ class SQLiteEventLog:
                     f"event log {self._path} partition {partition} has a gap: expected offset {expected}, "
                     f"found {offset}"
                 )
-            records.append(LogRecord(Position(partition, offset), decode(body, event_type=event_type)))
+            records.append(LogRecord(Position(partition, offset), self._decoded(partition, offset, event_type, body)))
             expected += 1
         held = self._recent.get(partition)
         if rows and held:  # read from the file: what was kept of them is of no more use
@@ -319,7 +324,9 @@ class SQLiteEventLog:
     def scan(self, partition: int, start: int, types: Collection[str], limit: int = 5000) -> tuple[list[LogRecord], int]:
         """Return the records of ``types`` among the next ``limit`` committed offsets from ``start``, and the offset after them.
 
-        The type is a column: the other rows are filtered out in SQL, never decoded.
+        The type is a column: the other rows are filtered out in SQL, never
+        decoded. A row of ``types`` that decodes to no event is returned as
+        an :class:`~memfold.engine.unreadable.UnreadableRecord`, as by :meth:`read`.
         """
         self._check_partition(partition)
         check_offsets(start, limit)
@@ -335,7 +342,17 @@ class SQLiteEventLog:
                 f" AND type IN ({', '.join('?' * len(wanted))}) ORDER BY offset_no",
                 (partition, start, stop, *wanted),
             ).fetchall() if wanted else []
-        return [LogRecord(Position(partition, o), decode(body, event_type=t)) for o, t, body in rows], stop
+        return [LogRecord(Position(partition, o), self._decoded(partition, o, t, body)) for o, t, body in rows], stop
+
+    def _decoded(self, partition: int, offset: int, event_type: str, body: str) -> Event | UnreadableRecord:
+        """Return the event a row stores, or an :class:`UnreadableRecord` naming what the row says of it and why not."""
+        try:
+            return decode(body, event_type=event_type)
+        except (EventDecodeError, TypeError, ValueError) as exc:  # a row no event decodes from, whatever it holds
+            with self._translate_read_errors("read"):
+                row = self._connection().execute(_IDENTITY, (partition, offset)).fetchone() or (None, None, None)
+            return UnreadableRecord(Position(partition, offset), str(exc), event_id=row[0], stored_type=event_type,
+                                    tenant_id=row[1], conversation_id=row[2])
 
     def find(self, event_ids: Sequence[str]) -> dict[str, Position]:
         """Return the position of each of ``event_ids`` already stored (ids not stored are absent)."""
