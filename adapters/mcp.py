@@ -64,8 +64,19 @@ def build_server(client: AsyncClient, *, name: str = "memfold") -> MCPServer:
     @server.tool(annotations=READ)
     @_reported
     async def memory_search(query: str, conversation_ids: list[str] | None = None, limit: int = 10) -> dict[str, Any]:
-        """Find past messages matching a query, in the given conversations or the most recent ones."""
-        return {"hits": await client.search(query, conversation_ids=conversation_ids, limit=limit)}
+        """Find past messages matching a query, in the given conversations or in every conversation."""
+        if conversation_ids:
+            return {"hits": await client.search(query, conversation_ids=conversation_ids, limit=limit)}
+        hits: list[dict[str, Any]] = []
+        offset = 0
+        while True:  # every conversation, 100 per search (the service's most per request)
+            page = await client.conversations(limit=100, offset=offset)
+            if not page:
+                break
+            hits += await client.search(query, conversation_ids=[c.conversation_id for c in page], limit=limit)
+            offset += len(page)
+        hits.sort(key=lambda h: -h["score"])
+        return {"hits": hits[:limit]}
 
     @server.tool(annotations=READ)
     @_reported

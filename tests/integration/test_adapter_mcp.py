@@ -89,3 +89,20 @@ def test_stdio_and_streamable_http_transports(service):
     finally:
         http_server.terminate()
         http_server.wait(timeout=15)
+
+
+def test_memory_search_reaches_every_conversation(service):
+    key = service.key("mcp-search", "writer")
+
+    async def main():
+        async with AsyncClient(service.url, key) as memfold, McpClient(build_server(memfold)) as mcp:
+            for i in range(30):
+                text = "the violet umbrella is in locker 12" if i == 24 else f"routine status note {i}"
+                await memfold.append(f"n-{i:02d}", [{"role": "user", "content": text}])
+            for later in range(20):  # n-24: past the first page by id, and outside the 20 most recently active
+                await memfold.append(f"n-{later:02d}", [{"role": "user", "content": "another routine note"}])
+            assert "n-24" not in [c.conversation_id for c in await memfold.conversations(limit=20)]
+            hits = _data(await mcp.call_tool("memory_search", {"query": "violet umbrella locker", "limit": 3}))["hits"]
+            assert [(h["conversation_id"], h["content"]) for h in hits] == [("n-24", "the violet umbrella is in locker 12")]
+
+    asyncio.run(main())
