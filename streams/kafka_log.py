@@ -50,6 +50,7 @@ from memfold.engine.errors import (
 from memfold.engine.events import Event, decode
 from memfold.engine.partitioner import partition_for
 from memfold.engine.positions import LogRecord, Position, check_offsets
+from memfold.engine.unreadable import UnreadableRecord
 
 from .kafka_index import OffsetIndex
 
@@ -203,8 +204,9 @@ class KafkaEventLog:
         ``event_id`` seen earlier in the partition) is dropped: its offset is
         a hole in the result, and the read goes on past it, so fewer than
         ``limit`` records mean the end was reached. Reading at or past the end
-        returns ``[]``. An undecodable event raises an ``EventDecodeError``
-        (never skipped); a record in the wrong partition raises
+        returns ``[]``. A record no event decodes from is returned as an
+        :class:`~memfold.engine.unreadable.UnreadableRecord` at its offset
+        (never skipped, never failing the rest of the read); a record in the wrong partition raises
         :class:`~memfold.engine.errors.LogCorruptionError`.
         """
         self._check_partition(partition)
@@ -257,7 +259,8 @@ class KafkaEventLog:
                 if not seq or (kind is not None and kind not in wanted):
                     continue
                 event = self._decode(partition, record, seq)  # a record without the header is decoded to tell
-                if kind is not None or event.type in types:
+                # An unreadable record without a type header is of no type asked for (it cannot tell).
+                if kind is not None or (not isinstance(event, UnreadableRecord) and event.type in types):
                     records.append(LogRecord(Position(partition, record.offset), event))
             return records, stop
 
@@ -505,11 +508,23 @@ class KafkaEventLog:
             )
         return key, event_id
 
-    def _decode(self, partition: int, record: Any, seq: int) -> Event:
-        """Decode ``record`` as the event it stores, carrying the read-assigned ``seq``."""
-        event_type = next((v.decode("utf-8") for k, v in record.headers or () if k == HEADER_EVENT_TYPE), None)
-        event = decode(record.value, event_type=event_type)
+    def _decode(self, partition: int, record: Any, seq: int) -> Event | UnreadableRecord:
+        """Decode ``record`` as the event it stores, carrying the read-assigned ``seq``.
+
+        A record no event decodes from is returned as an
+        :class:`~memfold.engine.unreadable.UnreadableRecord` naming what its
+        key and headers say; a record whose key or id contradicts its event
+        raises :class:`~memfold.engine.errors.LogCorruptionError`.
+        """
+        event_type = next((v.decode("utf-8", "replace") for k, v in record.headers or () if k == HEADER_EVENT_TYPE), None)
         key, event_id = _identity(record)
+        try:
+            event = decode(record.value, event_type=event_type)
+        except (EventDecodeError, TypeError, ValueError) as exc:  # whatever the bytes hold: one record, not the read
+            tenant_id, _, conversation_id = key.partition("/")
+            return UnreadableRecord(Position(partition, record.offset), str(exc), event_id=event_id,
+                                    stored_type=event_type, tenant_id=tenant_id or None,
+                                    conversation_id=conversation_id or None)
         if event.key != key or event.event_id != event_id:
             raise LogCorruptionError(
                 f"topic {self._topic!r} offset {partition}:{record.offset}: the record key/headers "
