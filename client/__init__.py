@@ -23,6 +23,8 @@ from .models import (
     PermissionDeniedError,
     RateLimitedError,
     RequestTooLargeError,
+    SearchHit,
+    SearchPage,
     ServiceUnavailableError,
     SqlResult,
 )
@@ -30,5 +32,5 @@ from .models import (
 __all__ = [
     "ApiError", "Appended", "AsyncClient", "AuthenticationError", "Client", "ConflictError", "Context", "ContextMessage",
     "Conversation", "ConversationGoneError", "Identity", "InvalidRequestError", "Message", "NotFoundError", "PermissionDeniedError",
-    "RateLimitedError", "RequestTooLargeError", "ServiceUnavailableError", "SqlResult",
+    "RateLimitedError", "RequestTooLargeError", "SearchHit", "SearchPage", "ServiceUnavailableError", "SqlResult",
 ]

@@ -14,7 +14,7 @@ import asyncio
 import os
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
 from datetime import datetime
 from typing import Any
 from urllib.parse import quote
@@ -27,6 +27,8 @@ from .models import (
     Conversation,
     Identity,
     Message,
+    SearchHit,
+    SearchPage,
     ServiceUnavailableError,
     SqlResult,
     error_for,
@@ -69,6 +71,17 @@ def _diff_call(name: str, conversation_id: str | None, budget: int | None,
         return "GET", path, {"params": _params(conversation_id=conversation_id, budget=budget)}
     body = {"conversation_id": conversation_id, "budget": budget, "questions": [dict(q) for q in questions]}
     return "POST", path, {"json": {k: v for k, v in body.items() if v is not None}}
+
+
+def _search_body(query: str, conversation_ids: list[str] | None, limit: int, conversations: int | None,
+                 cursor: str | None) -> dict[str, Any]:
+    body = {"query": query, "limit": limit, "conversation_ids": conversation_ids, "conversations": conversations,
+            "cursor": cursor}
+    return {k: v for k, v in body.items() if v is not None}
+
+
+def _best(hits: list[SearchHit], limit: int) -> list[SearchHit]:
+    return sorted(hits, key=lambda h: -h.score)[:limit]
 
 
 def _params(**values: Any) -> dict[str, Any]:
@@ -200,9 +213,43 @@ class Client(_Base):
         return self._request("GET", _conv(conversation_id) + "/audit")
 
     def search(self, query: str, *, conversation_ids: list[str] | None = None, limit: int = 10) -> list[dict[str, Any]]:
-        """Return the tenant's messages best matching ``query`` (the listed conversations, else the recent ones)."""
-        body = {"query": query, "limit": limit, "conversation_ids": conversation_ids}
-        return self._request("POST", "/v1/search", json={k: v for k, v in body.items() if v is not None})["hits"]
+        """Return the best hits of ``query`` in the listed conversations, else in the first page of them only.
+
+        :meth:`search_all` searches every conversation of the tenant;
+        :meth:`search_page` returns one page with its ``next_cursor``.
+        """
+        return self._request("POST", "/v1/search", json=_search_body(query, conversation_ids, limit, None, None))["hits"]
+
+    def search_page(self, query: str, *, cursor: str | None = None, conversations: int | None = None,
+                    conversation_ids: list[str] | None = None, limit: int = 10) -> SearchPage:
+        """Return one page of a search: the best ``limit`` hits in ``conversations`` conversations after ``cursor``.
+
+        Pages go in conversation id order; the page's ``next_cursor`` (None
+        after the last) continues the walk. With ``conversation_ids`` there is one page.
+        """
+        body = _search_body(query, conversation_ids, limit, conversations, cursor)
+        return SearchPage.model_validate(self._request("POST", "/v1/search", json=body))
+
+    def search_pages(self, query: str, *, conversations: int | None = None, limit: int = 10) -> Iterator[SearchPage]:
+        """Yield every page of a search of the tenant's conversations, first to last (see :meth:`search_page`)."""
+        cursor = None
+        while True:
+            page = self.search_page(query, cursor=cursor, conversations=conversations, limit=limit)
+            yield page
+            if page.next_cursor is None:
+                return
+            cursor = page.next_cursor
+
+    def search_all(self, query: str, *, limit: int = 10, conversations: int | None = 100) -> list[SearchHit]:
+        """Return the best ``limit`` hits of ``query`` over every conversation of the tenant, best first.
+
+        Walks every page (``conversations`` per request), so its cost grows
+        with the tenant's conversations; scores are BM25 within a conversation.
+        """
+        hits: list[SearchHit] = []
+        for page in self.search_pages(query, conversations=conversations, limit=limit):
+            hits = _best(hits + page.hits, limit)
+        return hits
 
     def conversations(self, *, limit: int = 100, offset: int = 0) -> list[Conversation]:
         """Return the tenant's conversations, most recently active first."""
@@ -355,8 +402,32 @@ class AsyncClient(_Base):
 
     async def search(self, query: str, *, conversation_ids: list[str] | None = None, limit: int = 10) -> list[dict[str, Any]]:
         """See :meth:`Client.search`."""
-        body = {"query": query, "limit": limit, "conversation_ids": conversation_ids}
-        return (await self._request("POST", "/v1/search", json={k: v for k, v in body.items() if v is not None}))["hits"]
+        body = _search_body(query, conversation_ids, limit, None, None)
+        return (await self._request("POST", "/v1/search", json=body))["hits"]
+
+    async def search_page(self, query: str, *, cursor: str | None = None, conversations: int | None = None,
+                          conversation_ids: list[str] | None = None, limit: int = 10) -> SearchPage:
+        """See :meth:`Client.search_page`."""
+        body = _search_body(query, conversation_ids, limit, conversations, cursor)
+        return SearchPage.model_validate(await self._request("POST", "/v1/search", json=body))
+
+    async def search_pages(self, query: str, *, conversations: int | None = None,
+                           limit: int = 10) -> AsyncIterator[SearchPage]:
+        """See :meth:`Client.search_pages`."""
+        cursor = None
+        while True:
+            page = await self.search_page(query, cursor=cursor, conversations=conversations, limit=limit)
+            yield page
+            if page.next_cursor is None:
+                return
+            cursor = page.next_cursor
+
+    async def search_all(self, query: str, *, limit: int = 10, conversations: int | None = 100) -> list[SearchHit]:
+        """See :meth:`Client.search_all`."""
+        hits: list[SearchHit] = []
+        async for page in self.search_pages(query, conversations=conversations, limit=limit):
+            hits = _best(hits + page.hits, limit)
+        return hits
 
     async def conversations(self, *, limit: int = 100, offset: int = 0) -> list[Conversation]:
         """See :meth:`Client.conversations`."""

@@ -90,6 +90,26 @@ class Identity(_Result):
     role: str
 
 
+class SearchHit(_Result):
+    """A message matching a search; ``score`` is BM25 within its conversation."""
+
+    conversation_id: str
+    index: int
+    role: str
+    content: str
+    occurred_at: datetime
+    score: float
+
+
+class SearchPage(_Result):
+    """One page of a search: its best hits, how many conversations it searched, and the cursor of the next page."""
+
+    query: str
+    hits: list[SearchHit]
+    conversations: int = 0
+    next_cursor: str | None = None
+
+
 class SqlResult(_Result):
     columns: list[str]
     rows: list[list[Any]]

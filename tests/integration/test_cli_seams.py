@@ -276,3 +276,33 @@ def test_remote_replay_commands_use_the_service_s_replays(service, tmp_path):
     dropped = _remote(service, key, "drop", "seams-r")
     assert dropped.returncode == 0 and "dropped replay seams-r" in dropped.stdout
     assert "seams-r" not in [r["name"] for r in json.loads(_remote(service, key, "replays", "--json").stdout)]
+
+
+# ----------------------------------------------------------------- forget, reopen: one line, documented codes
+
+def test_forget_then_append_says_reopen_and_reopen_starts_it_again(tmp_path):
+    data = ("--data-dir", str(tmp_path / "d"))
+    assert run(*data, "append", "f-1", "user", "my card is 4111 1111 1111 1111").returncode == 0
+    assert run(*data, "forget", "f-1").returncode == 0
+    refused = run(*data, "append", "f-1", "user", "hello again")
+    assert refused.returncode == 2 and "memfold reopen" in one_line(refused) and "forgotten" in one_line(refused)
+    reopened = run(*data, "reopen", "f-1")
+    assert reopened.returncode == 0 and "reopened default/f-1" in reopened.stdout, reopened.stderr
+    assert run(*data, "append", "f-1", "user", "a fresh start").returncode == 0
+    history = json.loads(run(*data, "history", "f-1", "--json").stdout)
+    assert [m["content"] for m in history] == ["a fresh start"]
+    never = run(*data, "forget", "never-was")
+    assert never.returncode == 2 and "never-was" in one_line(never)
+
+
+def test_remote_forget_then_append_says_reopen_and_reopen_starts_it_again(service):
+    key = service.key("seams-gone", "admin")
+    assert _remote(service, key, "append", "rg-1", "user", "secret").returncode == 0
+    assert _remote(service, key, "forget", "rg-1").returncode == 0
+    refused = _remote(service, key, "append", "rg-1", "user", "hello again")
+    assert refused.returncode == 2 and "memfold reopen" in one_line(refused) and "410" in one_line(refused)
+    reopened = _remote(service, key, "reopen", "rg-1")
+    assert reopened.returncode == 0 and "reopened rg-1" in reopened.stdout, reopened.stderr
+    assert _remote(service, key, "append", "rg-1", "user", "a fresh start").returncode == 0
+    history = json.loads(_remote(service, key, "history", "rg-1", "--json").stdout)
+    assert [m["content"] for m in history] == ["a fresh start"]

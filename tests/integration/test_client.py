@@ -162,3 +162,44 @@ def test_cli_url_mode_reads_while_another_process_ingests(service, tmp_path):
     assert denied.returncode == 1 and "401" in denied.stderr and "Traceback" not in denied.stderr
     assert threading.active_count() >= 1 and reads >= 1
     assert issubclass(NotFoundError, MemfoldError)
+
+
+def test_search_pages_reach_every_conversation_of_the_tenant(service):
+    from memfold.client import SearchPage
+
+    with Client(service.url, service.key("client-search", "writer")) as mf:
+        for c in range(5):
+            mf.add(f"zs-{c}", "user", f"the zebra number {c} escaped the zoo")
+        mf.add("zs-quiet", "user", "nothing to see here")
+        first = mf.search_page("zebra", conversations=2)
+        assert isinstance(first, SearchPage) and first.conversations == 2 and first.next_cursor is not None
+        pages = list(mf.search_pages("zebra", conversations=2))
+        assert [p.conversations for p in pages] == [2, 2, 2] and pages[-1].next_cursor is None
+        found = mf.search_all("zebra", conversations=2, limit=10)
+        assert sorted(h.conversation_id for h in found) == [f"zs-{c}" for c in range(5)]
+        assert [h.score for h in found] == sorted((h.score for h in found), reverse=True)
+        assert [h.conversation_id for h in mf.search_all("zebra", conversations=2, limit=2)] == \
+            [h.conversation_id for h in found[:2]]
+
+        async def walk():
+            async with AsyncClient(service.url, mf._headers["Authorization"].split()[1]) as amf:
+                return [p.conversations async for p in amf.search_pages("zebra", conversations=2)], \
+                    await amf.search_all("zebra", conversations=2)
+
+        conversations, hits = asyncio.run(walk())
+        assert conversations == [2, 2, 2] and len(hits) == 5
+
+
+def test_an_append_to_a_forgotten_conversation_is_gone_until_reopened(service):
+    from memfold.client import ConversationGoneError
+    from memfold.engine.errors import ConversationForgottenError
+
+    with Client(service.url, service.key("client-gone", "admin")) as mf:
+        mf.add("g-1", "user", "my card is 4111 1111 1111 1111")
+        assert mf.forget("g-1")["forgotten"] is True
+        with pytest.raises(ConversationGoneError) as gone:
+            mf.add("g-1", "user", "hello again")
+        assert gone.value.status == 410 and isinstance(gone.value, ConversationForgottenError)
+        assert mf.reopen("g-1")["reopened"] is True
+        mf.add("g-1", "user", "a fresh start")
+        assert [m.content for m in mf.messages("g-1")] == ["a fresh start"]
