@@ -22,11 +22,15 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .erasure import private_dir
 from .errors import (
     AlreadyRetractedError,
     ConfigError,
+    ErasureIncompleteError,
     EventConflictError,
+    ProjectionError,
     ProjectionLagTimeout,
+    UnknownConversationError,
     UnknownMessageError,
     ValidationError,
 )
@@ -167,9 +171,10 @@ class MemoryEngine:
         if role not in self.ROLES:
             raise ConfigError(f"unknown engine role {role!r}; choose from {', '.join(self.ROLES)}")
         self.role = role
+        self._rebuilding = False  # a rebuild's beside file is in use: not a leftover
         self._embedder = None
         self.dense = None
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(settings.data_dir)
         settings = _bind_log(settings)
         if role != "client":
             from .replaying import with_promoted
@@ -369,7 +374,14 @@ class MemoryEngine:
         :class:`EventConflictError` for an ``event_id`` already stored with
         other content. A repeated id with the same content is stored once.
         """
+        if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Iterable):
+            raise ValidationError(f"messages must be a list of message objects, got {type(messages).__name__}",
+                                  field="messages")
         messages = list(messages)
+        for i, m in enumerate(messages):
+            if not isinstance(m, Mapping):
+                raise ValidationError(f"each message must be an object (a mapping), got {type(m).__name__}",
+                                      field="messages", line=i + 1)
         events = [self.validate(m, line=i + 1) for i, m in enumerate(messages)]
         given = [(i + 1, e) for i, (m, e) in enumerate(zip(messages, events)) if m.get("event_id") is not None]
         if given:
@@ -482,6 +494,8 @@ class MemoryEngine:
         is written then. The retraction's id derives from the message's, so
         two racing retractions are stored once.
         """
+        _check_reading(conversation_id, tenant_id)
+        _require_text("event_id", event_id)
         for name, value in (("conversation_id", conversation_id), ("event_id", event_id)):
             if not isinstance(value, str) or not value.strip():
                 raise ValidationError(f"{name} is required and must be a non-empty string", field=name)
@@ -578,6 +592,7 @@ class MemoryEngine:
 
     def plan(self, conversation_id: str, *, policy: str | None = None, tenant_id: str = "default"):
         """Return the policy's :class:`ContextPlan` for a conversation (what memory is in force)."""
+        _check_reading(conversation_id, tenant_id, policy=policy)
         name = self._policy_name(policy, tenant_id)
         impl, ctx = self.policies[name]
         return impl.plan(self.projector.state(name, tenant_id, conversation_id), ctx)
@@ -612,6 +627,7 @@ class MemoryEngine:
         and its settings allow a lazy wait (seed 000), wait at most
         ``lazy_timeout_ms`` for it, then fall back.
         """
+        _check_reading(conversation_id, tenant_id, budget=budget, query=query, policy=policy)
         from memfold.projections.context import assemble
 
         if as_of is not None:
@@ -647,6 +663,7 @@ class MemoryEngine:
         then compute it where it stands instead of handing it to a thread
         (each hand-over waits for CPython's interpreter lock again).
         """
+        _check_reading(conversation_id, tenant_id, policy=policy)
         name = self._policy_name(policy, tenant_id)
         key = (tenant_id, conversation_id)
         _, ctx = self._read_context(name)
@@ -679,6 +696,7 @@ class MemoryEngine:
         Raises :class:`ValidationError` for a position in another partition
         or a naive datetime. Never waits for a summary.
         """
+        _check_reading(conversation_id, tenant_id, budget=budget, query=query, policy=policy)
         from memfold.projections.context import assemble
         from memfold.projections.time_travel import seq_as_of, state_as_of
 
@@ -742,14 +760,18 @@ class MemoryEngine:
         summary, fact), id, message index (a summary's or fact's: the end of
         what it covers) and score; ``policy`` restricts summaries and facts.
         """
+        _check_reading(conversation_id, tenant_id, query=query, policy=policy, query_required=True)
+        _check_search(kinds, limit)
         return self.projector.search.rank((tenant_id, conversation_id), query, kinds=kinds, policy=policy, limit=limit)
 
     def history(self, conversation_id: str, *, tenant_id: str = "default") -> list[MessageRecord]:
         """Return every message of a conversation as stored, oldest first."""
+        _check_reading(conversation_id, tenant_id)
         return self.store.messages(tenant_id, conversation_id)
 
     def summaries(self, conversation_id: str, *, tenant_id: str = "default", policy: str | None = None) -> list[dict[str, Any]]:
         """Return the summary chain(s): every request with its outcome and lineage, oldest first."""
+        _check_reading(conversation_id, tenant_id, policy=policy)
         return self.store.summary_rows(tenant_id, conversation_id, policy)
 
     def audit(self, conversation_id: str, *, tenant_id: str = "default") -> dict[str, Any]:
@@ -758,61 +780,168 @@ class MemoryEngine:
         Shape: :mod:`memfold.projections.audit`. Reads the projection only; an
         erased conversation shows that it existed and when it was erased.
         """
+        _check_reading(conversation_id, tenant_id)
         from memfold.projections.audit import audit
 
         return audit(self.store, tenant_id, conversation_id)
 
-    def sql(self, query: str, params: Sequence[Any] | None = None) -> tuple[list[str], list[tuple[Any, ...]]]:
-        """Run SQL over the projection tables; return (columns, rows)."""
-        return self.store.query(query, params)
+    def sql(
+        self, query: str, params: Sequence[Any] | None = None, *, write: bool = False
+    ) -> tuple[list[str], list[tuple[Any, ...]]]:
+        """Run SQL over the projection tables; return (columns, rows).
+
+        Read-only: a statement that is not a SELECT or EXPLAIN raises
+        :class:`ProjectionError` before anything runs (the projection is
+        derived from the log; change memory by appending, retracting or
+        forgetting). ``write=True`` lifts that for maintenance (CHECKPOINT,
+        an index of your own); rows you change are lost at the next rebuild.
+        """
+        _require_text("query", query)
+        if params is not None and (isinstance(params, (str, bytes)) or not isinstance(params, (Sequence, Mapping))):
+            raise ValidationError(f"params must be a list of values (or a mapping), got {type(params).__name__}",
+                                  field="params")
+        return self.store.query(query, params) if write else self.store.read_query(query, params)
 
     def forget(
         self, conversation_id: str, *, tenant_id: str = "default", reason: str | None = None, timeout: float = 120.0
     ) -> Position:
         """Erase a conversation (crypto-shredding); return the position of its ``ConversationDeleted``.
 
-        Steps: (1) append ``ConversationDeleted`` (the audit record that it
-        existed and was erased); (2) destroy its data keys, so its sealed
-        content in the log, in every copy of the log, can no longer be read;
-        (3) wait until the projection has folded the deletion, which deletes
-        its rows and summary-cache entries in the same transaction and
-        rewrites the DuckDB file so no freed block keeps its text; (4) wait
-        for summaries in flight, then delete rows a late writer added; (5) delete its rows from every
-        replay namespace too (their side logs are sealed with the same key). Idempotent: forgetting again
-        redoes (2)..(5). Raises :class:`ConfigError` when content is not sealed
-        (a Kafka log without a ``keystore``): the log could not be erased.
+        Steps: (1) record the erasure as pending (``data_dir/erasures``), so
+        a run cut short shows in ``audit`` and is finished by the next
+        ``forget``; (2) append ``ConversationDeleted`` (the audit record that
+        it existed and was erased); (3) destroy its data keys, so its sealed
+        content in the log, in every copy of the log, can no longer be read,
+        and appends to it are refused until :meth:`reopen`; (4) wait until
+        the projection has folded the deletion, which deletes its rows and
+        summary-cache entries in the same transaction (recording that the
+        file must be rewritten) and rewrites the DuckDB file so no freed
+        block keeps its text; (5) wait for summaries in flight, delete rows a
+        late writer added, and rewrite the file if a rewrite is still owed;
+        (6) the same in every replay namespace; (7) delete what killed
+        commands left beside the projections; (8) clear the pending record.
+
+        Idempotent and resumable: forgetting a forgotten conversation redoes
+        (3)..(8) (appending a second deletion record). Raises
+        :class:`UnknownConversationError` for a conversation the key store
+        never held, :class:`ErasureIncompleteError` when a copy could not be
+        removed (a full disk, a replay open elsewhere): the key is destroyed
+        by then, and ``forget`` again finishes the rest. Raises
+        :class:`ConfigError` when content is not sealed (a Kafka log without
+        a ``keystore``): the log could not be erased.
         """
         from memfold.engine.events import ConversationDeleted, ConversationDeletedPayload
 
+        from .erasure import PendingErasures
+        from .replaying import erase_in_replays
+
+        _require_text("conversation_id", conversation_id)
+        _require_text("tenant_id", tenant_id)
+        if reason is not None and not isinstance(reason, str):
+            raise ValidationError("reason must be a string", field="reason")
         if self.sealer is None:
             raise ConfigError(
                 "this deployment stores content unsealed (no key store), so a conversation cannot be erased "
                 "from its log; set 'keystore' (env MEMFOLD_KEYSTORE) to a key store every node shares, e.g. "
                 "kafka://HOST:PORT/TOPIC (a compacted key topic on the same broker)"
             )
-        if not isinstance(conversation_id, str) or not conversation_id.strip():
-            raise ValidationError("conversation_id is required and must be a non-empty string", field="conversation_id")
+        scope = conversation_key(tenant_id, conversation_id)
+        if self.sealer.keys.status(scope) == "unknown":
+            raise UnknownConversationError(
+                f"no conversation {conversation_id!r} in tenant {tenant_id!r}: nothing to forget", field="conversation_id"
+            )
+        pending = PendingErasures(self.settings.data_dir)
+        pending.begin(tenant_id, conversation_id)
         event = ConversationDeleted(
             event_id=new_event_id(), tenant_id=tenant_id, conversation_id=conversation_id, occurred_at=utcnow(),
             payload=ConversationDeletedPayload(reason=reason),
         )
         position = self.log.append([event])[0]
-        self.sealer.keys.destroy(event.key)
+        self.sealer.keys.destroy(scope)
         self.sealer.forget()
         if self.store is None:
+            pending.done(tenant_id, conversation_id)
             return position  # a client: every projector node erases its replica when it folds the deletion
         self.runner.notify()
         self.wait_for(position, timeout)
         self.wait_idle(timeout)
+        failed = []
         with self.runner.paused():  # the projector compacted on commit; a late summary-cache write may follow
-            if self.store.erase(tenant_id, conversation_id):
-                self.store.compact()
+            try:
+                if self.store.erase(tenant_id, conversation_id) or self.store.compaction_owed():
+                    self.store.compact()
+            except ProjectionError as exc:
+                failed.append(f"the projection: {exc}")
             self.projector.drop_reads((tenant_id, conversation_id))
         self._drop_text_caches()  # again: a summary in flight until now may have read its messages
-        from .replaying import erase_in_replays
-
-        erase_in_replays(self.settings.data_dir, tenant_id, conversation_id)
+        failed += erase_in_replays(self.settings.data_dir, tenant_id, conversation_id)[1]
+        self._remove_leftovers()
+        if failed:
+            raise ErasureIncompleteError(
+                f"the data key of {conversation_id!r} is destroyed, but {len(failed)} cop"
+                f"{'y' if len(failed) == 1 else 'ies'} could not be rewritten yet ({'; '.join(failed)}); "
+                "free the disk or close the other process, then forget it again to finish",
+                remaining=failed,
+            )
+        pending.done(tenant_id, conversation_id)
         return position
+
+    def reopen(self, conversation_id: str, *, tenant_id: str = "default", reason: str | None = None,
+               timeout: float = 30.0) -> Position | None:
+        """Start a forgotten conversation again, empty; return the position of its ``ConversationReopened``.
+
+        Appends to a forgotten conversation are refused
+        (:class:`ConversationForgottenError`) until this is called. Steps:
+        (1) give the conversation a new data key; (2) append
+        ``ConversationReopened`` (folds start it from fresh states); (3) wait
+        until the projection holds it (not for a client). What was said
+        before the erasure stays shredded; what is appended from now on can
+        be forgotten again. Returns None, appending nothing, when the
+        conversation was not forgotten. Raises
+        :class:`UnknownConversationError` for one the key store never held.
+        """
+        from memfold.engine.events import ConversationReopened, ConversationReopenedPayload
+
+        _require_text("conversation_id", conversation_id)
+        _require_text("tenant_id", tenant_id)
+        if self.sealer is None:
+            return None  # nothing is ever forgotten without a key store
+        scope = conversation_key(tenant_id, conversation_id)
+        status = self.sealer.keys.status(scope)
+        if status == "unknown":
+            raise UnknownConversationError(
+                f"no conversation {conversation_id!r} in tenant {tenant_id!r}: nothing to reopen", field="conversation_id"
+            )
+        if status == "live":
+            return None
+        self.sealer.keys.reopen(scope)
+        event = ConversationReopened(
+            event_id=new_event_id(), tenant_id=tenant_id, conversation_id=conversation_id, occurred_at=utcnow(),
+            payload=ConversationReopenedPayload(reason=reason),
+        )
+        position = self.log.append([event])[0]
+        if self.store is not None:
+            self.runner.notify()
+            self.wait_for(position, timeout)
+        return position
+
+    def erasure_pending(self, conversation_id: str, *, tenant_id: str = "default") -> bool:
+        """True while a ``forget`` of the conversation has begun and not finished (run ``forget`` again)."""
+        from .erasure import PendingErasures
+
+        return PendingErasures(self.settings.data_dir).is_pending(tenant_id, conversation_id)
+
+    def _remove_leftovers(self) -> list[str]:
+        """Delete what killed commands left beside the projections (copies with plaintext); return their names."""
+        from memfold.streams.replay import beside_path
+
+        from .erasure import remove_leftovers
+
+        busy = {beside_path(self.store.path, "rebuild")} if self._rebuilding else set()
+        removed = remove_leftovers(self.settings.data_dir, self.store.path, busy=busy)
+        if removed:
+            log.warning("removed what killed commands left beside the projection: %s", ", ".join(removed))
+        return removed
 
     def _on_erasure(self, changes: Changes) -> None:
         """After the projection folded a forget of a conversation that had text: empty the text caches.
@@ -847,6 +976,14 @@ class MemoryEngine:
         folded, not recomputed, so replaying unchanged history calls no model
         and no embedder.
         """
+
+        self._rebuilding = True
+        try:
+            self._rebuild(timeout)
+        finally:
+            self._rebuilding = False
+
+    def _rebuild(self, timeout: float) -> None:
         from memfold.projections.fold import FOLD_VERSION
 
         beside = self._fold_beside("rebuild")
@@ -1149,3 +1286,33 @@ def _bind_log(settings: Settings) -> Settings:
             f"{wanted['log']} (topic {wanted['topic']}); use another --data-dir for that log"
         )
     return settings
+
+
+def _require_text(name: str, value: Any) -> None:
+    """Raise :class:`ValidationError` unless ``value`` is a non-blank string (an id a caller passed)."""
+    if not isinstance(value, str) or not value.strip():
+        raise ValidationError(f"{name} is required and must be a non-empty string, got {value!r:.80}", field=name)
+
+
+def _check_reading(
+    conversation_id: Any, tenant_id: Any, *, budget: Any = None, query: Any = None, policy: Any = None,
+    query_required: bool = False,
+) -> None:
+    """Raise :class:`ValidationError` for arguments of a read that are of the wrong type or out of range."""
+    _require_text("conversation_id", conversation_id)
+    _require_text("tenant_id", tenant_id)
+    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget <= 0):
+        raise ValidationError(f"budget must be a positive number of tokens (an int), got {budget!r:.40}", field="budget")
+    if query_required:
+        _require_text("query", query)
+    elif query is not None and not isinstance(query, str):
+        raise ValidationError(f"query must be a string, got {type(query).__name__}", field="query")
+    if policy is not None and not isinstance(policy, str):
+        raise ValidationError(f"policy must be a policy name (a string), got {type(policy).__name__}", field="policy")
+
+
+def _check_search(kinds: Any, limit: Any) -> None:
+    if isinstance(kinds, str) or not isinstance(kinds, Sequence) or not all(isinstance(k, str) for k in kinds):
+        raise ValidationError("kinds must be a list of strings (message, summary, fact)", field="kinds")
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0:
+        raise ValidationError(f"limit must be a positive int, got {limit!r:.40}", field="limit")

@@ -37,10 +37,22 @@ class KeyStore(Protocol):
     """Where data keys live. Keys are never logged, exported or put in a projection."""
 
     def active_keys(self, scopes: Sequence[str]) -> dict[str, tuple[str, bytes]]:
-        """Return ``{scope: (key_id, key)}`` to seal new content, creating keys (durably) for scopes without one.
+        """Return ``{scope: (key_id, key)}`` to seal new content, creating keys (durably) for new scopes.
 
-        After :meth:`destroy` a scope gets a *new* key: content written after
-        a forget is readable, content written before stays shredded.
+        A forgotten scope (every key destroyed, not reopened since) is left
+        out of the answer: nothing new may be sealed in it, so the caller
+        refuses the content (or, for a late derived event, drops its text).
+        """
+        ...
+
+    def status(self, scope: str) -> str:
+        """Return ``"live"`` (a key to seal with), ``"forgotten"`` (keys destroyed, not reopened) or ``"unknown"``."""
+        ...
+
+    def reopen(self, scope: str) -> bool:
+        """Give a forgotten scope a new key (durably); return False when it was not forgotten (nothing done).
+
+        Content sealed before stays shredded; content sealed from now on is readable.
         """
         ...
 
@@ -53,7 +65,10 @@ class KeyStore(Protocol):
         ...
 
     def destroy(self, scope: str) -> int:
-        """Destroy every key of ``scope`` durably; return how many were live. Idempotent."""
+        """Destroy every key of ``scope`` durably; return how many were live. Idempotent.
+
+        The scope is forgotten from then on (see :meth:`active_keys`) until :meth:`reopen`.
+        """
         ...
 
     def close(self) -> None: ...
@@ -83,6 +98,10 @@ class SQLiteKeyStore:
         self._destroyed: int | None = None
         self._checked_at = 0.0
         try:
+            # Created owner-only before SQLite opens it: SQLite gives the -wal and -shm files the
+            # database file's mode, and they hold key pages too.
+            os.close(os.open(self.path, os.O_CREAT | os.O_RDWR, 0o600))
+            os.chmod(self.path, 0o600)
             self._db = sqlite3.connect(self.path, check_same_thread=False, timeout=30.0, isolation_level=None)
             self._db.execute("PRAGMA secure_delete = ON")  # freed cells are zeroed, not left in the file
             enable_wal(self._db, 30.0)
@@ -90,9 +109,12 @@ class SQLiteKeyStore:
             self._db.execute("CREATE INDEX IF NOT EXISTS data_keys_scope ON data_keys (scope)")
             # Tombstones only: counting them is how a process notices another one destroyed a key.
             self._db.execute("CREATE INDEX IF NOT EXISTS data_keys_destroyed ON data_keys (key_id) WHERE key IS NULL")
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, OSError) as exc:
             raise KeyStoreError(f"cannot open the key store {self.path}: {exc}") from exc
-        os.chmod(self.path, 0o600)
+        for extra in ("-wal", "-shm"):  # made by an older memfold with the default mode
+            side = self.path.with_name(self.path.name + extra)
+            if side.exists():
+                os.chmod(side, 0o600)
 
     def active_keys(self, scopes: Sequence[str]) -> dict[str, tuple[str, bytes]]:
         with self._lock:
@@ -110,11 +132,9 @@ class SQLiteKeyStore:
                         "ORDER BY rowid DESC LIMIT 1", [scope],
                     ).fetchone()
                     if row is None:
-                        row = ("dk-" + os.urandom(12).hex(), os.urandom(KEY_BYTES))
-                        self._db.execute(
-                            "INSERT INTO data_keys (key_id, scope, key, created_at) VALUES (?, ?, ?, ?)",
-                            [row[0], scope, row[1], _now()],
-                        )
+                        if self._forgotten(scope):
+                            continue
+                        row = self._new_key(scope)
                     found[scope] = (row[0], bytes(row[1]))
                 self._db.execute("COMMIT")
             except sqlite3.Error as exc:
@@ -125,6 +145,46 @@ class SQLiteKeyStore:
                 self._active[scope] = (key_id, key)
                 self._keys[key_id] = key
             return out | found
+
+    def _forgotten(self, scope: str) -> bool:
+        """True when ``scope`` has a destroyed key and no live one (call inside a transaction)."""
+        return self._db.execute(
+            "SELECT count(*) > 0 AND count(key) = 0 FROM data_keys WHERE scope = ?", [scope]
+        ).fetchone()[0] == 1
+
+    def _new_key(self, scope: str) -> tuple[str, bytes]:
+        row = ("dk-" + os.urandom(12).hex(), os.urandom(KEY_BYTES))
+        self._db.execute(
+            "INSERT INTO data_keys (key_id, scope, key, created_at) VALUES (?, ?, ?, ?)", [row[0], scope, row[1], _now()]
+        )
+        return row
+
+    def status(self, scope: str) -> str:
+        with self._lock:
+            try:
+                live, dead = self._db.execute(
+                    "SELECT count(key), count(*) - count(key) FROM data_keys WHERE scope = ?", [scope]
+                ).fetchone()
+            except sqlite3.Error as exc:
+                raise KeyStoreError(f"cannot read the key store {self.path}: {exc}") from exc
+        return "live" if live else "forgotten" if dead else "unknown"
+
+    def reopen(self, scope: str) -> bool:
+        with self._lock:
+            try:
+                self._db.execute("BEGIN IMMEDIATE")
+                if not self._forgotten(scope):
+                    self._db.execute("COMMIT")
+                    return False
+                key_id, key = self._new_key(scope)
+                self._db.execute("COMMIT")
+            except sqlite3.Error as exc:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise KeyStoreError(f"cannot reopen {scope} in {self.path}: {exc}") from exc
+            self._active[scope] = (key_id, key)
+            self._keys[key_id] = key
+            return True
 
     def key(self, key_id: str) -> bytes | None:
         with self._lock:

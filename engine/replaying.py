@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import overrides as ov
-from .errors import ConfigError, ValidationError
+from .errors import ConfigError, ProjectionError, ValidationError
 from .events import SettingsChanged, SettingsChangedPayload, utcnow
 from .ids import content_hash
 from .positions import Position
@@ -322,34 +322,39 @@ def adopt(engine: MemoryEngine, settings: Settings) -> bool:
     return True
 
 
-def erase_in_replays(data_dir: Path, tenant_id: str, conversation_id: str) -> list[str]:
-    """Delete a forgotten conversation's rows from every replay namespace; return the names that held some.
+def erase_in_replays(data_dir: Path, tenant_id: str, conversation_id: str) -> tuple[list[str], list[str]]:
+    """Delete a forgotten conversation's rows from every replay namespace; return (names that held some, failures).
 
     Their side logs hold its content sealed with the destroyed key, like the
     live log, so only the projections need erasing (and rewriting, so no
     freed block keeps the text); its fold states go too (a replay that
-    resumes folds the deletion from the log). A namespace another process has open
-    raises :class:`~memfold.engine.errors.ProjectionBusyError`: forget again
-    once it is done (forgetting is idempotent).
+    resumes folds the deletion from the log). A namespace whose earlier
+    erasure was cut short (killed, disk full) is rewritten even when no row
+    is left: the erasing transaction recorded that a rewrite is owed. A
+    namespace another process has open, or that cannot be rewritten, is
+    named in the failures: forget again once it is free.
     """
     from memfold.projections.store import DuckDBProjectionStore
     from memfold.streams.namespaces import list_namespaces
 
-    touched = []
+    touched, failed = [], []
     for space in list_namespaces(data_dir):
         if not space.store_path.is_file():
             continue
-        store = DuckDBProjectionStore(space.store_path)
         try:
-            # The replay may not have folded the deletion yet: its fold states still hold memory text.
-            _cols, rows = store.query("DELETE FROM policy_state WHERE tenant_id = ? AND conversation_id = ?",
-                                      [tenant_id, conversation_id])
-            if store.erase(tenant_id, conversation_id) or (rows and rows[0][0]):
+            store = DuckDBProjectionStore(space.store_path)
+        except ProjectionError as exc:
+            failed.append(f"replay {space.name}: {exc}")
+            continue
+        try:
+            if store.erase(tenant_id, conversation_id, fold_states=True) or store.compaction_owed():
                 store.compact()
                 touched.append(space.name)
+        except ProjectionError as exc:
+            failed.append(f"replay {space.name}: {exc}")
         finally:
             store.close()
-    return touched
+    return touched, failed
 
 
 def write_promoted(data_dir: Path, view: Mapping[str, Any]) -> None:

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from .errors import EventDecodeError
+from .errors import ConversationForgottenError, EventDecodeError
 from .events import (
     EVENT_CLASSES,
     PRIVATE_FIELDS,
@@ -33,6 +33,7 @@ from .events import (
     Event,
     Fact,
     MessageAppended,
+    MessageRetracted,
     ToolCall,
     replaced,
     unchecked,
@@ -71,8 +72,10 @@ class Sealer:
         ``name`` once the key is destroyed. Creates the key if the
         conversation has none yet.
         """
-        key_id, key = self.keys.active_keys([scope])[scope]
-        subkey = hmac.digest(key, b"memfold event ids", hashlib.sha256)
+        found = self.keys.active_keys([scope]).get(scope)
+        if found is None:
+            raise _forgotten(scope)
+        subkey = hmac.digest(found[1], b"memfold event ids", hashlib.sha256)
         return hmac.new(subkey, name.encode("utf-8"), hashlib.sha256).hexdigest()[:32]
 
     def seal(self, events: Sequence[Event]) -> list[Event]:
@@ -85,19 +88,30 @@ class Sealer:
         if not todo:
             return list(events)
         keys = self.keys.active_keys([e.key for e in todo])
+        if len(keys) < len({e.key for e in todo}):
+            for e in todo:
+                if e.key not in keys and e.type in WRITER_TYPES:
+                    raise _forgotten(e.key)
         # One read of the OS random source for the whole batch: os.urandom releases the GIL,
         # and a call per event let the projector thread stall the appender each time.
         randomness = os.urandom(NONCE_BYTES * len(todo))
         nonces = (randomness[i : i + NONCE_BYTES] for i in range(0, len(randomness), NONCE_BYTES))
-        return [self._seal(e, keys[e.key], next(nonces)) if _sealable(e) else e for e in events]
+        out = []
+        for e in events:
+            if not _sealable(e):
+                out.append(e)
+            elif e.key in keys:
+                out.append(self._seal(e, keys[e.key], next(nonces)))
+            else:  # derived from a conversation forgotten meanwhile (a summary in flight): its text goes
+                out.append(replaced(e, payload=replaced(e.payload, **_fresh_blanks(e.type))))
+        return out
 
     def _seal(self, event: Event, key: tuple[str, bytes], nonce: bytes) -> Event:
         p = event.payload
         fields = PRIVATE_FIELDS[event.type]
         plain = type(p).__pydantic_serializer__.to_json(p, include=set(fields))
         sealed = self._encrypt(event, plain, key, nonce, fields)
-        blanks = {f: (dict(v) if isinstance(v, dict) else v) for f, v in _BLANKS[event.type].items()}
-        return replaced(event, payload=replaced(p, encrypted=sealed, **blanks))
+        return replaced(event, payload=replaced(p, encrypted=sealed, **_fresh_blanks(event.type)))
 
     def _encrypt(
         self, event: Event, plain: bytes, key: tuple[str, bytes], nonce: bytes, fields: tuple[str, ...]
@@ -190,6 +204,21 @@ def _blanks() -> dict[str, dict[str, object]]:
 
 
 _BLANKS = _blanks()
+# What writers append (refused in a forgotten conversation); every other sealable type is derived.
+WRITER_TYPES = frozenset({MessageAppended.TYPE, MessageRetracted.TYPE})
+
+
+def _fresh_blanks(event_type: str) -> dict[str, object]:
+    return {f: (dict(v) if isinstance(v, dict) else v) for f, v in _BLANKS[event_type].items()}
+
+
+def _forgotten(scope: str) -> ConversationForgottenError:
+    tenant, _, conversation = scope.partition("/")
+    return ConversationForgottenError(
+        f"conversation {conversation!r} (tenant {tenant!r}) was forgotten; nothing was appended. "
+        "Reopen it to start it again, empty (memfold reopen, MemoryEngine.reopen, POST .../reopen)",
+        field="conversation_id",
+    )
 
 
 def _sealable(event: Event) -> bool:

@@ -352,11 +352,12 @@ class Projector:
                 ch.deleted.add(conv_key)
                 if had_text:  # its text was in this file: rewrite it once the deletion commits
                     ch.erased.add(conv_key)
-                _drop_message_rows(ch, conv_key)
+                _drop_pending_rows(ch, conv_key)
                 retrieval.drop_conversation(ch.search, conv_key)
                 for policy in self.policies:
                     self._facts.pop((policy, *conv_key), None)
                     self._holdings.pop((policy, *conv_key), None)
+                    self._rows.pop((policy, *conv_key), None)  # the store erases them: write the next ones
             elif isinstance(event, MessageRetracted) and not conv.deleted:
                 ch.retracted.append((*conv_key, event.payload.retracted_event_id))
             for name, state in folded.states.items():
@@ -606,15 +607,28 @@ def _index_summary(ch: Changes, event: SummaryProduced) -> None:
         retrieval.add_doc(ch.search, *key, "fact", f"{p.summary_id}/{n}", p.covers_to, f"{fact.key} {fact.value}", p.policy)
 
 
-def _drop_message_rows(ch: Changes, conv_key: tuple[str, str]) -> None:
-    """Remove this batch's pending message rows of a conversation deleted later in the batch."""
-    cols = ch.messages
-    keep = [
-        i for i, (t, c) in enumerate(zip(cols["tenant_id"], cols["conversation_id"])) if (t, c) != conv_key
-    ]
-    if len(keep) != len(cols["tenant_id"]):
-        for name, values in cols.items():
-            cols[name] = [values[i] for i in keep]
+def _drop_pending_rows(ch: Changes, conv_key: tuple[str, str]) -> None:
+    """Take out of this batch every row of a conversation deleted at this point of the batch; scrub its events.
+
+    The store erases the conversation's stored rows *before* it writes the
+    batch (``Changes.deleted``), so what the batch holds from before the
+    deletion must go here; rows folded after it (a reopen) are kept.
+    """
+    for cols in (ch.messages,):
+        keep = [i for i, (t, c) in enumerate(zip(cols["tenant_id"], cols["conversation_id"])) if (t, c) != conv_key]
+        if len(keep) != len(cols["tenant_id"]):
+            for name, values in cols.items():
+                cols[name] = [values[i] for i in keep]
+    events = ch.events
+    for i, (t, c, kind) in enumerate(zip(events["tenant_id"], events["conversation_id"], events["type"])):
+        if (t, c) == conv_key and kind in PRIVATE_FIELDS:
+            events["payload"][i] = ERASED_PAYLOAD
+    ch.summary_requests[:] = [r for r in ch.summary_requests if (r["tenant_id"], r["conversation_id"]) != conv_key]
+    ch.fact_inserts[:] = [r for r in ch.fact_inserts if (r["tenant_id"], r["conversation_id"]) != conv_key]
+    ch.state_history[:] = [r for r in ch.state_history if (r["tenant_id"], r["conversation_id"]) != conv_key]
+    ch.fact_retirements[:] = [r for r in ch.fact_retirements if (r[1], r[2]) != conv_key]
+    ch.fact_supersessions[:] = [r for r in ch.fact_supersessions if (r[1], r[2]) != conv_key]
+    ch.retracted[:] = [r for r in ch.retracted if (r[0], r[1]) != conv_key]
 
 
 def _retractions(state: Any) -> tuple[tuple[str, int], ...]:

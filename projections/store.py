@@ -357,6 +357,10 @@ class DuckDBProjectionStore:
         return [dict(zip(names, row)) for row in cur.fetchall()]
 
     def _write(self, cur: duckdb.DuckDBPyConnection, ch: Changes) -> None:
+        # First: the stored rows of conversations this batch deletes. The projector took the batch's
+        # own rows from before each deletion out already; rows after it (a reopen) are written below.
+        for tenant_id, conversation_id in ch.deleted:
+            _erase(cur, tenant_id, conversation_id)
         for row in ch.poison:
             cur.execute(
                 'INSERT INTO poison_events ("partition", "offset", event_id, stored_type, tenant_id, conversation_id, '
@@ -463,9 +467,6 @@ class DuckDBProjectionStore:
                 cur.register("_prows", pa.table({k: pa.array(v, pa.string()) for k, v in rows.items()}))
                 cur.execute("INSERT INTO policy_rows SELECT policy, tbl, tenant_id, conversation_id, row::JSON FROM _prows")
                 cur.unregister("_prows")
-        # Last, so that rows this same batch wrote before the deletion go too.
-        for tenant_id, conversation_id in ch.deleted:
-            _erase(cur, tenant_id, conversation_id)
 
     def erase(self, tenant_id: str, conversation_id: str, *, fold_states: bool = False) -> int:
         """Delete every content row of a conversation again (rows a late writer added); return how many went.

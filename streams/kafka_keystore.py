@@ -56,6 +56,7 @@ class KafkaKeyStore:
         self._lock = threading.Lock()
         self._keys: dict[str, bytes | None] = {}  # key_id -> key, None once destroyed
         self._scopes: dict[str, str] = {}  # key_id -> scope
+        self._by_scope: dict[str, set[str]] = {}  # scope -> its key_ids
         self._active: dict[str, str] = {}  # scope -> the newest live key_id
         self._next = 0
         self._read_at = 0.0
@@ -87,12 +88,36 @@ class KafkaKeyStore:
                 # key destroyed more than ``refresh`` seconds ago (it would be shredded on arrival).
                 self._read()
             made = []
-            for scope in dict.fromkeys(s for s in scopes if s not in self._active):
-                key_id, key = "dk-" + os.urandom(12).hex(), os.urandom(KEY_BYTES)
-                made.append((key_id, {"scope": scope, "key": base64.b64encode(key).decode("ascii")}))
+            for scope in dict.fromkeys(s for s in scopes if s not in self._active and not self._forgotten(s)):
+                made.append(self._new_key(scope))
             if made:
                 self._write(made)  # durable (acks=all) before any content is sealed with them
-            return {s: (self._active[s], self._keys[self._active[s]]) for s in scopes}
+            return {s: (self._active[s], self._keys[self._active[s]]) for s in scopes if s in self._active}
+
+    def status(self, scope: str) -> str:
+        with self._lock:
+            self._read()
+            if scope in self._active:
+                return "live"
+            return "forgotten" if self._forgotten(scope) else "unknown"
+
+    def reopen(self, scope: str) -> bool:
+        with self._lock:
+            self._read()
+            if not self._forgotten(scope):
+                return False
+            self._write([self._new_key(scope)])
+            return True
+
+    def _forgotten(self, scope: str) -> bool:
+        """True when ``scope`` has keys on the topic and none is live."""
+        keys = self._by_scope.get(scope, ())
+        return bool(keys) and all(self._keys.get(k) is None for k in keys)
+
+    @staticmethod
+    def _new_key(scope: str) -> tuple[str, dict]:
+        key_id, key = "dk-" + os.urandom(12).hex(), os.urandom(KEY_BYTES)
+        return key_id, {"scope": scope, "key": base64.b64encode(key).decode("ascii")}
 
     def key(self, key_id: str) -> bytes | None:
         with self._lock:
@@ -157,6 +182,7 @@ class KafkaKeyStore:
     def _apply(self, key_id: str, value: dict) -> None:
         scope = value["scope"]
         self._scopes[key_id] = scope
+        self._by_scope.setdefault(scope, set()).add(key_id)
         if value.get("key") is None:
             self._keys[key_id] = None
             if self._active.get(scope) == key_id:

@@ -147,7 +147,7 @@ def test_observability_views_answer_the_specs_questions(engine):
     chain = engine.sql("SELECT summary_id, base_summary_id, base_end_seq FROM memory_version_chain WHERE status = 'completed'")[1]
     assert chain and all((base is None) == (end is None) for _sid, base, end in chain)
     engine.sql("UPDATE summaries SET status = 'processing', requested_at = now() - INTERVAL 10 MINUTE "
-               "WHERE request_id = (SELECT min(request_id) FROM summaries)")
+               "WHERE request_id = (SELECT min(request_id) FROM summaries)", write=True)
     stuck = engine.sql("SELECT request_id, age FROM memory_stuck_processing")[1]
     assert len(stuck) == 1 and stuck[0][1] >= timedelta(minutes=10)
     progression = engine.sql("SELECT window_size FROM memory_window_progression")[1]

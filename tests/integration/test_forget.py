@@ -64,7 +64,7 @@ def test_forget_leaves_no_trace_of_the_text_and_keeps_the_others(tmp_path):
         engine.wait_idle(60)
         memory = " ".join(m.content for m in engine.context("secret") if m.kind.startswith("memory"))
         assert secret in memory.lower(), "the summary must carry the planted text for the test to mean anything"
-        engine.sql("CHECKPOINT")
+        engine.sql("CHECKPOINT", write=True)
         before = _files_with(data, secret)
         assert "projections.duckdb" in before  # the scan sees plaintext where it is
         assert "events.sqlite" not in before and not any(h.startswith("events.sqlite") for h in before)
@@ -139,11 +139,11 @@ def test_a_reset_projection_keeps_no_bytes_of_the_tables_it_dropped(tmp_path):
     with _engine(data) as engine:
         _talk(engine, "c1", plant, n=2)  # under the summary trigger: only projection tables hold the text
         engine.wait_idle(60)
-        engine.sql("CHECKPOINT")
+        engine.sql("CHECKPOINT", write=True)
         assert _files_with(data, plant) == ["projections.duckdb"]
         with engine.runner.paused():  # no refold meanwhile
             engine.store.reset()
-            engine.sql("CHECKPOINT")
+            engine.sql("CHECKPOINT", write=True)
             assert _files_with(data, plant) == []
 
 
@@ -168,7 +168,7 @@ def test_a_summary_that_comes_back_after_the_forget_lands_without_its_text(tmp_p
         )
         engine.wait_for(engine.log.append([late])[0])
         assert engine.sql("SELECT payload FROM events WHERE event_id = ?", [late.event_id])[1] == [('{"erased": true}',)]
-        engine.sql("CHECKPOINT")
+        engine.sql("CHECKPOINT", write=True)
     assert _files_with(data, plant) == []
 
 

@@ -18,14 +18,17 @@ from memfold.engine.keystore import KEY_RECHECK_S, SQLiteKeyStore
 SCOPE = "acme/support-4711"
 
 
-def test_sqlite_a_key_destroyed_by_another_connection_is_not_used_to_seal(tmp_path):
+def test_sqlite_a_key_destroyed_by_another_connection_is_not_used_to_seal_and_reopen_makes_a_new_one(tmp_path):
     a, b = SQLiteKeyStore(tmp_path / "keys.sqlite"), SQLiteKeyStore(tmp_path / "keys.sqlite")  # two processes' views
     try:
         (old_id, old_key), = b.active_keys([SCOPE]).values()
         assert b.key(old_id) == old_key
         assert a.destroy(SCOPE) == 1
+        assert b.active_keys([SCOPE]) == {}  # forgotten: nothing new is sealed in it, on either view
+        assert b.status(SCOPE) == "forgotten" and b.status("acme/never") == "unknown"
+        assert a.reopen(SCOPE)
         (new_id, new_key), = b.active_keys([SCOPE]).values()
-        assert new_id != old_id and new_key != old_key  # new content gets a live key
+        assert new_id != old_id and new_key != old_key  # reopened: new content gets a live key
         assert b.key(old_id) is None  # and the old content reads as shredded
         assert a.key(new_id) == new_key  # the new key is shared, as any key is
     finally:
@@ -60,6 +63,9 @@ def test_kafka_a_key_destroyed_on_another_node_is_not_used_to_seal(kafka_bootstr
         assert a.key(old_id) == old_key
         assert a.destroy(SCOPE) == 1
         time.sleep(0.3)  # past b's refresh
+        assert b.active_keys([SCOPE]) == {} and b.status(SCOPE) == "forgotten"
+        assert a.reopen(SCOPE) and not a.reopen(SCOPE)
+        time.sleep(0.3)
         (new_id, new_key), = b.active_keys([SCOPE]).values()
         assert new_id != old_id and new_key != old_key
         assert b.key(old_id) is None

@@ -28,8 +28,8 @@ def test_verify_passes_on_live_and_names_each_difference(tmp_path):
         assert engine.store.dump() == before  # verify never writes the live projection
         assert not list(engine.settings.data_dir.glob("projections.verify*"))
         engine.sql("UPDATE summaries SET text = 'tampered' WHERE conversation_id = 'c1' AND status = 'completed' "
-                   "AND summary_id = (SELECT min(summary_id) FROM summaries WHERE conversation_id = 'c1' AND status = 'completed')")
-        engine.sql("DELETE FROM facts WHERE conversation_id = 'c2' AND key = (SELECT min(key) FROM facts WHERE conversation_id = 'c2')")
+                   "AND summary_id = (SELECT min(summary_id) FROM summaries WHERE conversation_id = 'c1' AND status = 'completed')", write=True)
+        engine.sql("DELETE FROM facts WHERE conversation_id = 'c2' AND key = (SELECT min(key) FROM facts WHERE conversation_id = 'c2')", write=True)
         diffs = {d.table: d for d in engine.verify()}
         assert set(diffs) == {"summaries", "facts"}
         assert [r for r in diffs["summaries"].only_live if "tampered" in r] and len(diffs["summaries"].only_replay) == 1
@@ -95,8 +95,8 @@ def test_a_projection_folded_by_other_fold_rules_is_folded_again_and_a_read_refu
         _talk(engine, "c1", 24)
         assert engine.store.meta("fold_version") == str(FOLD_VERSION)
         before = engine.store.dump()
-        engine.sql("UPDATE store_meta SET value = '1' WHERE key = 'fold_version'")  # as an older memfold left it
-        engine.sql("UPDATE summaries SET text = 'folded by the old rules' WHERE conversation_id = 'c1'")
+        engine.sql("UPDATE store_meta SET value = '1' WHERE key = 'fold_version'", write=True)  # as an older memfold left it
+        engine.sql("UPDATE summaries SET text = 'folded by the old rules' WHERE conversation_id = 'c1'", write=True)
     with pytest.raises(ConfigError, match=r"other fold rules \(version 1; .* rebuild"):
         MemoryEngine(settings, policy_changes="refuse")  # a read does not change the data dir
     with MemoryEngine(settings) as engine:

@@ -6,8 +6,23 @@ from datetime import UTC, datetime
 
 import pytest
 
-from memfold.engine.errors import EventDecodeError, KeyStoreError
-from memfold.engine.events import Fact, MessageAppended, MessagePayload, SummaryProduced, SummaryProducedPayload, decode
+from memfold.engine.errors import ConversationForgottenError, EventDecodeError, KeyStoreError
+from memfold.engine.events import (
+    PRIVATE_FIELDS,
+    Fact,
+    MessageAppended,
+    MessagePayload,
+    MessageRetracted,
+    MessageRetractedPayload,
+    SummaryFailed,
+    SummaryFailedPayload,
+    SummaryProduced,
+    SummaryProducedPayload,
+    ToolCall,
+    TopicAssigned,
+    TopicAssignedPayload,
+    decode,
+)
 from memfold.engine.keystore import SQLiteKeyStore
 from memfold.engine.sealing import Sealer, is_shredded
 
@@ -47,16 +62,87 @@ def test_sealed_events_round_trip_through_their_stored_json(sealer):
     assert sealed[0].payload.encrypted.key_id != sealed[2].payload.encrypted.key_id  # one key per conversation
 
 
-def test_destroying_a_key_shreds_that_conversation_only_and_a_new_key_follows(sealer):
+def test_destroying_a_key_shreds_that_conversation_only_and_refuses_new_content_until_reopened(sealer):
     a1, b1 = sealer.seal([_message("a", "secret one"), _message("b", "kept")])
     assert sealer.keys.destroy("default/a") == 1
     assert sealer.keys.destroy("default/a") == 0  # idempotent
     sealer.forget()
     assert is_shredded(sealer.unseal(a1)) and sealer.unseal(a1).payload.content is None
     assert sealer.unseal(b1).payload.content == "kept"
-    (a2,) = sealer.seal([_message("a", "after the forget", 2)])
+    with pytest.raises(ConversationForgottenError, match="reopen"):
+        sealer.seal([_message("a", "after the forget", 2)])  # nothing new in a forgotten conversation
+    assert sealer.keys.status("default/a") == "forgotten" and sealer.keys.status("default/b") == "live"
+    assert sealer.keys.reopen("default/a") and not sealer.keys.reopen("default/a")
+    (a2,) = sealer.seal([_message("a", "after the reopen", 2)])
     assert a2.payload.encrypted.key_id != a1.payload.encrypted.key_id
-    assert sealer.unseal(a2).payload.content == "after the forget"
+    assert sealer.unseal(a2).payload.content == "after the reopen"
+    assert is_shredded(sealer.unseal(a1))  # what came before stays shredded
+
+
+def test_a_summary_derived_after_the_forget_is_appended_without_its_text(sealer):
+    sealer.seal([_message("a", "one")])
+    sealer.keys.destroy("default/a")
+    (late,) = sealer.seal([_summary("a")])
+    assert late.payload.encrypted is None and late.payload.text == "" and late.payload.facts == ()
+    assert "Dana" not in late.encode()
+
+
+def test_every_private_field_is_sealed_and_comes_back(sealer):
+    """Markers in every field a message, a tool call, a topic, a retraction and a failed summary carry."""
+    marked = MessageAppended(
+        event_id="m1", conversation_id="a", occurred_at=T0,
+        payload=MessagePayload(
+            role="assistant", content="zqcontent", name="zqname", model_variant="zqvariant",
+            metadata={"zqmetakey": {"nested": "zqmetaval"}}, importance=0.25,
+            tool_calls=(ToolCall(id="zqcallid", name="zqcallname", arguments='{"q": "zqargs"}'),),
+            tool_call_id="zqtoolcallid", embedding=(0.5, 0.25), tokens={"cl100k_base": 3},
+        ),
+    )
+    topic = TopicAssigned(event_id="t1", conversation_id="a", occurred_at=T0, payload=TopicAssignedPayload(
+        settings_hash="h", topic_id="t", message_index=0, created=True, title="zqtitle"))
+    retraction = MessageRetracted(event_id="r1", conversation_id="a", occurred_at=T0, payload=MessageRetractedPayload(
+        retracted_event_id="m1", reason="zqreason"))
+    failed = SummaryFailed(event_id="f1", conversation_id="a", occurred_at=T0, payload=SummaryFailedPayload(
+        request_id="q", policy="rolling", settings_hash="h", reason="zqfailed", error_type="SummarizerOutputError"))
+    events = [marked, topic, retraction, failed, _summary("a")]
+    assert {e.type for e in events} == set(PRIVATE_FIELDS)  # a new private type needs a marker here
+    sealed = sealer.seal(events)
+    for original, s in zip(events, sealed):
+        stored = s.encode()
+        planted = ("zqcontent", "zqname", "zqvariant", "zqmetakey", "zqmetaval", "zqcallid", "zqcallname", "zqargs",
+                   "zqtoolcallid", "zqtitle", "zqreason", "zqfailed", "Dana")
+        assert not [m for m in planted if m in stored], stored
+        assert s.payload.encrypted.fields == PRIVATE_FIELDS[s.type]
+        assert s.payload.tokens == original.payload.tokens if s.type == "MessageAppended" else True
+        assert sealer.unseal(decode(stored)) == original
+    sealer.keys.destroy("default/a")
+    sealer.forget()
+    shredded = sealer.unseal(decode(sealed[0].encode()))
+    assert is_shredded(shredded) and shredded.payload.metadata == {} and shredded.payload.tool_calls == ()
+
+
+def test_content_sealed_in_the_first_form_still_reads(sealer):
+    """Logs written before every private field was sealed hold only content (or text and facts) sealed."""
+    import base64
+    import json
+
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+    from memfold.engine.events import EncryptedContent
+    from memfold.engine.sealing import ALGORITHM, _aad
+
+    message, summary = _message("a", "first form"), _summary("a")
+    key_id, key = sealer.keys.active_keys(["default/a"])["default/a"]
+    old = []
+    for event, plain in ((message, b"first form"),
+                         (summary, json.dumps({"text": summary.payload.text,
+                                               "facts": [f.model_dump(mode="json") for f in summary.payload.facts]}).encode())):
+        nonce = bytes(12)
+        sealed = EncryptedContent(key_id=key_id, algorithm=ALGORITHM, nonce_b64=base64.b64encode(nonce).decode(),
+                                  ciphertext_b64=base64.b64encode(AESGCM(key).encrypt(nonce, plain, _aad(event))).decode())
+        blank = {"content": None} if event.type == "MessageAppended" else {"text": "", "facts": ()}
+        old.append(event.model_copy(update={"payload": event.payload.model_copy(update={**blank, "encrypted": sealed})}))
+    assert [sealer.unseal(decode(e.encode())) for e in old] == [message, summary]
 
 
 def test_tampered_or_moved_ciphertext_is_refused(sealer):
