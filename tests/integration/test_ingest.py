@@ -261,3 +261,16 @@ def test_an_overlong_line_is_rejected_unread(engine, tmp_path):
     report = ingest_file(engine, path, progress=False)
     assert [r.line for r in report.rejected] == [2] and "bytes; the limit is" in report.rejected[0].reason
     assert report.accepted == 2
+
+
+def test_a_line_naming_a_forgotten_conversation_is_rejected_with_the_reason(tmp_path):
+    path = write(tmp_path / "in.jsonl", [msg("my card PIN is 4831", conversation="gone"), msg("hello", conversation="kept")])
+    with MemoryEngine(Settings.load(None, data_dir=tmp_path / "data")) as eng:
+        assert ingest_file(eng, path, progress=False).accepted == 2
+        eng.wait_idle(timeout=120)
+        eng.forget("gone")
+        report = ingest_file(eng, path, progress=False)
+    assert (report.accepted, report.duplicates, report.exit_code) == (0, 1, 2)
+    [rejection] = report.rejected
+    assert (rejection.line, rejection.field) == (1, "conversation_id")
+    assert "was forgotten" in rejection.reason and "reopen" in rejection.reason
