@@ -45,7 +45,10 @@ def render(report: dict[str, Any]) -> str:
         f"{c['token_count']} tokens · {_fmt(c['first_at'])} → {_fmt(c['last_at'])} · events: "
         + ", ".join(f"{escape(t)} {k}" for t, k in report["events"].items()) + "</div>",
     ]
-    if report["erasure"]:
+    if report["erasure"] and report["erasure"].get("pending"):
+        parts.append("<div class='notice'><b>Erasure not finished</b>: a forget began and did not remove every copy "
+                     "yet; run forget again to finish it.</div>")
+    if report["erasure"] and report["erasure"]["seq"] is not None:
         e = report["erasure"]
         parts.append(
             f"<div class='notice'><b>Erased</b> at {_fmt(e['occurred_at'])} (seq {e['seq']}, log position "

@@ -93,8 +93,11 @@ def _print_audit(report: dict[str, Any]) -> None:
           f"{c['token_count']} tokens, {c['first_at'] or '-'} .. {c['last_at'] or '-'}")
     if report["erasure"]:
         e = report["erasure"]
-        print(f"erased at {e['occurred_at']} (seq {e['seq']}, position {e['position']})"
-              + (f": {e['reason']}" if e["reason"] else "") + "; its content in the log is sealed with a destroyed key")
+        if e.get("pending"):
+            print("erasure NOT finished: a forget began and did not remove every copy; run memfold forget again")
+        if e["seq"] is not None:
+            print(f"erased at {e['occurred_at']} (seq {e['seq']}, position {e['position']})"
+                  + (f": {e['reason']}" if e["reason"] else "") + "; its content in the log is sealed with a destroyed key")
     print("events: " + ", ".join(f"{t} {n}" for t, n in report["events"].items()))
     print_table(
         ["policy", "ver", "status", "covers", "base", "settings", "model", "tok in", "tok out", "ms", "cached", "resolved at"],

@@ -777,13 +777,16 @@ class MemoryEngine:
     def audit(self, conversation_id: str, *, tenant_id: str = "default") -> dict[str, Any]:
         """Return the memory evolution of a conversation: summary versions, facts, settings, erasure.
 
-        Shape: :mod:`memfold.projections.audit`. Reads the projection only; an
-        erased conversation shows that it existed and when it was erased.
+        Shape: :mod:`memfold.projections.audit`. Reads the projection (and
+        the pending-erasure record) only; an erased conversation shows that it
+        existed and when it was erased, and a ``forget`` cut short shows as
+        ``erasure pending`` until a ``forget`` finishes it.
         """
         _check_reading(conversation_id, tenant_id)
         from memfold.projections.audit import audit
 
-        return audit(self.store, tenant_id, conversation_id)
+        return audit(self.store, tenant_id, conversation_id,
+                     erasure_pending=self.erasure_pending(conversation_id, tenant_id=tenant_id))
 
     def sql(
         self, query: str, params: Sequence[Any] | None = None, *, write: bool = False

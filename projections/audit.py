@@ -2,10 +2,12 @@
 
 :func:`audit` returns a JSON-able dict:
 
-- ``conversation``: ids, ``status`` (``active``, ``erased`` or ``unknown``),
-  message and token counts, first and last event time;
-- ``erasure``: the ``ConversationDeleted`` record (seq, time, reason, log
-  position) when the conversation was forgotten, else None;
+- ``conversation``: ids, ``status`` (``active``, ``erased``, ``erasure
+  pending`` or ``unknown``; ``active`` again after a reopen), message and
+  token counts, first and last event time;
+- ``erasure``: the latest ``ConversationDeleted`` record (seq, time, reason,
+  log position) and ``pending``: True while a ``forget`` that began has not
+  removed every copy (run it again), else None;
 - ``events``: how many events of each type the log holds for it;
 - ``messages``: index, seq, role, time, tokens and a short preview;
 - ``summaries``: every summary request and outcome of every policy with its
@@ -36,7 +38,7 @@ from .store import DuckDBProjectionStore
 PREVIEW_CHARS = 120
 
 
-def audit(store: DuckDBProjectionStore, tenant_id: str, conversation_id: str) -> dict[str, Any]:
+def audit(store: DuckDBProjectionStore, tenant_id: str, conversation_id: str, *, erasure_pending: bool = False) -> dict[str, Any]:
     """Return the memory evolution of ``tenant_id/conversation_id`` (see the module docstring for the shape)."""
     key = [tenant_id, conversation_id]
     conv = store.conversation(tenant_id, conversation_id)
@@ -46,10 +48,12 @@ def audit(store: DuckDBProjectionStore, tenant_id: str, conversation_id: str) ->
     seqs = {e["event_id"]: e["seq"] for e in events}
     deletions = [e for e in events if e["type"] == "ConversationDeleted"]
     erasure = None
-    if deletions:
-        d = deletions[0]
-        erasure = {"seq": d["seq"], "occurred_at": _iso(d["occurred_at"]), "position": positions[d["event_id"]],
-                   "reason": json.loads(d["payload"] or "{}").get("reason")}
+    if deletions or erasure_pending:
+        d = deletions[-1] if deletions else None
+        erasure = {"seq": d["seq"] if d else None, "occurred_at": _iso(d["occurred_at"]) if d else None,
+                   "position": positions[d["event_id"]] if d else None,
+                   "reason": json.loads(d["payload"] or "{}").get("reason") if d else None,
+                   "pending": erasure_pending}
     counts: dict[str, int] = defaultdict(int)
     for e in events:
         counts[e["type"]] += 1
@@ -57,7 +61,12 @@ def audit(store: DuckDBProjectionStore, tenant_id: str, conversation_id: str) ->
                             "WHERE tenant_id = ? AND conversation_id = ? ORDER BY idx", key)
     summaries = _summaries(store, key, positions, seqs)
     facts = _facts(store, key, summaries, messages)
-    status = "erased" if (conv and conv["deleted"]) or erasure else ("active" if conv else "unknown")
+    if erasure_pending:
+        status = "erasure pending"  # a forget began and did not finish: copies may remain until forget runs again
+    elif conv:
+        status = "erased" if conv["deleted"] else "active"  # active again after a reopen
+    else:
+        status = "erased" if erasure else "unknown"
     return {
         "conversation": {
             "tenant_id": tenant_id, "conversation_id": conversation_id, "status": status,
