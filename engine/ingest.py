@@ -121,7 +121,8 @@ def ingest_file(
     ``path`` may be a regular file or a stream (a pipe, ``/dev/stdin``, a
     process substitution): it is read once, in order, and nothing of it is
     read before step 2. ``source`` names the input in its lines' keys
-    (default: the file's name).
+    (default: the file's name; ``stdin`` for ``/dev/stdin``, so two
+    different inputs piped in should each be given their own ``source``).
 
     1. Check the path can be opened for reading (else :class:`InputFileError`, nothing read).
     2. Read line by line, at most the line limit at a time: a longer line is
@@ -172,10 +173,7 @@ def ingest_file(
                     continue
                 digest = hashlib.blake2b(text, digest_size=16).digest()
                 occurrence = seen[digest] = seen.get(digest, 0) + 1
-                if len(text) > max_line:
-                    rejection = Rejection(line_no, f"line is {len(text)} bytes; the limit is {max_line}")
-                else:
-                    rejection = _parse(engine, text, line_no, line_key(source_name, text, occurrence), batch)
+                rejection = _parse(engine, text, line_no, line_key(source_name, text, occurrence), batch)
             if rejection is not None:
                 report.rejected.append(rejection)
                 if strict:
@@ -208,7 +206,7 @@ def line_event_ids(engine: Any, path: Path, *, source: str | None = None) -> dic
             digest = hashlib.blake2b(text, digest_size=16).digest()
             occurrence = seen[digest] = seen.get(digest, 0) + 1
             batch: list[tuple[int, MessageAppended, bool]] = []
-            if len(text) <= max_line and _parse(engine, text, line_no, line_key(source_name, text, occurrence), batch) is None:
+            if _parse(engine, text, line_no, line_key(source_name, text, occurrence), batch) is None:
                 ids[line_no] = batch[0][1].event_id
     return ids
 
