@@ -337,7 +337,7 @@ class DuckDBProjectionStore:
                 try:
                     cur.execute("ROLLBACK")
                 except duckdb.Error:
-                    pass
+                    self._reopen()  # DuckDB invalidated the database (an I/O error such as a full disk)
                 if isinstance(exc, duckdb.Error):
                     raise ProjectionError(f"projection write failed and was rolled back: {exc}") from exc
                 raise
@@ -491,7 +491,10 @@ class DuckDBProjectionStore:
                 cur.execute("COMMIT")
                 return count
             except duckdb.Error as exc:
-                cur.execute("ROLLBACK")
+                try:
+                    cur.execute("ROLLBACK")
+                except duckdb.Error:
+                    self._reopen()  # DuckDB invalidated the database (an I/O error such as a full disk)
                 raise ProjectionError(f"cannot erase {tenant_id}/{conversation_id}: {exc}") from exc
 
     def compact(self) -> None:
@@ -521,7 +524,7 @@ class DuckDBProjectionStore:
                 try:
                     self._con.execute("DETACH DATABASE IF EXISTS memfold_compact")
                 except duckdb.Error:
-                    pass
+                    self._reopen()  # DuckDB invalidated the database (a failed checkpoint is fatal to it)
                 fresh.unlink(missing_ok=True)
                 fresh.with_name(fresh.name + ".wal").unlink(missing_ok=True)
                 raise ProjectionError(f"cannot compact the projection {self.path}: {exc}") from exc
@@ -549,6 +552,24 @@ class DuckDBProjectionStore:
                 raise ProjectionError(f"cannot checkpoint {other.path}: {exc}") from exc
             other.close()
             self._swap_in(other.path)
+
+    def _reopen(self) -> None:
+        """Open the file again after DuckDB invalidated the connection (a fatal I/O error such as a full disk).
+
+        Every committed transaction is in the file or its WAL; the reopened
+        connection reads them back. Caller holds the write lock.
+        """
+        self._open.clear()
+        try:
+            try:
+                self._con.close()
+            except duckdb.Error:
+                pass
+            self._con = _connect(self.path, False, 5.0)
+            self._generation += 1
+            self._positions = {p: o for p, o in self._con.execute("SELECT * FROM positions").fetchall()}
+        finally:
+            self._open.set()
 
     def _swap_in(self, fresh: Path) -> None:
         """Replace this file with ``fresh`` and reopen (caller holds the write lock).

@@ -1,0 +1,226 @@
+"""The erasure proof: after ``forget`` no byte under the data dir (or the broker's) holds anything the user said.
+
+Distinct markers go into every field a message and a tool call can carry
+(content, name, model variant, metadata keys and values, tool-call ids,
+names and arguments, the tool result's ``tool_call_id``, a retraction's
+reason, an ingested line), with all five policies folding (summaries, facts,
+topic titles, search terms, fold states, state history, the summary cache),
+a replay namespace made before the forget and one made after it. Then every
+file is searched, raw bytes, for every marker. The same after a ``forget``
+killed at random points and re-run, and after one stopped by a full disk.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from memfold.engine.engine import MemoryEngine
+from memfold.engine.errors import ConversationForgottenError, ErasureIncompleteError
+from memfold.engine.ingest import ingest_file, line_key
+from memfold.engine.settings import Settings
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from support.erasure_kit import SETTINGS, files_with, ingest_line, markers, plant  # noqa: E402
+
+KIT = Path(__file__).resolve().parents[1] / "support" / "erasure_kit.py"
+
+
+def _engine(data: Path, **extra) -> MemoryEngine:
+    return MemoryEngine(Settings.load(None, data_dir=data, **{**SETTINGS, **extra}))
+
+
+def _planted(root: Path, **extra) -> tuple[Path, dict[str, str], dict[str, str]]:
+    """A data dir under ``root`` with conversation "secret" (markers ``m``) and "kept" (markers ``k``), folded."""
+    data, m, k = root / "data", markers("s"), markers("k")
+    source = root / "input"  # the user's own file: outside the data dir
+    source.mkdir(parents=True)
+    (source / "chat.jsonl").write_bytes(ingest_line("secret", m) + ingest_line("kept", k))
+    with _engine(data, **extra) as engine:
+        plant(engine, "secret", m)
+        plant(engine, "kept", k)
+        report = ingest_file(engine, source / "chat.jsonl", progress=False)
+        assert report.accepted == 2, report
+        engine.wait_idle(120)
+        # Sanity: the planted text is where erasure has to reach, or the search below proves nothing.
+        assert any(m["ingested"] in r.content for r in engine.history("secret"))
+        for policy in SETTINGS["policies"]:
+            assert engine.summaries("secret", policy=policy), f"{policy} made no summary of the planted turns"
+        _cols, titles = engine.sql("SELECT payload FROM events WHERE type = 'TopicAssigned' AND conversation_id = 'secret'")
+        assert any(m["content"] in t for (t,) in titles)
+        engine.sql("CHECKPOINT", write=True)
+    before = files_with([data], m)
+    assert any(p.endswith("projections.duckdb") for p in before), before
+    return data, m, k
+
+
+def _owner_only(data: Path) -> list[str]:
+    """Files under ``data`` that group or others may read, and the data dir itself if it is not 0700."""
+    loose = [str(p) for p in data.rglob("*") if p.is_file() and p.stat().st_mode & 0o077
+             and (p.name.startswith(("keys.sqlite", "projections")) or p.suffix in (".duckdb", ".wal"))]
+    if data.stat().st_mode & 0o777 != 0o700:
+        loose.append(f"{data} is {oct(data.stat().st_mode & 0o777)}")
+    return loose
+
+
+def test_forget_leaves_no_marker_of_any_field_in_any_file_for_every_policy(tmp_path):
+    data, m, k = _planted(tmp_path)
+    with _engine(data) as engine:
+        ingested = next(r for r in engine.history("secret") if m["ingested"] in r.content)
+        line = ingest_line("secret", m).strip()
+        assert ingested.event_id != line_key("chat.jsonl", line, 1)  # the id is keyed, not a hash of the line
+        engine.replay("before")  # a namespace that exists when the forget runs
+        engine.forget("secret")
+        assert engine.verify() == []
+        engine.replay("after")  # and one made after it: folded from the log, whose keys are gone
+        assert engine.history("secret") == []
+        with pytest.raises(ConversationForgottenError):
+            engine.append_message("secret", "user", "one more thing")
+        with pytest.raises(ConversationForgottenError):  # nor can an id be computed for it: no oracle
+            engine.keyed_event_id("secret", line_key("chat.jsonl", line, 1))
+        kept = engine.history("kept")
+        assert any(k["content"] in r.content for r in kept) and any(k["ingested"] in r.content for r in kept)
+        assert engine.audit("secret")["conversation"]["status"] == "erased"
+    assert files_with([data], m) == {}
+    assert files_with([data], {"kept": k["content"]})  # the other conversation's text is still there (sealed or not)
+    assert _owner_only(data) == []
+
+
+def test_a_reopened_conversation_takes_new_messages_and_can_be_forgotten_again(tmp_path):
+    data = tmp_path / "data"
+    first, second = markers("a"), markers("b")
+    with _engine(data) as engine:
+        plant(engine, "c", first, turns=4)
+        engine.wait_idle(60)
+        engine.forget("c")
+        assert engine.reopen("c") is not None
+        assert engine.reopen("c") is None  # open already: nothing appended
+        plant(engine, "c", second, turns=4)
+        engine.wait_idle(60)
+        assert all(first["content"] not in r.content for r in engine.history("c"))
+        assert any(second["content"] in r.content for r in engine.history("c"))
+        assert engine.audit("c")["conversation"]["status"] == "active"
+        assert engine.verify() == []
+        engine.forget("c")
+        assert engine.verify() == [] and engine.history("c") == []
+    assert files_with([data], {**first, **{f + "2": v for f, v in second.items()}}) == {}
+
+
+def _run_forget(data: Path, settings_file: Path, *, kill_after: float | None = None,
+                preexec=None) -> subprocess.CompletedProcess | None:
+    """Run the kit's forget child; with ``kill_after``, SIGKILL it that long after it opened the engine."""
+    cmd = [sys.executable, str(KIT), "forget", str(data), str(settings_file), "secret"]
+    if kill_after is None:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=300, preexec_fn=preexec)
+    child = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert child.stdout.readline().strip() == "opened"
+    time.sleep(kill_after)
+    child.kill()
+    child.communicate(timeout=60)
+    return None
+
+
+def test_a_forget_killed_at_random_points_is_finished_by_the_next(tmp_path):
+    planted, m, _k = _planted(tmp_path / "seed")
+    with _engine(planted) as engine:
+        engine.replay("standing")  # a namespace the killed forget has to reach too
+    settings_file = tmp_path / "settings.json"
+    settings_file.write_text(json.dumps(SETTINGS))
+    # How long one forget takes from "opened": the window the kills are spread over.
+    probe = tmp_path / "probe"
+    shutil.copytree(planted, probe)
+    started = time.monotonic()
+    done = _run_forget(probe, settings_file)
+    window = time.monotonic() - started
+    assert done.returncode == 0, done.stderr
+    assert files_with([probe], m) == {}
+    rng = random.Random(43)
+    for trial in range(4):
+        data = tmp_path / f"trial{trial}"
+        shutil.copytree(planted, data)
+        _run_forget(data, settings_file, kill_after=rng.uniform(0.0, window))
+        again = _run_forget(data, settings_file)
+        assert again.returncode == 0, again.stderr
+        assert files_with([data], m) == {}, f"trial {trial}"
+        with _engine(data) as engine:
+            assert engine.verify() == []
+            report = engine.audit("secret")
+            assert report["conversation"]["status"] == "erased" and not report["erasure"]["pending"]
+
+
+def _fill(path: Path, leave: int) -> Path:
+    """Fill the file system of ``path`` until ``leave`` bytes are free; return the filler file."""
+    filler = path / "filler"
+    with open(filler, "wb") as fh:
+        while True:
+            free = shutil.disk_usage(path).free - leave
+            if free <= 0:
+                break
+            try:
+                fh.write(b"\0" * min(free, 1 << 20))
+                fh.flush()
+            except OSError:
+                break
+    return filler
+
+
+def test_a_forget_on_a_full_disk_says_so_and_the_next_finishes(tmp_path):
+    """On a tmpfs that the compaction's copy does not fit in (a real full disk: ENOSPC)."""
+    planted, m, _k = _planted(tmp_path / "seed")
+    size = sum(p.stat().st_size for p in planted.rglob("*") if p.is_file())
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size * 2 + (8 << 20)}", "tmpfs", str(disk)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.fail(f"cannot mount a small tmpfs for the full-disk test: {mounted.stderr.strip()}")
+    try:
+        data = disk / "data"
+        shutil.copytree(planted, data)
+        filler = _fill(disk, leave=256 << 10)  # room for the log and key store writes, not for a copy of the file
+        with _engine(data) as engine:
+            with pytest.raises(ErasureIncompleteError, match="forget it again"):
+                engine.forget("secret")
+            assert engine.audit("secret")["conversation"]["status"] == "erasure pending"
+            with pytest.raises(ConversationForgottenError):
+                engine.append_message("secret", "user", "still here?")  # the key is destroyed already
+        filler.unlink()  # the operator frees the disk
+        with _engine(data) as engine:
+            engine.forget("secret")
+            assert engine.audit("secret")["conversation"]["status"] == "erased"
+            assert engine.verify() == []
+        assert files_with([data], m) == {}
+    finally:
+        subprocess.run(["umount", str(disk)], capture_output=True)
+
+
+@pytest.mark.kafka
+def test_forget_on_kafka_leaves_no_marker_in_the_broker_segments_or_the_data_dir(
+    tmp_path, kafka_bootstrap, tmp_path_factory
+):
+    import uuid
+
+    if os.environ.get("MEMFOLD_KAFKA_BOOTSTRAP"):
+        pytest.skip("an external broker: its data dir is not on this machine to search")
+    brokers = [p for p in tmp_path_factory.getbasetemp().glob("kafka-broker*") if p.is_dir()]
+    assert brokers, "the session's local broker keeps its data under the pytest base temp dir"
+    data, m, k = tmp_path / "data", markers("s"), markers("k")
+    topic = f"memfold.erasure.{uuid.uuid4().hex[:8]}"
+    extra = dict(log=f"kafka://{kafka_bootstrap}", topic=topic, partitions=2, keystore=str(tmp_path / "keys.sqlite"))
+    with _engine(data, **extra) as engine:
+        plant(engine, "secret", m, turns=6)
+        plant(engine, "kept", k, turns=6)
+        engine.wait_idle(120)
+        assert engine.summaries("secret", policy="topics")
+        engine.forget("secret")
+        assert engine.verify() == []
+        assert any(k["content"] in r.content for r in engine.history("kept"))
+    assert files_with([data, *brokers], m) == {}
