@@ -423,6 +423,12 @@ class MemoryEngine:
                 earlier = records[0].event if records else event
             else:  # the same id twice in this batch: the log keeps the first
                 earlier = first.setdefault(event.event_id, event)
+            if not isinstance(earlier, MessageAppended):  # an unreadable record (poison) or another type holds the id
+                raise EventConflictError(
+                    f"event_id {event.event_id!r} names a stored record that is not this message "
+                    f"({type(earlier).__name__}); use a new event_id for a new message",
+                    field="event_id", line=lines[i] if lines is not None else None, event_id=event.event_id,
+                )
             if not same_message(earlier, event):
                 where = f"is already stored (at {position})" if position is not None else "is given twice"
                 raise EventConflictError(

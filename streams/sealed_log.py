@@ -11,10 +11,12 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from typing import Any
 
+from memfold.engine.errors import EventDecodeError
 from memfold.engine.events import Event
 from memfold.engine.ports import EventLog
 from memfold.engine.positions import LogRecord, Position
 from memfold.engine.sealing import Sealer
+from memfold.engine.unreadable import UnreadableRecord
 
 
 class SealedLog:
@@ -33,15 +35,30 @@ class SealedLog:
         return self.inner.append(self.sealer.seal(events))
 
     def read(self, partition: int, start: int, limit: int = 1000) -> list[LogRecord]:
-        """Return the inner log's records *at* ``start`` onwards, content unsealed where keys live."""
-        unseal = self.sealer.unseal
-        return [LogRecord(r.position, unseal(r.event)) for r in self.inner.read(partition, start, limit)]
+        """Return the inner log's records *at* ``start`` onwards, content unsealed where keys live.
+
+        A record whose sealed content does not authenticate (tampered bytes)
+        is read as an :class:`UnreadableRecord` in its place, like a record
+        that does not decode: one bad record never fails the whole read.
+        """
+        return [self._unsealed(r) for r in self.inner.read(partition, start, limit)]
 
     def scan(self, partition: int, start: int, types: Collection[str], limit: int = 5000) -> tuple[list[LogRecord], int]:
         """The inner log's scan, the records found unsealed (the others are never decoded, let alone unsealed)."""
         records, after = self.inner.scan(partition, start, types, limit)
-        unseal = self.sealer.unseal
-        return [LogRecord(r.position, unseal(r.event)) for r in records], after
+        return [self._unsealed(r) for r in records], after
+
+    def _unsealed(self, record: LogRecord) -> LogRecord:
+        event = record.event
+        if isinstance(event, UnreadableRecord):
+            return record
+        try:
+            return LogRecord(record.position, self.sealer.unseal(event))
+        except EventDecodeError as exc:
+            return LogRecord(record.position, UnreadableRecord(
+                record.position, str(exc), event_id=event.event_id, stored_type=event.type,
+                tenant_id=event.tenant_id, conversation_id=event.conversation_id,
+            ))
 
     def partitions(self) -> list[int]:
         return self.inner.partitions()

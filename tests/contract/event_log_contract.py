@@ -31,6 +31,8 @@ from memfold.engine.events import (
     ClockTickedPayload,
     ConversationDeleted,
     ConversationDeletedPayload,
+    ConversationReopened,
+    ConversationReopenedPayload,
     EncryptedContent,
     Event,
     Fact,
@@ -78,8 +80,13 @@ def message(tenant: str, conversation: str, n: int, *, event_id: str | None = No
     )
 
 
-def one_of_each_type(tenant: str, conversation: str, tag: str = "") -> list[Event]:
-    """Return one event of every type, with every optional payload field that matters filled in."""
+def one_of_each_type(tenant: str, conversation: str, tag: str = "", *, presealed: bool = True) -> list[Event]:
+    """Return one event of every type, with every optional payload field that matters filled in.
+
+    ``presealed`` includes content sealed elsewhere (a key this log never
+    saw); a log that seals and unseals itself (``SealedLog``) gets plain
+    content in its place, which it seals on append.
+    """
     env = lambda n: dict(  # noqa: E731 - the shared envelope, distinct per event
         event_id=f"{tag}{conversation}-{n}", tenant_id=tenant, conversation_id=conversation,
         occurred_at=T0 + timedelta(minutes=n, microseconds=n),
@@ -101,7 +108,8 @@ def one_of_each_type(tenant: str, conversation: str, tag: str = "") -> list[Even
             ),
         ),
         MessageAppended(**env(3), payload=MessagePayload(role="tool", content="{\"status\": \"shipped\"}", tool_call_id="call-1")),
-        MessageAppended(**env(4), payload=MessagePayload(role="user", encrypted=sealed)),
+        MessageAppended(**env(4), payload=MessagePayload(role="user", encrypted=sealed) if presealed
+                        else MessagePayload(role="user", content="sealed by the log itself")),
         SettingsChanged(
             **env(5),
             payload=SettingsChangedPayload(policy="rolling", settings={"message_threshold": 20, "x": [1.5, "a"]}, settings_hash="h-1"),
@@ -121,7 +129,7 @@ def one_of_each_type(tenant: str, conversation: str, tag: str = "") -> list[Even
                 summary_id="sum-1", request_id="req-1", policy="topics", settings_hash="h-1", covers_from=0, covers_to=9,
                 base_summary_id="sum-0", topic_id="t-1", text="The customer wants a refund.",
                 facts=(Fact(key="order_id", value="#1234", category="ENTITY"), Fact(key="refund", value="yes")),
-                encrypted=sealed, summarizer="offline", model="extractive-v1", prompt_hash="p-1", tokens_in=120,
+                encrypted=sealed if presealed else None, summarizer="offline", model="extractive-v1", prompt_hash="p-1", tokens_in=120,
                 tokens_out=30, latency_ms=5, cached=True,
             ),
         ),
@@ -141,6 +149,7 @@ def one_of_each_type(tenant: str, conversation: str, tag: str = "") -> list[Even
         MessageRetracted(**env(13), causation_id=f"{tag}{conversation}-2",
                          payload=MessageRetractedPayload(retracted_event_id=f"{tag}{conversation}-2", reason="pop_item")),
         ConversationDeleted(**env(14), payload=ConversationDeletedPayload(reason="user asked")),
+        ConversationReopened(**env(15), payload=ConversationReopenedPayload(reason="user came back")),
     ]
     assert {e.type for e in events} == set(EVENT_CLASSES), "a new event type needs a sample here"
     return events
@@ -184,6 +193,11 @@ def assert_same_event(stored: Event, appended: Event) -> None:
 
 class EventLogContract:
     """What every :class:`~memfold.engine.ports.EventLog` backend guarantees. Subclasses provide ``make_log``."""
+
+    PRESEALED = True  # False for a log that seals itself: it cannot read content sealed with keys it never held
+
+    def samples(self, tenant: str, conversation: str, tag: str = "") -> list[Event]:
+        return one_of_each_type(tenant, conversation, tag, presealed=self.PRESEALED)
 
     @pytest.fixture
     def make_log(self) -> MakeLog:  # pragma: no cover - always overridden
@@ -275,7 +289,7 @@ class EventLogContract:
 
     def test_scan_returns_the_events_of_the_asked_types_as_read_does(self, make_log: MakeLog) -> None:
         log = make_log(partitions=1)
-        events = [*one_of_each_type("acme", "c1"), *one_of_each_type("acme", "c2", tag="b-")]
+        events = [*self.samples("acme", "c1"), *self.samples("acme", "c2", tag="b-")]
         log.append(events)
         wanted = {"SettingsChanged", "SummaryFailed"}
         expected = [r for r in log.read(0, 0, 1000) if r.event.type in wanted]
@@ -325,8 +339,8 @@ class EventLogContract:
 
     def test_seq_starts_at_one_and_counts_every_event_type(self, make_log: MakeLog) -> None:
         log = make_log(partitions=4)
-        first = one_of_each_type("acme", "c1", tag="a-")
-        second = [message("acme", "c1", 100 + i) for i in range(3)] + one_of_each_type("acme", "c1", tag="b-")
+        first = self.samples("acme", "c1", tag="a-")
+        second = [message("acme", "c1", 100 + i) for i in range(3)] + self.samples("acme", "c1", tag="b-")
         log.append(first)
         log.append(second)
         records = by_conversation(read_all(log))[("acme", "c1")]
@@ -357,7 +371,7 @@ class EventLogContract:
 
     def test_every_event_type_round_trips_losslessly(self, make_log: MakeLog) -> None:
         log = make_log(partitions=4)
-        events = one_of_each_type("acme", "c1") + one_of_each_type("tenant-β", "conv with spaces ✓")
+        events = self.samples("acme", "c1") + self.samples("tenant-β", "conv with spaces ✓")
         positions = log.append(events)
         for event, position in zip(events, positions):
             (record,) = log.read(position.partition, position.offset, 1)
@@ -411,7 +425,7 @@ class EventLogContract:
             events = []
             for conversation_index, kind in batch:
                 tenant, conversation = conversations[conversation_index]
-                events.append(_event_of_kind(kind, tenant, conversation, n))
+                events.append(_event_of_kind(kind, tenant, conversation, n, self.PRESEALED))
                 n += 1
             for event, position in zip(events, log.append(events)):
                 appended[(event.tenant_id, event.conversation_id)].append(event)
@@ -439,9 +453,9 @@ class EventLogContract:
         assert fold_through_pipeline(make_log(4), tmp_path / "log") == expected
 
 
-def _event_of_kind(kind: int, tenant: str, conversation: str, n: int) -> Event:
+def _event_of_kind(kind: int, tenant: str, conversation: str, n: int, presealed: bool = True) -> Event:
     """Return event number ``n``: a plain message for ``kind`` < 6, else sample ``kind - 6`` of every type."""
     if kind < 6:
         return message(tenant, conversation, n, event_id=f"e{n}")
-    sample = one_of_each_type(tenant, conversation)[kind - 6]
+    sample = one_of_each_type(tenant, conversation, presealed=presealed)[kind - 6]
     return sample.model_copy(update={"event_id": f"e{n}", "occurred_at": T0 + timedelta(seconds=n)})
