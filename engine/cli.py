@@ -214,6 +214,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     whole log (:data:`_BULK`) tunes its process's garbage collector
     (:func:`~memfold.engine.runtime.tune_gc`).
     """
+    if argv is None:
+        # Files this process creates (DuckDB's WAL, replay namespaces, exports) hold plaintext or keys:
+        # owner-only, whatever the shell's umask. The library leaves its caller's umask alone; the
+        # data dir itself is 0700 either way.
+        os.umask(0o077)
     try:
         args = _parser().parse_args(argv)
         if argv is None and args.command in _BULK:
@@ -399,8 +404,8 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         where = f"all are in {args.errors}" if args.errors else "--errors FILE writes all as JSONL"
         print(f"memfold: ... and {hidden} more rejected line(s) ({where})", file=sys.stderr)
     if report.resumed_after is not None:
-        print(f"resumed: the log held {report.duplicates} line(s), up to line {report.resumed_after}; "
-              "those were skipped unread")
+        print(f"resumed: the log held {report.duplicates} line(s), up to line {report.resumed_after} "
+              "(counted as duplicates)")
     rate = report.accepted / report.seconds if report.seconds else float("inf")
     conflicts = f" ({report.conflicts} conflicting event_id)" if report.conflicts else ""
     print(

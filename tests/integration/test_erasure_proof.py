@@ -224,3 +224,17 @@ def test_forget_on_kafka_leaves_no_marker_in_the_broker_segments_or_the_data_dir
         assert engine.verify() == []
         assert any(k["content"] in r.content for r in engine.history("kept"))
     assert files_with([data, *brokers], m) == {}
+
+
+def test_files_the_memfold_command_creates_are_owner_only_whatever_the_umask(tmp_path):
+    data = tmp_path / "data"
+    memfold = Path(sys.executable).with_name("memfold")
+    env = {**os.environ, "MEMFOLD_DATA_DIR": str(data)}
+    for args in (["append", "c1", "user", "my card ends 4242"], ["append", "c2", "user", "hello"], ["forget", "c1"],
+                 ["replay", "--name", "r1", "--policy", "rolling"], ["history", "c2"]):
+        done = subprocess.run([str(memfold), *args], env=env, capture_output=True, text=True, timeout=120,
+                              preexec_fn=lambda: os.umask(0o022))
+        assert done.returncode == 0, (args, done.stderr)
+    loose = [f"{p.relative_to(data)} {oct(p.stat().st_mode & 0o777)}" for p in [data, *data.rglob("*")]
+             if p.stat().st_mode & 0o077]
+    assert loose == []
