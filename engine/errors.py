@@ -10,7 +10,8 @@
      │    ├── ConversationForgottenError        an append to a forgotten conversation (reopen it first)
      │    ├── UnknownMessageError               a retraction names no message of that conversation
      │    ├── AlreadyRetractedError             a retraction names a message retracted before
-     │    └── UnknownReplayError                a command names a replay namespace that does not exist
+     │    ├── UnknownReplayError                a command names a replay namespace that does not exist
+     │    └── SqlTimeoutError                   a SQL statement ran past its time limit and was interrupted
      ├── InputFileError                         an input file that cannot be read (missing, a directory)
      ├── ConfigError                            settings that cannot work
      ├── EventDecodeError                       stored or received bytes that are not a known event
@@ -107,6 +108,10 @@ class AlreadyRetractedError(ValidationError):
 
 class UnknownReplayError(ValidationError):
     """A command names a replay namespace that does not exist (``memfold replays`` lists them)."""
+
+
+class SqlTimeoutError(ValidationError):
+    """A SQL statement ran past its statement timeout and was interrupted; nothing was changed (HTTP 408)."""
 
 
 class InputFileError(MemfoldError):

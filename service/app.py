@@ -33,6 +33,7 @@ from memfold.engine.errors import (
     MemfoldError,
     MessageTooLargeError,
     ProjectionLagTimeout,
+    SqlTimeoutError,
     UnknownConversationError,
     UnknownReplayError,
     ValidationError,
@@ -43,7 +44,6 @@ from .context_cache import ContextCache
 from .keys import ApiKey, ApiKeyStore
 from .limits import BodySizeLimit, Limits, RateLimiter
 from .metrics import ServiceMetrics
-from .sql import SqlTimeoutError
 
 log = logging.getLogger("memfold.service")
 

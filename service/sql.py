@@ -16,7 +16,7 @@ from typing import Any
 
 import duckdb
 
-from memfold.engine.errors import ValidationError
+from memfold.engine.errors import SqlTimeoutError, ValidationError
 
 # What each table shows a tenant: its own rows, never a retracted message (its content is withdrawn) and
 # no event payloads of message events (an unsealed copy of the content, retracted or not). Other tables
@@ -75,6 +75,3 @@ def run_tenant_sql(store, tenant_id: str, query: str, limit: int,
         scratch.close()
     return columns, [list(r) for r in rows[:limit]], len(rows) > limit
 
-
-class SqlTimeoutError(ValidationError):
-    """A /v1/sql statement ran past the service's statement timeout and was interrupted (HTTP 408)."""
