@@ -11,7 +11,7 @@ PUBLIC = {
     "memfold.engine.overrides": ["parse_assignments", "load_file", "apply", "policy_view"],
     "memfold.streams.namespaces": ["ReplayReport", "ReplayStats", "Namespace", "ReplayFold", "list_namespaces", "drop"],
     "memfold.engine.events": [
-        "Event", "MessageAppended", "ConversationDeleted", "SettingsChanged", "ClockTicked", "SummaryRequested",
+        "Event", "MessageAppended", "ConversationDeleted", "ConversationReopened", "PRIVATE_FIELDS", "SettingsChanged", "ClockTicked", "SummaryRequested",
         "SummaryProduced", "SummaryFailed", "TopicAssigned", "TopicCompacted", "TopicEvicted", "MessagePayload",
         "ToolCall", "Fact", "EncryptedContent", "UpcasterRegistry", "UPCASTERS", "decode", "json_schemas",
     ],
@@ -20,7 +20,8 @@ PUBLIC = {
         "ConfigError", "EventDecodeError", "UnknownEventTypeError", "UpcastError", "LogError",
         "LogUnavailableError", "AppendFailedError", "ProjectionError", "ProjectionBusyError",
         "ProjectionLagTimeout", "SummarizerError", "SummarizerTimeoutError", "SummarizerOutputError",
-        "TokenizerUnavailableError", "UnknownReplayError",
+        "TokenizerUnavailableError", "UnknownReplayError", "ConversationForgottenError", "ErasureIncompleteError",
+        "UnknownConversationError", "SqlTimeoutError",
     ],
     "memfold.engine.ports": [
         "EventLog", "Policy", "Summarizer", "Embedder", "ProjectionStore", "MessageSource", "FoldContext",
@@ -44,6 +45,7 @@ PUBLIC = {
         "Client", "AsyncClient", "ApiError", "AuthenticationError", "ConflictError", "PermissionDeniedError", "NotFoundError",
         "RequestTooLargeError", "InvalidRequestError", "RateLimitedError", "ServiceUnavailableError",
         "Appended", "Message", "Context", "ContextMessage", "Conversation", "Identity", "SqlResult",
+        "ConversationGoneError", "SearchHit", "SearchPage",
     ],
     "memfold.service.app": ["create_app"],
     "memfold.adapters.langchain": ["MemfoldChatMessageHistory", "MemfoldMiddleware"],
