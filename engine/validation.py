@@ -47,6 +47,11 @@ MAX_DEPTH = 32
 MAX_METADATA_BYTES = 1024 * 1024  # the agents adapter keeps whole SDK items (tool outputs) here
 MAX_ID_CHARS = 200  # event_id, tenant_id, tool call ids, names, model variants
 MAX_CONVERSATION_CHARS = 400
+# One rule on every path (Python, JSONL, HTTP): an id may hold '/', but not the segment the HTTP
+# API reads as a message of the conversation (DELETE .../messages/<id> retracts one).
+RESERVED_SEGMENT = "/messages/"
+CONVERSATION_ID_RULE = ("may contain '/', but not the segment '/messages/' (the HTTP API reads "
+                        "DELETE .../messages/<id> as a retraction); choose another id")
 MIN_TIME = datetime(1970, 1, 1, tzinfo=UTC)
 MAX_TIME = datetime(2100, 1, 1, tzinfo=UTC)
 
@@ -109,6 +114,8 @@ def _validate(message, max_chars, max_tokens, count_tokens, line, event_id, enco
         return value
 
     conversation_id = text("conversation_id", required=True, limit=MAX_CONVERSATION_CHARS)
+    if RESERVED_SEGMENT in conversation_id:
+        raise fail(CONVERSATION_ID_RULE, "conversation_id")
     tenant_id = text("tenant_id")
     if tenant_id is None:
         tenant_id = "default"

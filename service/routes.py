@@ -29,6 +29,7 @@ from pydantic import AfterValidator
 from memfold.engine.errors import ConversationForgottenError, UnknownMessageError, ValidationError
 from memfold.engine.ids import content_hash
 from memfold.engine.positions import Position
+from memfold.engine.validation import CONVERSATION_ID_RULE, RESERVED_SEGMENT
 
 from .app import Admin, Forgetter, Reader, Writer, services
 from .context_cache import context_key
@@ -57,10 +58,9 @@ router = APIRouter(prefix="/v1", responses=_ERRORS)
 
 def _routable(conversation_id: str) -> str:
     # An id may hold '/' (sent as is or as %2F): every route ends in a fixed suffix, so the split is clear,
-    # except that a DELETE ending in '/messages/<id>' is a retraction: such a conversation could not be forgotten.
-    if "/messages/" in conversation_id:
-        raise ValueError("a conversation id may contain '/', but not the segment '/messages/' "
-                         "(DELETE .../messages/<id> retracts a message); choose another id")
+    # except that a DELETE ending in '/messages/<id>' is a retraction. The same rule as the engine's.
+    if RESERVED_SEGMENT in conversation_id:
+        raise ValueError(f"a conversation id {CONVERSATION_ID_RULE}")
     return conversation_id
 
 

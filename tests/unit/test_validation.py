@@ -159,3 +159,15 @@ def test_a_tool_call_instance_meets_the_same_checks_as_an_object():
     assert info.value.field == "tool_calls[0].name"
     event = check(ok(role="assistant", tool_calls=[ToolCall(id="t", name="f", arguments='{"a": 1}')]))
     assert event.payload.tool_calls == (ToolCall(id="t", name="f", arguments='{"a": 1}'),)
+
+
+def test_a_conversation_id_may_hold_a_slash_but_not_the_segment_the_http_api_reads_as_a_message():
+    from memfold.engine.validation import validate_message
+
+    ok = validate_message({"conversation_id": "team/alice", "role": "user", "content": "hi"}, max_chars=100,
+                          max_tokens=100, count_tokens=len)
+    assert ok.conversation_id == "team/alice"
+    with pytest.raises(ValidationError, match="/messages/") as err:
+        validate_message({"conversation_id": "a/messages/b", "role": "user", "content": "hi"}, max_chars=100,
+                         max_tokens=100, count_tokens=len)
+    assert err.value.field == "conversation_id"
