@@ -15,9 +15,10 @@ stay on the broker's disk (and in any copy of the topic); see README
 keys it has read in memory and reads the topic again before answering an
 unknown id and at most ``refresh`` seconds after its last read otherwise,
 so a key destroyed by another node stops unsealing there within that time.
-Sealing follows the same bound: a node seals new content of a conversation
-another node forgot with a fresh key at most ``refresh`` seconds after the
-forget (content appended within that window is shredded with the rest).
+Sealing follows the same bound: a node refuses new content of a conversation
+another node forgot at most ``refresh`` seconds after the forget (content
+appended within that window is shredded with the rest), until one of them
+reopens it (a fresh key on the topic).
 """
 
 from __future__ import annotations
