@@ -238,3 +238,22 @@ def test_files_the_memfold_command_creates_are_owner_only_whatever_the_umask(tmp
     loose = [f"{p.relative_to(data)} {oct(p.stat().st_mode & 0o777)}" for p in [data, *data.rglob("*")]
              if p.stat().st_mode & 0o077]
     assert loose == []
+
+
+def test_forget_removes_what_killed_commands_left_beside_the_projection(tmp_path):
+    """A killed rebuild leaves its beside file, a killed compaction its copy, a killed verify its namespace: plaintext."""
+    data, m, _k = _planted(tmp_path)
+    child = subprocess.Popen(["true"])
+    child.wait()
+    dead = child.pid  # a process that has exited: its verify namespace is nobody's
+    live = data / "projections.duckdb"
+    leftovers = [data / "projections.rebuild.duckdb", data / "projections.duckdb.compact",
+                 data / "replays" / f".verify-{dead}-1" / "projections.duckdb"]
+    for path in leftovers:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(live, path)
+    assert all(m["content"].encode() in p.read_bytes() for p in leftovers)  # each holds the planted text
+    with _engine(data) as engine:
+        engine.forget("secret")
+    assert not any(p.exists() for p in leftovers)
+    assert files_with([data], m) == {}
