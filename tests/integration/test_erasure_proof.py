@@ -114,12 +114,11 @@ def test_a_reopened_conversation_takes_new_messages_and_can_be_forgotten_again(t
     assert files_with([data], {**first, **{f + "2": v for f, v in second.items()}}) == {}
 
 
-def _run_forget(data: Path, settings_file: Path, *, kill_after: float | None = None,
-                preexec=None) -> subprocess.CompletedProcess | None:
+def _run_forget(data: Path, settings_file: Path, *, kill_after: float | None = None) -> subprocess.CompletedProcess | None:
     """Run the kit's forget child; with ``kill_after``, SIGKILL it that long after it opened the engine."""
     cmd = [sys.executable, str(KIT), "forget", str(data), str(settings_file), "secret"]
     if kill_after is None:
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=300, preexec_fn=preexec)
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     child = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert child.stdout.readline().strip() == "opened"
     time.sleep(kill_after)
@@ -128,32 +127,45 @@ def _run_forget(data: Path, settings_file: Path, *, kill_after: float | None = N
     return None
 
 
-def test_a_forget_killed_at_random_points_is_finished_by_the_next(tmp_path):
-    planted, m, _k = _planted(tmp_path / "seed")
-    with _engine(planted) as engine:
-        engine.replay("standing")  # a namespace the killed forget has to reach too
-    settings_file = tmp_path / "settings.json"
-    settings_file.write_text(json.dumps(SETTINGS))
-    # How long one forget takes from "opened": the window the kills are spread over.
-    probe = tmp_path / "probe"
-    shutil.copytree(planted, probe)
+def _kill_trials(tmp_path: Path, new_log, searched: list[Path], trials: int = 4) -> None:
+    """Plant, forget once to time it, then ``trials`` times: plant, SIGKILL a forget at a random point, re-run it.
+
+    ``new_log()`` returns the settings of a fresh log for each planting (a
+    new Kafka topic; nothing for SQLite, whose log is in the data dir).
+    After each re-run no file under the data dir or ``searched`` holds a
+    marker, ``verify`` passes and the audit shows the erasure finished.
+    """
+
+    def planted(name: str) -> tuple[Path, Path, dict[str, str]]:
+        extra = new_log()
+        data, m, _k = _planted(tmp_path / name, **extra)
+        with _engine(data, **extra) as engine:
+            engine.replay("standing")  # a namespace the killed forget has to reach too
+        settings_file = tmp_path / name / "settings.json"
+        settings_file.write_text(json.dumps({**SETTINGS, **extra}))
+        return data, settings_file, m
+
+    data, settings_file, m = planted("probe")
     started = time.monotonic()
-    done = _run_forget(probe, settings_file)
+    done = _run_forget(data, settings_file)  # how long one forget takes: the window the kills are spread over
     window = time.monotonic() - started
     assert done.returncode == 0, done.stderr
-    assert files_with([probe], m) == {}
+    assert files_with([data, *searched], m) == {}
     rng = random.Random(43)
-    for trial in range(4):
-        data = tmp_path / f"trial{trial}"
-        shutil.copytree(planted, data)
+    for trial in range(trials):
+        data, settings_file, m = planted(f"trial{trial}")
         _run_forget(data, settings_file, kill_after=rng.uniform(0.0, window))
         again = _run_forget(data, settings_file)
         assert again.returncode == 0, again.stderr
-        assert files_with([data], m) == {}, f"trial {trial}"
-        with _engine(data) as engine:
+        assert files_with([data, *searched], m) == {}, f"trial {trial}"
+        with _engine(data, **json.loads(settings_file.read_text())) as engine:
             assert engine.verify() == []
             report = engine.audit("secret")
             assert report["conversation"]["status"] == "erased" and not report["erasure"]["pending"]
+
+
+def test_a_forget_killed_at_random_points_is_finished_by_the_next(tmp_path):
+    _kill_trials(tmp_path, dict, [])
 
 
 def _fill(path: Path, leave: int) -> Path:
@@ -172,9 +184,9 @@ def _fill(path: Path, leave: int) -> Path:
     return filler
 
 
-def test_a_forget_on_a_full_disk_says_so_and_the_next_finishes(tmp_path):
-    """On a tmpfs that the compaction's copy does not fit in (a real full disk: ENOSPC)."""
-    planted, m, _k = _planted(tmp_path / "seed")
+def _full_disk_forget(tmp_path: Path, extra: dict, searched: list[Path]) -> None:
+    """On a tmpfs that the compaction's copy does not fit in (a real full disk: ENOSPC), then with room again."""
+    planted, m, _k = _planted(tmp_path / "seed", **extra)
     size = sum(p.stat().st_size for p in planted.rglob("*") if p.is_file())
     disk = tmp_path / "disk"
     disk.mkdir()
@@ -186,40 +198,59 @@ def test_a_forget_on_a_full_disk_says_so_and_the_next_finishes(tmp_path):
         data = disk / "data"
         shutil.copytree(planted, data)
         filler = _fill(disk, leave=256 << 10)  # room for the log and key store writes, not for a copy of the file
-        with _engine(data) as engine:
+        with _engine(data, **extra) as engine:
             with pytest.raises(ErasureIncompleteError, match="forget it again"):
                 engine.forget("secret")
             assert engine.audit("secret")["conversation"]["status"] == "erasure pending"
             with pytest.raises(ConversationForgottenError):
                 engine.append_message("secret", "user", "still here?")  # the key is destroyed already
         filler.unlink()  # the operator frees the disk
-        with _engine(data) as engine:
+        with _engine(data, **extra) as engine:
             engine.forget("secret")
             assert engine.audit("secret")["conversation"]["status"] == "erased"
             assert engine.verify() == []
-        assert files_with([data], m) == {}
+        assert files_with([data, *searched], m) == {}
     finally:
         subprocess.run(["umount", str(disk)], capture_output=True)
+
+
+def test_a_forget_on_a_full_disk_says_so_and_the_next_finishes(tmp_path):
+    _full_disk_forget(tmp_path, {}, [])
+
+
+def _broker_dirs(tmp_path_factory) -> list[Path]:
+    if os.environ.get("MEMFOLD_KAFKA_BOOTSTRAP"):
+        pytest.skip("an external broker: its data dir is not on this machine to search")
+    brokers = [p for p in tmp_path_factory.getbasetemp().glob("kafka-broker*") if p.is_dir()]
+    assert brokers, "the session's local broker keeps its data under the pytest base temp dir"
+    return brokers
+
+
+def _kafka_log(bootstrap: str) -> dict:
+    import uuid
+
+    return dict(log=f"kafka://{bootstrap}", topic=f"memfold.erasure.{uuid.uuid4().hex[:8]}", partitions=2)
+
+
+@pytest.mark.kafka
+def test_on_kafka_a_forget_killed_at_random_points_is_finished_by_the_next(tmp_path, kafka_bootstrap, tmp_path_factory):
+    """The key store is the Kafka key topic beside the events (the default on Kafka)."""
+    _kill_trials(tmp_path, lambda: _kafka_log(kafka_bootstrap), _broker_dirs(tmp_path_factory), trials=3)
+
+
+@pytest.mark.kafka
+def test_on_kafka_a_forget_on_a_full_disk_says_so_and_the_next_finishes(tmp_path, kafka_bootstrap, tmp_path_factory):
+    _full_disk_forget(tmp_path, _kafka_log(kafka_bootstrap), _broker_dirs(tmp_path_factory))
 
 
 @pytest.mark.kafka
 def test_forget_on_kafka_leaves_no_marker_in_the_broker_segments_or_the_data_dir(
     tmp_path, kafka_bootstrap, tmp_path_factory
 ):
-    import uuid
-
-    if os.environ.get("MEMFOLD_KAFKA_BOOTSTRAP"):
-        pytest.skip("an external broker: its data dir is not on this machine to search")
-    brokers = [p for p in tmp_path_factory.getbasetemp().glob("kafka-broker*") if p.is_dir()]
-    assert brokers, "the session's local broker keeps its data under the pytest base temp dir"
-    data, m, k = tmp_path / "data", markers("s"), markers("k")
-    topic = f"memfold.erasure.{uuid.uuid4().hex[:8]}"
-    extra = dict(log=f"kafka://{kafka_bootstrap}", topic=topic, partitions=2, keystore=str(tmp_path / "keys.sqlite"))
+    brokers = _broker_dirs(tmp_path_factory)
+    extra = _kafka_log(kafka_bootstrap)
+    data, m, k = _planted(tmp_path, **extra)
     with _engine(data, **extra) as engine:
-        plant(engine, "secret", m, turns=6)
-        plant(engine, "kept", k, turns=6)
-        engine.wait_idle(120)
-        assert engine.summaries("secret", policy="topics")
         engine.forget("secret")
         assert engine.verify() == []
         assert any(k["content"] in r.content for r in engine.history("kept"))
