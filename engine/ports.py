@@ -142,9 +142,14 @@ class ContextMessage:
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = None
     occurred_at: datetime | None = None
+    name: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        """Return the stable JSON shape: role, content, kind, tokens (+ index, occurred_at, tool fields when set)."""
+        """Return the compact annotated form: role, content, kind, tokens (+ index, occurred_at, name, tool fields when set).
+
+        Tool calls are the flat ``{"id", "name", "arguments"}`` alias; for a
+        model call use :meth:`as_openai` or :func:`memfold.engine.shapes.shaped`.
+        """
         out: dict[str, Any] = {"role": self.role, "content": self.content, "kind": self.kind, "tokens": self.tokens}
         if self.index is not None:
             out["index"] = self.index
@@ -153,6 +158,29 @@ class ContextMessage:
         if self.tool_calls:
             out["tool_calls"] = [tc.model_dump() for tc in self.tool_calls]
         if self.tool_call_id:
+            out["tool_call_id"] = self.tool_call_id
+        if self.name:
+            out["name"] = self.name
+        return out
+
+    def as_openai(self) -> dict[str, Any]:
+        """Return the message as an OpenAI ``ChatCompletionMessageParam``: only keys that type defines.
+
+        ``name`` is kept on system, user and assistant messages (a tool
+        message has no ``name`` in that type); an assistant message with tool
+        calls and no text has ``content`` ``None``, as the API returns it.
+        """
+        out: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.name and self.role != "tool":
+            out["name"] = self.name
+        if self.role == "assistant" and self.tool_calls:
+            if not self.content:
+                out["content"] = None
+            out["tool_calls"] = [
+                {"id": tc.id, "type": "function", "function": {"name": tc.name, "arguments": tc.arguments}}
+                for tc in self.tool_calls
+            ]
+        if self.role == "tool":
             out["tool_call_id"] = self.tool_call_id
         return out
 

@@ -712,7 +712,7 @@ def _prefix_tokens(prefix: str, count_tokens: Callable[[str], int]) -> int:
 def _message(m: MessageRecord, kind: str) -> ContextMessage:
     return ContextMessage(
         role=m.role, content=m.content, kind=kind, tokens=m.tokens, index=m.index,
-        tool_calls=m.tool_calls, tool_call_id=m.tool_call_id, occurred_at=m.occurred_at,
+        tool_calls=m.tool_calls, tool_call_id=m.tool_call_id, occurred_at=m.occurred_at, name=m.name,
     )
 
 
