@@ -47,6 +47,7 @@ from .ids import content_hash, new_event_id
 from .ports import ContextMessage, ContextPlan, FoldContext, MessageRecord, Policy
 from .positions import Position
 from .settings import Settings
+from .shapes import FORMATS, INPUT_FORMATS, Shaped, messages_from, shaped
 from .tokens import counter as token_counter
 from .validation import validate_message
 
@@ -337,7 +338,7 @@ class MemoryEngine:
         self,
         conversation_id: str,
         role: str,
-        content: str,
+        content: str | Sequence[Mapping[str, Any]] | None,
         *,
         tenant_id: str = "default",
         model_variant: str | None = None,
@@ -350,6 +351,10 @@ class MemoryEngine:
         event_id: str | None = None,
     ) -> Position:
         """Validate and append one message; return its log position (projection follows asynchronously).
+
+        The fields are those of an OpenAI chat message: ``content`` a string
+        or a list of ``{"type": "text", "text"}`` parts, ``tool_calls`` in
+        OpenAI's shape or the flat ``{"id", "name", "arguments"}`` alias.
 
         Give ``event_id`` to make the append idempotent: appending the same
         id again returns the stored position and stores nothing; the same id
@@ -366,14 +371,23 @@ class MemoryEngine:
             self.check_conflicts([event])
         return self.append_events([event])[0]
 
-    def append_many(self, messages: Iterable[Mapping[str, Any]]) -> list[Position]:
+    def append_many(self, messages: Iterable[Mapping[str, Any]], *, format: str = "openai") -> list[Position]:
         """Validate every message, then append them as one batch; all or nothing.
 
-        Raises the first :class:`ValidationError` (with ``line`` = 1-based
-        index in the batch) before anything is written, including an
+        ``format`` names the shape of ``messages``: ``openai`` (chat
+        messages, or memfold's flat compact alias), ``anthropic`` (Messages
+        API messages) or ``responses`` (Responses API input items); see
+        :func:`memfold.engine.shapes.messages_from` for how the last two
+        become memfold messages. Raises the first :class:`ValidationError`
+        (with ``line`` = 1-based index in the batch; for ``anthropic`` and
+        ``responses``, a shape error names the input item, a later one the
+        converted message) before anything is written, including an
         :class:`EventConflictError` for an ``event_id`` already stored with
         other content. A repeated id with the same content is stored once.
         """
+        if not isinstance(format, str) or format not in INPUT_FORMATS:
+            raise ValidationError(f"format must be one of {', '.join(INPUT_FORMATS)}, got {format!r:.40}",
+                                  field="format")
         if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Iterable):
             raise ValidationError(f"messages must be a list of message objects, got {type(messages).__name__}",
                                   field="messages")
@@ -382,6 +396,8 @@ class MemoryEngine:
             if not isinstance(m, Mapping):
                 raise ValidationError(f"each message must be an object (a mapping), got {type(m).__name__}",
                                       field="messages", line=i + 1)
+        if format != "openai":  # openai messages are made canonical by validation itself
+            messages = messages_from(format, messages)
         events = [self.validate(m, line=i + 1) for i, m in enumerate(messages)]
         given = [(i + 1, e) for i, (m, e) in enumerate(zip(messages, events)) if m.get("event_id") is not None]
         if given:
@@ -656,6 +672,31 @@ class MemoryEngine:
             older=None if plan.fallback == "deleted" else older, query=query,
             recall_share=self.settings.context.recall_share,
         )
+
+    def prompt(
+        self,
+        conversation_id: str,
+        *,
+        format: str = "openai",
+        budget: int | None = None,
+        query: str | None = None,
+        policy: str | None = None,
+        tenant_id: str = "default",
+        as_of: Position | datetime | None = None,
+    ) -> Shaped:
+        """Return :meth:`context` in ``format``, ready to pass to a model call; never calls a summarizer.
+
+        ``format``: ``openai`` (``messages`` for ``chat.completions.create``),
+        ``anthropic`` (``messages`` plus ``system`` for ``messages.create``),
+        ``responses`` (``input`` items for ``responses.create``) or
+        ``compact`` (memfold's annotated dicts). memfold's annotations are in
+        ``Shaped.memfold``, parallel to the messages, never inside them.
+        """
+        if not isinstance(format, str) or format not in FORMATS:
+            raise ValidationError(f"format must be one of {', '.join(FORMATS)}, got {format!r:.40}", field="format")
+        messages = self.context(conversation_id, budget=budget, query=query, policy=policy, tenant_id=tenant_id,
+                                as_of=as_of)
+        return shaped(format, messages, conversation_id=conversation_id)
 
     def context_in_memory(self, conversation_id: str, *, policy: str | None = None, tenant_id: str = "default") -> bool:
         """True when :meth:`context` of this conversation (no ``as_of``) is computed from memory alone.

@@ -133,7 +133,9 @@ def messages_from(format: str, items: Sequence[Mapping[str, Any]]) -> list[dict[
       assistant's ``tool_calls``, each ``tool_result`` a ``tool`` message.
       A request's top-level ``system`` is not an item: pass it as a system message.
     - ``responses``: ``message`` items map one to one; a run of consecutive
-      ``function_call`` items becomes one assistant message's ``tool_calls``;
+      ``function_call`` items becomes the ``tool_calls`` of the assistant
+      message just before it (or of a new one), as OpenAI's chat shape holds
+      them (the first item's ``event_id`` names the merged message);
       a ``function_call_output`` becomes a ``tool`` message (named after its call when the call is in ``items``).
 
     An item with an ``event_id`` that produces several messages gives the
@@ -160,19 +162,23 @@ def messages_from(format: str, items: Sequence[Mapping[str, Any]]) -> list[dict[
         else:
             produced = _from_responses(item, line, names)
             prev = out[-1] if out else None
-            if (item.get("type") == "function_call" and prev is not None and prev.pop("_calls_only", False)
+            if (item.get("type") == "function_call" and prev is not None and prev.get(_TAKES_CALLS)
                     and _passthrough(prev) == _passthrough(produced)):
-                prev["tool_calls"].extend(produced["tool_calls"])
-                prev["_calls_only"] = True
+                prev.setdefault("tool_calls", []).extend(produced["tool_calls"])
             else:
                 out.append(produced)
     for m in out:
-        m.pop("_calls_only", None)
+        m.pop(_TAKES_CALLS, None)
     return out
 
 
+# Marks a converted Responses item that later function_call items may join: an assistant message (the model's
+# text before its calls, as one response returns them) or a run of calls. Removed before messages_from returns.
+_TAKES_CALLS = "_takes_calls"
+
+
 def _passthrough(m: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in m.items() if k not in _CANONICAL_KEYS and k != "_calls_only" and k != "event_id"}
+    return {k: v for k, v in m.items() if k not in _CANONICAL_KEYS and k not in (_TAKES_CALLS, "event_id")}
 
 
 def _numbered(messages: list[dict[str, Any]], item: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -251,14 +257,14 @@ def _from_responses(item: Mapping[str, Any], line: int, names: dict[str, str]) -
         if isinstance(content, (list, tuple)):
             types = ("output_text",) if role == "assistant" else ("input_text",)
             content = _text_parts(content, types, "content", line)
-        return {**rest, "role": role, "content": content}
+        return {**rest, "role": role, "content": content, _TAKES_CALLS: role == "assistant"}
     if kind == "function_call":
         rest = _rest(item, ("call_id", "name", "arguments", *bookkeeping))
         call_id, name = item.get("call_id"), item.get("name")
         if isinstance(call_id, str) and isinstance(name, str):
             names[call_id] = name
         return {**rest, "role": "assistant", "content": "",
-                "tool_calls": [{"id": call_id, "name": name, "arguments": item.get("arguments")}], "_calls_only": True}
+                "tool_calls": [{"id": call_id, "name": name, "arguments": item.get("arguments")}], _TAKES_CALLS: True}
     if kind == "function_call_output":
         rest = _rest(item, ("call_id", "output", *bookkeeping))
         output = item.get("output")

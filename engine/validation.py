@@ -8,12 +8,16 @@ and whose ``line`` is the input line, when there is one.
 
 What is checked (README "What happens to bad input" lists the same):
 
-- shape: a JSON object whose keys are all in :data:`MESSAGE_KEYS`;
+- shape: an OpenAI chat message, first made canonical by
+  :func:`memfold.engine.shapes.canonical_openai` (``tool_calls`` as
+  ``{"id", "type": "function", "function": {...}}``, ``content`` as a list of
+  text parts, the SDK's null ``refusal``/``audio``/... keys), then a JSON
+  object whose keys are all in :data:`MESSAGE_KEYS`;
 - types: strings where strings belong, ``importance`` a real number in
   [0, 1] (``true`` is not a number), ``tool_calls`` a list of
-  ``{"id", "name", "arguments"}`` objects (or ``ToolCall`` instances,
-  checked field by field the same way, however they were built) whose
-  ``arguments`` is a string;
+  ``{"id", "name", "arguments"}`` objects (the compact alias of OpenAI's
+  shape, or ``ToolCall`` instances, checked field by field the same way,
+  however they were built) whose ``arguments`` is a string;
 - encodability: no lone surrogate (``"\\ud800"``) in any string or key, no
   NaN or Infinity anywhere (they are not JSON);
 - nesting: metadata at most :data:`MAX_DEPTH` levels deep;
@@ -37,6 +41,7 @@ import pydantic
 
 from .errors import EmptyContentError, MessageTooLargeError, UnknownRoleError, ValidationError
 from .events import ROLES, MessageAppended, MessagePayload, ToolCall, utcnow
+from .shapes import canonical_openai
 
 MESSAGE_KEYS = (
     "conversation_id", "role", "content", "tenant_id", "event_id", "model_variant", "metadata", "importance",
@@ -93,6 +98,7 @@ def _validate(message, max_chars, max_tokens, count_tokens, line, event_id, enco
 
     if not isinstance(message, Mapping):
         raise fail(f"a message must be a JSON object, got {_kind(message)}", None)
+    message = canonical_openai(message, line=line)
     unknown = [k for k in message if k not in MESSAGE_KEYS]
     if unknown:
         shown = _safe(unknown[0]) if isinstance(unknown[0], str) else repr(unknown[0])
@@ -128,7 +134,7 @@ def _validate(message, max_chars, max_tokens, count_tokens, line, event_id, enco
     if content is None:
         content = ""
     if not isinstance(content, str):
-        raise fail(f"must be a string, got {_kind(content)}", "content")
+        raise fail(f"must be a string or a list of text parts, got {_kind(content)}", "content")
     _check_encodable(content, "content", fail)
     tool_calls = _tool_calls(message.get("tool_calls"), fail)
     if not content.strip() and not (role == "assistant" and tool_calls):
