@@ -5,8 +5,8 @@
 - ``conversation``: ids, ``status`` (``active``, ``erased``, ``erasure
   pending`` or ``unknown``; ``active`` again after a reopen), message and
   token counts, first and last event time;
-- ``erasure``: the latest ``ConversationDeleted`` record (seq, time, reason,
-  log position) and ``pending``: True while a ``forget`` that began has not
+- ``erasure``: the ``ConversationDeleted`` record in force (the first after
+  the last reopen: seq, time, reason, log position) and ``pending``: True while a ``forget`` that began has not
   removed every copy (run it again), else None;
 - ``events``: how many events of each type the log holds for it;
 - ``messages``: index, seq, role, time, tokens and a short preview;
@@ -46,10 +46,12 @@ def audit(store: DuckDBProjectionStore, tenant_id: str, conversation_id: str, *,
                           "WHERE tenant_id = ? AND conversation_id = ? ORDER BY seq", key)
     positions = {e["event_id"]: f"{e['partition']}:{e['offset']}" for e in events}
     seqs = {e["event_id"]: e["seq"] for e in events}
-    deletions = [e for e in events if e["type"] == "ConversationDeleted"]
+    # The erasure in force: the first deletion after the last reopen (a forget run again adds a record, not a new erasure).
+    reopened = max((i for i, e in enumerate(events) if e["type"] == "ConversationReopened"), default=-1)
+    deletions = [e for e in events[reopened + 1:] if e["type"] == "ConversationDeleted"]
     erasure = None
     if deletions or erasure_pending:
-        d = deletions[-1] if deletions else None
+        d = deletions[0] if deletions else None
         erasure = {"seq": d["seq"] if d else None, "occurred_at": _iso(d["occurred_at"]) if d else None,
                    "position": positions[d["event_id"]] if d else None,
                    "reason": json.loads(d["payload"] or "{}").get("reason") if d else None,

@@ -152,14 +152,15 @@ def test_human_output_shows_control_characters_as_escapes_and_json_escapes_them(
     assert run("--data-dir", data, "append", "c1", "user", HOSTILE).returncode == 0
     for args in (("history", "c1"), ("context", "c1"), ("sql", "SELECT content FROM messages"),
                  ("context", "c1", "--budget", "5")):
-        proc = run("--data-dir", data, *args)
+        proc = run("--data-dir", data, *args, env={"COLUMNS": "400"})  # a table cut to 80 columns hides the cell
         assert proc.returncode == 0, proc.stderr
         _assert_escaped(proc.stdout)
         assert "[bold]markup[/]" in " ".join(proc.stdout.split())  # content, not rich markup
     for args in (("history", "c1", "--json"), ("context", "c1", "--json"), ("sql", "SELECT content FROM messages", "--json")):
         out = run("--data-dir", data, *args).stdout
         assert not any(c in out for c in ("\x1b", "\u009b", "\u202e", "\r")), repr(out)
-        assert HOSTILE in [row["content"] for row in json.loads(out)]  # JSON escapes; the value is intact
+        rows = json.loads(out)
+        assert HOSTILE in [row["content"] for row in (rows["messages"] if isinstance(rows, dict) else rows)]  # JSON escapes; the value is intact
 
 
 def test_an_error_line_quoting_content_is_terminal_safe(tmp_path):

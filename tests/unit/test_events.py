@@ -72,6 +72,7 @@ def _message_payload() -> st.SearchStrategy[MessagePayload]:
 PAYLOADS: dict[str, st.SearchStrategy[Any]] = {
     "MessageAppended": _message_payload(),
     "ConversationDeleted": st.builds(ev.ConversationDeletedPayload, reason=opt(short)),
+    "ConversationReopened": st.builds(ev.ConversationReopenedPayload, reason=opt(short)),
     "SettingsChanged": st.builds(ev.SettingsChangedPayload, policy=opt(names), settings=metadata, settings_hash=opt(hashes)),
     "ClockTicked": st.builds(ev.ClockTickedPayload, now=timestamps),
     "SummaryRequested": st.builds(
