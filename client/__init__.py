@@ -3,7 +3,7 @@
     from memfold.client import Client
     with Client("http://127.0.0.1:8080", api_key="mf_...") as mf:
         mf.append("c1", [{"role": "user", "content": "hello"}])
-        print(mf.context("c1", budget=2000).messages)
+        print(mf.prompt("c1", budget=2000).messages)  # the chat call's messages, as the openai SDK takes them
 """
 
 from ._http import AsyncClient, Client
@@ -21,6 +21,7 @@ from .models import (
     Message,
     NotFoundError,
     PermissionDeniedError,
+    Prompt,
     RateLimitedError,
     RequestTooLargeError,
     SearchHit,
@@ -32,5 +33,6 @@ from .models import (
 __all__ = [
     "ApiError", "Appended", "AsyncClient", "AuthenticationError", "Client", "ConflictError", "Context", "ContextMessage",
     "Conversation", "ConversationGoneError", "Identity", "InvalidRequestError", "Message", "NotFoundError", "PermissionDeniedError",
+    "Prompt",
     "RateLimitedError", "RequestTooLargeError", "SearchHit", "SearchPage", "ServiceUnavailableError", "SqlResult",
 ]

@@ -21,12 +21,15 @@ from urllib.parse import quote
 
 import httpx
 
+from memfold.engine.errors import ValidationError
+
 from .models import (
     Appended,
     Context,
     Conversation,
     Identity,
     Message,
+    Prompt,
     SearchHit,
     SearchPage,
     ServiceUnavailableError,
@@ -35,17 +38,27 @@ from .models import (
 )
 
 _RETRY_STATUS = {429, 502, 503, 504}
+PROMPT_FORMATS = ("openai", "anthropic", "responses")
 
 
-def _messages_body(messages: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+def _messages_body(messages: Iterable[Mapping[str, Any]], format: str = "openai") -> dict[str, Any]:
     out = []
     for m in messages:
+        if hasattr(m, "model_dump"):  # an SDK object (openai's ChatCompletionMessage, anthropic's MessageParam...)
+            m = m.model_dump(mode="json", exclude_none=True)
         m = {k: v for k, v in m.items() if v is not None}
         m.setdefault("id", uuid.uuid4().hex)  # fixed before the first attempt: retries are idempotent
         if "occurred_at" in m and not isinstance(m["occurred_at"], str):
             m["occurred_at"] = m["occurred_at"].isoformat()
         out.append(m)
-    return {"messages": out}
+    return {"format": format, "messages": out}
+
+
+def _shaped(format: str) -> str:
+    if format not in PROMPT_FORMATS:
+        raise ValidationError(f"format must be one of {', '.join(PROMPT_FORMATS)}, got {format!r:.40} "
+                              "(context() gives the compact form)", field="format")
+    return format
 
 
 def _conv(conversation_id: str) -> str:
@@ -147,14 +160,22 @@ class Client(_Base):
             time.sleep(self._delay(attempt, response))
         raise AssertionError("unreachable")
 
-    def append(self, conversation_id: str, messages: Iterable[Mapping[str, Any]], *, wait: bool = True) -> list[Appended]:
-        """Append messages (dicts: role, content, id?, occurred_at?, metadata?, ...) in order, all or nothing.
+    def append(self, conversation_id: str, messages: Iterable[Mapping[str, Any]], *, wait: bool = True,
+               format: str = "openai") -> list[Appended]:
+        """Append messages in order, all or nothing; ``format`` names their shape.
 
+        ``openai`` (default): chat messages as the openai SDK gives and takes
+        them (``ChatCompletionMessage`` objects too), or memfold's flat form.
+        ``anthropic``: Messages API ``{role, content}`` with text, tool_use and
+        tool_result blocks. ``responses``: Responses API input items. Each
+        may also carry memfold's ``id``, ``occurred_at``, ``metadata``,
+        ``model_variant``, ``importance``. One :class:`Appended` per stored
+        message (an Anthropic message with tool results stores several).
         ``wait`` returns once the service's projection holds them, so a read
         that follows sees them. Retried safely (see the module docstring).
         Raises :class:`ConversationGoneError` (410) for a forgotten conversation.
         """
-        body = self._request("POST", _conv(conversation_id) + "/messages", json=_messages_body(messages),
+        body = self._request("POST", _conv(conversation_id) + "/messages", json=_messages_body(messages, format),
                              params=_params(wait=wait))
         return [Appended.model_validate(m) for m in body["messages"]]
 
@@ -174,9 +195,22 @@ class Client(_Base):
         ``as_of`` (a ``"PARTITION:OFFSET"`` log position or an aware datetime)
         returns the context as it was right after that point (time travel).
         """
-        body = self._request("GET", _conv(conversation_id) + "/context",
-                             params=_params(budget=budget, query=query, policy=policy, as_of=_when(as_of)))
+        body = self._request("GET", _conv(conversation_id) + "/context", params=_params(
+            budget=budget, query=query, policy=policy, as_of=_when(as_of), format="compact"))
         return Context.model_validate(body)
+
+    def prompt(self, conversation_id: str, *, format: str = "openai", budget: int | None = None,
+               query: str | None = None, policy: str | None = None, as_of: str | datetime | None = None) -> Prompt:
+        """Return the context for the next model call in ``format``, ready to send as it is.
+
+        ``openai``: ``prompt.messages`` is the chat call's ``messages``.
+        ``anthropic``: ``messages`` plus ``system``. ``responses``: the
+        ``input`` items. ``prompt.memfold`` annotates each entry (kind,
+        tokens, index, occurred_at). Other arguments as :meth:`context`.
+        """
+        body = self._request("GET", _conv(conversation_id) + "/context", params=_params(
+            budget=budget, query=query, policy=policy, as_of=_when(as_of), format=_shaped(format)))
+        return Prompt.model_validate(body)
 
     def retract(self, conversation_id: str, message_id: str, *, reason: str | None = None) -> None:
         """Retract one message (its ``event_id`` or the ``id`` it was appended with): reads leave it out from now on.
@@ -353,10 +387,11 @@ class AsyncClient(_Base):
             await asyncio.sleep(self._delay(attempt, response))
         raise AssertionError("unreachable")
 
-    async def append(self, conversation_id: str, messages: Iterable[Mapping[str, Any]], *, wait: bool = True) -> list[Appended]:
+    async def append(self, conversation_id: str, messages: Iterable[Mapping[str, Any]], *, wait: bool = True,
+                     format: str = "openai") -> list[Appended]:
         """See :meth:`Client.append`."""
-        body = await self._request("POST", _conv(conversation_id) + "/messages", json=_messages_body(messages),
-                                   params=_params(wait=wait))
+        body = await self._request("POST", _conv(conversation_id) + "/messages",
+                                   json=_messages_body(messages, format), params=_params(wait=wait))
         return [Appended.model_validate(m) for m in body["messages"]]
 
     async def add(self, conversation_id: str, role: str, content: str, **fields: Any) -> Appended:
@@ -371,9 +406,17 @@ class AsyncClient(_Base):
     async def context(self, conversation_id: str, *, budget: int | None = None, query: str | None = None,
                       policy: str | None = None, as_of: str | datetime | None = None) -> Context:
         """See :meth:`Client.context`."""
-        body = await self._request("GET", _conv(conversation_id) + "/context",
-                                   params=_params(budget=budget, query=query, policy=policy, as_of=_when(as_of)))
+        body = await self._request("GET", _conv(conversation_id) + "/context", params=_params(
+            budget=budget, query=query, policy=policy, as_of=_when(as_of), format="compact"))
         return Context.model_validate(body)
+
+    async def prompt(self, conversation_id: str, *, format: str = "openai", budget: int | None = None,
+                     query: str | None = None, policy: str | None = None,
+                     as_of: str | datetime | None = None) -> Prompt:
+        """See :meth:`Client.prompt`."""
+        body = await self._request("GET", _conv(conversation_id) + "/context", params=_params(
+            budget=budget, query=query, policy=policy, as_of=_when(as_of), format=_shaped(format)))
+        return Prompt.model_validate(body)
 
     async def retract(self, conversation_id: str, message_id: str, *, reason: str | None = None) -> None:
         """See :meth:`Client.retract`."""

@@ -52,16 +52,20 @@ class ContextMessage(_Result):
     index: int | None = None
     tool_calls: list[dict[str, Any]] | None = None
     tool_call_id: str | None = None
+    name: str | None = None
 
     def as_openai(self) -> dict[str, Any]:
-        """Return the message in the OpenAI chat shape (role, content, tool fields when set)."""
+        """Return the message as an OpenAI chat message: only keys that shape defines (``prompt()`` gives them all)."""
         out: dict[str, Any] = {"role": self.role, "content": self.content}
-        if self.tool_calls:
+        if self.name and self.role != "tool":
+            out["name"] = self.name
+        if self.role == "assistant" and self.tool_calls:
+            out["content"] = self.content or None
             out["tool_calls"] = [
                 {"id": tc["id"], "type": "function", "function": {"name": tc["name"], "arguments": tc["arguments"]}}
                 for tc in self.tool_calls
             ]
-        if self.tool_call_id:
+        if self.role == "tool":
             out["tool_call_id"] = self.tool_call_id
         return out
 
@@ -74,6 +78,28 @@ class Context(_Result):
     budget: int | None
     tokens: int
     messages: list[ContextMessage]
+
+
+class Prompt(_Result):
+    """The context for the next model call in a model API's shape (:meth:`Client.prompt`).
+
+    ``messages`` go to the call as they are: the chat ``messages``
+    (``openai``), the Messages API ``messages`` with ``system`` beside them
+    (``anthropic``), or the ``input`` items (``responses``). ``memfold``
+    runs parallel to ``messages``: one annotation per entry (``kind``,
+    ``tokens``, ``index``, ``occurred_at``, ...); ``system_memfold``
+    annotates what ``system`` holds.
+    """
+
+    format: str
+    conversation_id: str
+    policy: str
+    budget: int | None
+    tokens: int
+    messages: list[dict[str, Any]]
+    memfold: list[dict[str, Any]]
+    system: str | None = None
+    system_memfold: list[dict[str, Any]] | None = None
 
 
 class Conversation(_Result):

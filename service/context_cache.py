@@ -91,7 +91,8 @@ class ContextCache:
         self._versions: dict[int, int] = {}
         self._conversations: dict[tuple[str, str], int] = {}
         self._epoch = 0
-        self._entries: OrderedDict[Hashable, tuple[Any, bytes, bool]] = OrderedDict()  # version, answer, ahead
+        # version, answer, ahead, the context's messages (compact entries: other formats are made from them)
+        self._entries: OrderedDict[Hashable, tuple[Any, bytes, bool, tuple | None]] = OrderedDict()
         # (tenant, conversation, raw query string) -> the key its validated parameters made (see fastpath)
         self._aliases: dict[tuple[str, str, bytes], Hashable] = {}
         self._lock = threading.Lock()
@@ -139,9 +140,9 @@ class ContextCache:
         a conversation has bumped its version between the two steps.
         """
         self._touched(touched, deleted)
-        for (tenant, conversation), ((budget, query, policy), body) in answers.items():
+        for (tenant, conversation), ((budget, query, policy), body, messages) in answers.items():
             self.put(context_key(tenant, conversation, budget, query, policy), self.version(tenant, conversation), body,
-                     ahead=True)
+                     ahead=True, messages=messages)
 
     def version(self, tenant_id: str, conversation_id: str) -> Version:
         """Return the conversation's current version (read it before computing an answer)."""
@@ -150,21 +151,39 @@ class ContextCache:
 
     def get(self, key: Hashable, version: Version) -> bytes | None:
         """Return the answer stored under ``key`` at ``version``, else None."""
+        entry = self._read(key, version)
+        return None if entry is None else entry[1]
+
+    def messages(self, key: Hashable, version: Version) -> tuple | None:
+        """Return the context messages of the compact answer stored under ``key`` at ``version``, else None.
+
+        Another format's answer is made from them (:func:`.schemas.shaped_body`)
+        without computing the context again; a read this way counts as a
+        read of the stored answer.
+        """
+        entry = self._read(key, version)
+        return None if entry is None else entry[3]
+
+    def _read(self, key: Hashable, version: Version) -> tuple | None:
         with self._lock:
             entry = self._entries.get(key)
             if entry is None or entry[0] != version:
                 return None
             self._entries.move_to_end(key)
             if entry[2]:  # answered ahead, read for the first time: the fold process answers it ahead again
-                self._entries[key] = (version, entry[1], False)
+                self._entries[key] = (version, entry[1], False, entry[3])
         if entry[2] and self._ahead_read is not None:
             self._ahead_read(key[0], key[1])
-        return entry[1]
+        return entry
 
-    def put(self, key: Hashable, version: Version, answer: bytes, *, ahead: bool = False) -> None:
-        """Store ``answer``, computed from the projection as it was at ``version`` (``ahead``: by the fold process)."""
+    def put(self, key: Hashable, version: Version, answer: bytes, *, ahead: bool = False,
+            messages: tuple | None = None) -> None:
+        """Store ``answer``, computed from the projection as it was at ``version`` (``ahead``: by the fold process).
+
+        ``messages``: the context it renders, kept with a compact answer so other formats are made from it.
+        """
         with self._lock:
-            self._entries[key] = (version, answer, ahead)
+            self._entries[key] = (version, answer, ahead, messages)
             self._entries.move_to_end(key)
             while len(self._entries) > self.max_entries:
                 self._entries.popitem(last=False)

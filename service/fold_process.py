@@ -183,7 +183,7 @@ class _ReadShapes:
                 self._unread.pop(key, None)
 
     def answers(self, engine, touched: dict[tuple[str, str], bool]) -> dict[tuple[str, str], tuple]:
-        """Return ``{(tenant, conversation): ((budget, query, policy), body)}`` for the touched conversations read before.
+        """Return ``{(tenant, conversation): ((budget, query, policy), body, messages)}`` for the touched ones read before.
 
         A conversation answered ahead ``max_unread`` times since it was last
         read is skipped until its next read.
@@ -202,7 +202,9 @@ class _ReadShapes:
                 messages = engine.context(conversation, budget=budget, query=query, policy=policy, tenant_id=tenant)
             except MemfoldError:
                 continue  # the read itself will say what is wrong
-            out[(tenant, conversation)] = ((budget, query, policy), context_body(conversation, policy, budget, messages))
+            messages = tuple(messages)  # sent along: the serving process makes the other formats from them
+            out[(tenant, conversation)] = ((budget, query, policy), context_body(conversation, policy, budget, messages),
+                                           messages)
         with self._lock:
             for key in out:
                 if key in self._shapes:  # not dropped meanwhile (least recently read out)

@@ -36,6 +36,7 @@ from .context_cache import context_key
 from .schemas import (
     AppendRequest,
     AppendResponse,
+    ContextFormat,
     ContextResponse,
     ConversationsResponse,
     ErrorResponse,
@@ -43,9 +44,11 @@ from .schemas import (
     MessagesResponse,
     SearchRequest,
     SearchResponse,
+    ShapedContextResponse,
     SqlRequest,
     SqlResponse,
     context_body,
+    shaped_body,
 )
 
 CLIENT_ID_KEY = "memfold.client_id"  # metadata key recording the caller's message id; never shown in metadata
@@ -119,30 +122,61 @@ async def append_messages(
     if limit and len(body.messages) > limit:
         raise HTTPException(413, f"{len(body.messages)} messages in one append; the limit is {limit} "
                                  "(split the batch, or memfold serve --max-batch)")
-    events = await asyncio.wrap_future(svc.validator.submit(_validated, svc.engine, key.tenant_id, conversation_id,
-                                                            body))
+    events, ids = await asyncio.wrap_future(svc.validator.submit(_validated, svc.engine, key.tenant_id,
+                                                                 conversation_id, body))
     positions = await svc.appender.append(events)  # conflicts (409) are checked in the group, per request
     svc.metrics.appended.inc(len(events))
     if wait:
         await run_in_threadpool(svc.engine.wait_for, max(positions))
         svc.contexts.bump(positions)  # the projection may hold them before the runner's hook has run
     return AppendResponse(conversation_id=conversation_id, messages=[
-        {"id": m.id, "event_id": e.event_id, "partition": p.partition, "offset": p.offset}
-        for m, e, p in zip(body.messages, events, positions)
+        {"id": i, "event_id": e.event_id, "partition": p.partition, "offset": p.offset}
+        for i, e, p in zip(ids, events, positions)
     ])
 
 
-def _validated(engine, tenant: str, conversation_id: str, body: AppendRequest) -> list:
-    """Return the batch's events; raise the first message's ValidationError (``line`` 1-based)."""
-    events = []
-    for i, m in enumerate(body.messages):
-        row = m.model_dump(exclude_none=True, exclude={"id"})
+_SET_BY_THE_SERVICE = ("event_id", "tenant_id", "conversation_id")
+
+
+def _validated(engine, tenant: str, conversation_id: str, body: AppendRequest) -> tuple[list, list[str | None]]:
+    """Return the batch's events and each one's caller id; raise the first ValidationError (``line``: the item, 1-based).
+
+    1. Each item's ``id`` (the caller's message id) becomes its keyed event id;
+       an item without one gets a fresh event id, so every message can be
+       traced to the item it came from.
+    2. :func:`~memfold.engine.shapes.messages_from` turns the items into
+       canonical messages; an Anthropic item may give several (event ids
+       ``<id>#1``, ``<id>#2``...), a run of Responses ``function_call`` items one.
+    3. Each message is validated, its caller id recorded in its metadata.
+    """
+    from memfold.engine.ids import new_event_id
+    from memfold.engine.shapes import messages_from
+
+    items, lines, callers = [], {}, {}
+    for i, raw in enumerate(body.messages):
+        item = dict(raw)
+        for k in _SET_BY_THE_SERVICE:
+            if k in item:
+                raise ValidationError(f"{k} is set by the service, not the message: drop it (the conversation is "
+                                      "in the path; a message's id is 'id')", field=k, line=i + 1)
+        caller = item.pop("id", None)
+        if caller is not None and (not isinstance(caller, str) or not 1 <= len(caller) <= 200):
+            raise ValidationError("id: the message id must be a string of 1 to 200 characters", field="id",
+                                  line=i + 1)
+        event_id = new_event_id() if caller is None else event_id_for(engine, tenant, conversation_id, caller)
+        item["event_id"] = event_id
+        lines[event_id], callers[event_id] = i + 1, caller
+        items.append(item)
+    events, ids = [], []
+    for row in messages_from(body.format, items):
+        first = row["event_id"].split("#", 1)[0]
+        caller = callers[first]
+        if caller is not None:
+            row["metadata"] = {**(row.get("metadata") or {}), CLIENT_ID_KEY: caller}
         row.update(conversation_id=conversation_id, tenant_id=tenant)
-        if m.id is not None:
-            row["event_id"] = event_id_for(engine, tenant, conversation_id, m.id)
-            row["metadata"] = {**(m.metadata or {}), CLIENT_ID_KEY: m.id}
-        events.append(engine.validate(row, line=i + 1))
-    return events
+        events.append(engine.validate(row, line=lines[first]))
+        ids.append(caller)
+    return events, ids
 
 
 @router.get("/conversations", response_model=ConversationsResponse, tags=["conversations"])
@@ -217,7 +251,8 @@ def retract_message(
     raise HTTPException(404, f"no message {message_id!r} in conversation {conversation_id!r}")
 
 
-@router.get("/conversations/{conversation_id:path}/context", response_model=ContextResponse, tags=["context"])
+@router.get("/conversations/{conversation_id:path}/context", response_model=ShapedContextResponse | ContextResponse,
+            tags=["context"])
 async def get_context(
     request: Request, key: Reader, conversation_id: ConversationPath,
     budget: int | None = Query(None, ge=1, description="token budget (default: no limit)"),
@@ -226,20 +261,32 @@ async def get_context(
                               description="what older messages to recall (default: the current user message)"),
     as_of: str | None = Query(None, max_length=64, description="time travel: the context as it was right after a "
                               "log position 'PARTITION:OFFSET' or an ISO-8601 time with a timezone"),
-) -> ContextResponse:
-    """Return the messages for the next model call within ``budget`` tokens. Never calls a model.
+    format: Annotated[ContextFormat, Query(description="openai: chat messages as the openai SDK takes them; "
+                                           "anthropic: Messages API messages plus system; responses: Responses API "
+                                           "input items; compact: memfold's annotated messages")] = "openai",
+) -> Response:
+    """Return the messages for the next model call within ``budget`` tokens, in ``format``. Never calls a model.
 
     Memory first, then recalled older messages most relevant to ``query``,
-    recent turns and the current message. The same read answers from a cache
-    until something new of the conversation is projected.
+    recent turns and the current message. Except in ``compact``, the
+    messages hold only keys their API defines; ``memfold`` beside them
+    annotates each (kind, tokens, index, occurred_at). The same read answers
+    from a cache until something new of the conversation is projected.
     """
     svc = services(request)
     started = time.perf_counter()
     point = _point(as_of)
     name = policy or svc.engine.settings.policy_for(key.tenant_id)
-    cache_key = context_key(key.tenant_id, conversation_id, budget, query, name, as_of)
+    compact_key = context_key(key.tenant_id, conversation_id, budget, query, name, as_of)
+    # Each format's answer is cached under its own key; the compact entry also keeps the messages they are made of.
+    cache_key = compact_key if format == "compact" else (*compact_key, format)
     version = svc.contexts.version(key.tenant_id, conversation_id)  # before computing: see context_cache
     body = svc.contexts.get(cache_key, version)
+    if body is None and format != "compact":
+        messages = svc.contexts.messages(compact_key, version)  # e.g. answered ahead by the fold process
+        if messages is not None:
+            body = shaped_body(format, conversation_id, name, budget, messages)
+            svc.contexts.put(cache_key, version, body)
     svc.metrics.context_cache.labels("miss" if body is None else "hit").inc()
     if body is None:
         args = (request, key.tenant_id, conversation_id, budget, query, name, point)
@@ -247,20 +294,24 @@ async def get_context(
                 conversation_id, policy=name, tenant_id=key.tenant_id):
             # A fraction of a millisecond of CPU: computed here. Handed to a thread, the read and its answer
             # each waited for the interpreter lock behind the projector (mixed load: p50 18 -> 11 ms).
-            body = _render_context(*args)
+            messages, compact = _render_context(*args)
         else:
-            body = await run_in_threadpool(_render_context, *args)
+            messages, compact = await run_in_threadpool(_render_context, *args)
+        body = compact if format == "compact" else shaped_body(format, conversation_id, name, budget, messages)
         lazy_ms = getattr(svc.engine.settings.policy_settings(name), "lazy_timeout_ms", 0)
         # An answer that waited out a pending summary (lazy wait) is the fallback: the next read waits again.
         if not lazy_ms or time.perf_counter() - started < lazy_ms / 1000:
-            svc.contexts.put(cache_key, version, body)
+            svc.contexts.put(compact_key, version, compact, messages=messages)
+            if format != "compact":
+                svc.contexts.put(cache_key, version, body)
     svc.contexts.alias(key.tenant_id, conversation_id, request.scope.get("query_string", b""), cache_key)
     svc.metrics.context_seconds.observe(time.perf_counter() - started)
     return Response(body, media_type="application/json")
 
 
 def _render_context(request: Request, tenant: str, conversation_id: str, budget: int | None, query: str | None,
-                    name: str, point: Position | datetime | None) -> bytes:
+                    name: str, point: Position | datetime | None) -> tuple[tuple, bytes]:
+    """Return the context's messages and its compact answer."""
     svc = services(request)
 
     def stored() -> bool:
@@ -269,9 +320,9 @@ def _render_context(request: Request, tenant: str, conversation_id: str, budget:
 
     if not svc.contexts.exists(tenant, conversation_id, stored):  # a DuckDB point query only the first time
         raise HTTPException(404, f"no conversation {conversation_id!r}")
-    messages = svc.engine.context(conversation_id, budget=budget, query=query, policy=name, tenant_id=tenant,
-                                  as_of=point)
-    return context_body(conversation_id, name, budget, messages)
+    messages = tuple(svc.engine.context(conversation_id, budget=budget, query=query, policy=name, tenant_id=tenant,
+                                        as_of=point))
+    return messages, context_body(conversation_id, name, budget, messages)
 
 
 @router.delete("/conversations/{conversation_id:path}", tags=["conversations"],

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -13,7 +14,11 @@ class _Body(BaseModel):
 
 
 class ToolCallIn(_Body):
-    """One tool call of an assistant message (OpenAI chat shape, arguments as a JSON string)."""
+    """One tool call in memfold's compact flat shape ``{id, name, arguments}``.
+
+    An alias of OpenAI's chat shape ``{id, type: "function", function: {name,
+    arguments}}``, which is accepted too; ``arguments`` is a JSON string.
+    """
 
     id: str
     name: str
@@ -21,28 +26,51 @@ class ToolCallIn(_Body):
 
 
 class MessageIn(_Body):
-    """One message to append.
+    """One message in the ``openai`` format, as this schema documents it (the route accepts more, see below).
 
-    ``id`` is the caller's message id: appending the same id twice in the
-    same conversation stores the message once (so a retry is safe).
+    OpenAI chat messages are taken as they are: ``tool_calls`` in OpenAI's
+    shape or the flat alias (:class:`ToolCallIn`), ``content`` a string, null
+    (an assistant calling tools) or a list of ``{"type": "text", "text"}``
+    parts, ``name``, ``tool_call_id`` on tool messages, and the null
+    ``refusal``/``audio``/``function_call``/``annotations`` of the openai
+    SDK's assistant message. memfold's own keys sit beside them. ``id`` is
+    the caller's message id: appending the same id twice in the same
+    conversation stores the message once (so a retry is safe).
     """
 
     id: str | None = Field(None, min_length=1, max_length=200)
-    role: str = Field(description="user | assistant | system | tool")
-    content: str | None = None
+    role: str = Field(description="user | assistant | system | developer (stored as system) | tool")
+    content: str | list[dict[str, Any]] | None = None
     occurred_at: datetime | None = None
     metadata: dict[str, Any] | None = None
     name: str | None = None
     model_variant: str | None = None
     importance: float | None = None
-    tool_calls: list[ToolCallIn] | None = None
+    tool_calls: list[dict[str, Any]] | None = Field(None, description="OpenAI's {id, type, function: {name, "
+                                                    "arguments}} or the flat {id, name, arguments}")
     tool_call_id: str | None = None
 
 
-class AppendRequest(_Body):
-    """A batch of messages for one conversation, appended all or nothing, in order."""
+InputFormat = Literal["openai", "anthropic", "responses"]
+ContextFormat = Literal["openai", "anthropic", "responses", "compact"]
 
-    messages: list[MessageIn] = Field(min_length=1)
+
+class AppendRequest(_Body):
+    """A batch of messages for one conversation, appended all or nothing, in order.
+
+    ``format`` says what shape the messages are in: ``openai`` (chat
+    messages, :class:`MessageIn`; the default), ``anthropic`` (Messages API
+    ``{role, content}`` with text, ``tool_use`` and ``tool_result`` blocks:
+    one item may store several messages) or ``responses`` (Responses API
+    input items: messages, ``function_call``, ``function_call_output``).
+    In every format an item may also carry memfold's ``id``,
+    ``occurred_at``, ``metadata``, ``model_variant`` and ``importance``.
+    """
+
+    format: InputFormat = "openai"
+    messages: list[dict[str, Any]] = Field(min_length=1, description="messages in ``format``; errors name the "
+                                           "item by ``line`` (1-based)",
+                                           json_schema_extra={"items": MessageIn.model_json_schema()})
 
 
 class Appended(BaseModel):
@@ -84,7 +112,7 @@ class MessagesResponse(BaseModel):
 
 
 class ContextMessageOut(BaseModel):
-    """One message for the next model call; ``kind`` says where it came from."""
+    """One message of a compact context (``?format=compact``); ``kind`` says where it came from."""
 
     role: str
     content: str
@@ -93,6 +121,8 @@ class ContextMessageOut(BaseModel):
     index: int | None = Field(None, description="the stored message's index, for messages shown verbatim or recalled")
     tool_calls: list[dict[str, Any]] | None = None
     tool_call_id: str | None = None
+    name: str | None = None
+    occurred_at: str | None = None
 
 
 class ContextResponse(BaseModel):
@@ -103,8 +133,30 @@ class ContextResponse(BaseModel):
     messages: list[ContextMessageOut]
 
 
+class ShapedContextResponse(BaseModel):
+    """The context in a model API's own shape: ``messages`` go to the model call as they are.
+
+    ``openai``: chat ``messages``. ``anthropic``: ``messages`` plus the
+    top-level ``system`` text (``system_memfold`` annotates what it holds).
+    ``responses``: the ``input`` items. ``memfold`` runs parallel to
+    ``messages``: one annotation (``kind``, ``tokens``, ``index``,
+    ``occurred_at``, ...) per entry, so no message holds a key its API does
+    not define.
+    """
+
+    conversation_id: str
+    policy: str
+    budget: int | None
+    tokens: int
+    format: str
+    messages: list[dict[str, Any]]
+    system: str | None = None
+    system_memfold: list[dict[str, Any]] | None = None
+    memfold: list[dict[str, Any]]
+
+
 def context_body(conversation_id: str, policy: str, budget: int | None, messages) -> bytes:
-    """Return the JSON answer of a context read: ``messages`` (``ContextMessage``s) with their tokens and indices."""
+    """Return the JSON answer of a compact context read: ``messages`` (``ContextMessage``s) with tokens and indices."""
     out = []
     for m in messages:
         item = m.as_dict()
@@ -113,6 +165,16 @@ def context_body(conversation_id: str, policy: str, budget: int | None, messages
         out.append(item)
     return ContextResponse(conversation_id=conversation_id, policy=policy, budget=budget,
                            tokens=sum(m.tokens for m in messages), messages=out).model_dump_json().encode()
+
+
+def shaped_body(format: str, conversation_id: str, policy: str, budget: int | None, messages) -> bytes:
+    """Return the JSON answer of a context read in ``format`` (not ``compact``): :class:`ShapedContextResponse`."""
+    from memfold.engine.shapes import shaped
+
+    answer = {"conversation_id": conversation_id, "policy": policy, "budget": budget,
+              "tokens": sum(m.tokens for m in messages),
+              **shaped(format, messages, conversation_id=conversation_id).as_dict()}
+    return json.dumps(answer, ensure_ascii=False, separators=(",", ":")).encode()
 
 
 class ConversationOut(BaseModel):

@@ -59,12 +59,17 @@ def test_append_then_read_every_view(service):
         assert summaries and summaries[0]["status"] == "completed", summaries
 
         # The narrative may fill max_narrative_tokens (500); memory is never trimmed, so read with room for it.
-        context = http.get("/v1/conversations/support-1/context", params={"budget": 1200}).json()
+        context = http.get("/v1/conversations/support-1/context", params={"budget": 1200, "format": "compact"}).json()
         assert context["policy"] == "hierarchical" and context["budget"] == 1200
         kinds = [m["kind"] for m in context["messages"]]
         assert any(k.startswith("memory:") for k in kinds), kinds
         assert context["messages"][-1]["content"].startswith("turn 25")
         assert context["tokens"] == sum(m["tokens"] for m in context["messages"]) <= 1200
+        # The default (openai) answer: the same messages, the annotations beside them instead of inside.
+        chat = http.get("/v1/conversations/support-1/context", params={"budget": 1200}).json()
+        assert [(m["role"], m["content"]) for m in chat["messages"]] == [
+            (m["role"], m["content"]) for m in context["messages"]]
+        assert [n["kind"] for n in chat["memfold"]] == kinds and chat["tokens"] == context["tokens"]
 
         facts = http.get("/v1/conversations/support-1/facts").json()["facts"]
         assert any("ada@example.com" in f["value"] for f in facts), facts
