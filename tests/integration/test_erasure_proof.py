@@ -288,3 +288,35 @@ def test_forget_removes_what_killed_commands_left_beside_the_projection(tmp_path
         engine.forget("secret")
     assert not any(p.exists() for p in leftovers)
     assert files_with([data], m) == {}
+
+
+def test_the_agents_session_and_http_delete_leave_no_marker_in_the_service_data_dir(service):
+    """Finding 3: the Agents SDK session keeps whole items in metadata; HTTP DELETE left tool-call arguments."""
+    import asyncio
+
+    from memfold.adapters.agents import MemfoldSession
+    from memfold.client import AsyncClient
+
+    m = markers("svc")
+    items = [
+        {"role": "user", "content": f"My codename is {m['content']}, write to {m['name']}@example.com"},
+        {"type": "function_call", "call_id": m["callid"], "name": m["callname"],
+         "arguments": json.dumps({"email": m["callargs"]})},
+        {"type": "function_call_output", "call_id": m["callid"], "output": json.dumps({"found": m["metaval"]})},
+    ]
+    key = service.key("erasure-proof", "admin")
+
+    async def main() -> None:
+        async with AsyncClient(service.url, key) as mf:
+            session = MemfoldSession("s-erase", mf)
+            await session.add_items(items)
+            assert await session.get_items() == items
+            await mf.append("direct", [{"role": "assistant", "content": "",
+                                        "tool_calls": [{"id": m["reason"], "name": "lookup",
+                                                        "arguments": json.dumps({"codename": m["variant"]})}]}],
+                            wait=True)
+            await session.clear_session()
+            await mf.forget("direct")
+
+    asyncio.run(main())
+    assert files_with([service.data_dir], m) == {}
