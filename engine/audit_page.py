@@ -68,8 +68,8 @@ def render(report: dict[str, Any]) -> str:
         parts.append(_table(
             ["#", "seq", "time", "role", "tokens", "status", "message"],
             # A retracted message's content is withdrawn from every read: the page says so, without a preview.
-            [[m["index"], m["seq"], _fmt(m["occurred_at"]), m["role"], m["tokens"],
-              "retracted" if m.get("retracted") else "", "(retracted)" if m.get("retracted") else m["preview"]]
+            [[m["index"], m["seq"], _fmt(m["occurred_at"]), _speaker(m), m["tokens"],
+              "retracted" if m.get("retracted") else "", "(retracted)" if m.get("retracted") else _said(m)]
              for m in report["messages"]],
         ))
     parts.append("</body></html>")
@@ -172,6 +172,18 @@ def _table(header: list[str], rows: list[list[Any]]) -> str:
         for r in rows
     )
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _speaker(m: dict[str, Any]) -> str:
+    """Return the role, with the name it was sent with (a tool message's tool)."""
+    return f"{m['role']} ({m['name']})" if m.get("name") else m["role"]
+
+
+def _said(m: dict[str, Any]) -> str:
+    """Return the preview, then each tool call as ``name(arguments)`` (a turn that only calls tools has no text)."""
+    calls = [f"→ {c.get('name')}({_short(c.get('arguments'), 120)})" for c in m.get("tool_calls") or ()]
+    answered = [f"↳ answers {m['tool_call_id']}"] if m.get("tool_call_id") else []
+    return "  ".join(p for p in (m.get("preview") or "", *calls, *answered) if p)
 
 
 def _fmt(iso: str | None) -> str:

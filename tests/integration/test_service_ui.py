@@ -95,3 +95,35 @@ def test_page_shows_versions_facts_and_context(tmp_path):
                 browser.close()
     finally:
         service.stop()
+
+
+def test_page_shows_tool_calls_and_the_tools_name(service):
+    from playwright.sync_api import expect, sync_playwright
+
+    key = service.key("ui-tools", "reader")
+    with Client(service.url, service.key("ui-tools", "writer")) as client:
+        client.append("tools-1", [
+            {"role": "user", "content": "Where is order #4411?"},
+            {"role": "assistant", "content": None, "refusal": None, "tool_calls": [
+                {"id": "call_1", "type": "function", "function": {"name": "lookup_order", "arguments": '{"order": "#4411"}'}}]},
+            {"role": "tool", "tool_call_id": "call_1", "name": "lookup_order", "content": "shipped on Monday"},
+            {"role": "assistant", "content": "Good news: it is on its way."},
+        ])
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=[
+            "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync"])
+        try:
+            tab = browser.new_page()
+            tab.goto(service.url + "/ui")
+            tab.fill("#key", key)
+            tab.click("#connect")
+            tab.locator("#conversations li", has_text="tools-1").click()
+            call = tab.locator("#context .msg .call")
+            expect(call).to_have_count(1)
+            expect(call).to_have_text('→ lookup_order({"order": "#4411"})')  # not an empty bubble
+            expect(tab.locator("#context .msg", has_text="shipped on Monday").locator(".kind")).to_contain_text(
+                "tool (lookup_order)")
+            expect(tab.locator("#error")).to_have_text("")
+        finally:
+            browser.close()

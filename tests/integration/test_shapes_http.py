@@ -293,3 +293,18 @@ def test_the_client_prompts_in_each_format_and_keeps_context_compact(service, wr
     assert shaped.format == "anthropic"
     assert shaped.messages[-1] == {"role": "user", "content": [
         {"type": "tool_result", "tool_use_id": "tu_3", "content": "packed"}]}
+
+
+def test_the_audit_page_shows_tool_calls_and_the_tools_name(service, writer, chat):
+    from memfold.engine.audit_page import render
+
+    with service.http(writer) as http:
+        report = http.get(f"/v1/conversations/{chat}/audit").json()
+        stored = {m["index"]: m for m in http.get(f"/v1/conversations/{chat}/messages").json()["messages"]}
+    # The tool fields each audit message row needs (projections/audit.py reads them from the same table).
+    for m in report["messages"]:
+        m.update({k: stored[m["index"]][k] for k in ("name", "tool_calls", "tool_call_id")})
+    page = render(report)
+    assert "→ lookup_order({&quot;order&quot;: &quot;#4411&quot;})" in page
+    assert "<td>tool (lookup_order)</td>" in page and "↳ answers call_1" in page
+    assert "<td>user (ann)</td>" in page
