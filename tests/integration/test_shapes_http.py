@@ -37,15 +37,20 @@ def assert_valid(adapter_type: Any, value: Any) -> None:
     assert _materialized(adapter.validate_python(value)) == value
 
 
-def _sdk_assistant_message() -> dict[str, Any]:
-    """The assistant message as the openai SDK returns it: ``ChatCompletionMessage.model_dump()``."""
-    completion = ChatCompletion.model_validate({
+def _completion_json() -> dict[str, Any]:
+    """A chat completion whose assistant message calls a tool, as the API sends it."""
+    return {
         "id": "chatcmpl-1", "object": "chat.completion", "created": 1700000000, "model": "gpt-4o-mini",
         "choices": [{"index": 0, "finish_reason": "tool_calls", "logprobs": None, "message": {
             "role": "assistant", "content": None, "refusal": None, "annotations": [],
             "tool_calls": [{"id": "call_1", "type": "function",
                             "function": {"name": "lookup_order", "arguments": '{"order": "#4411"}'}}]}}],
-    })
+    }
+
+
+def _sdk_assistant_message() -> dict[str, Any]:
+    """The assistant message as the openai SDK returns it: ``ChatCompletionMessage.model_dump()``."""
+    completion = ChatCompletion.model_validate(_completion_json())
     dumped = completion.choices[0].message.model_dump()
     assert {"refusal", "audio", "function_call", "annotations"} <= dumped.keys()  # what a caller really sends
     return dumped
@@ -267,7 +272,12 @@ def test_every_format_follows_appends_through_the_cache(service, writer):
 
 def test_the_client_prompts_in_each_format_and_keeps_context_compact(service, writer):
     with Client(service.url, api_key=writer) as mf:
-        mf.append("client-1", OPENAI_TURNS)
+        mf.append("client-1", OPENAI_TURNS[:1])
+        sdk_message = ChatCompletion.model_validate(_completion_json()).choices[0].message
+        mf.append("client-1", [sdk_message])  # the SDK's object itself, as a reply gives it
+        mf.append("client-1", OPENAI_TURNS[2:])
+        assert mf.messages("client-1")[1].tool_calls == [
+            {"id": "call_1", "name": "lookup_order", "arguments": '{"order": "#4411"}'}]
         prompt = mf.prompt("client-1", budget=4000)
         assert isinstance(prompt, Prompt) and prompt.format == "openai" and prompt.policy
         assert_valid(list[ChatCompletionMessageParam], prompt.messages)
