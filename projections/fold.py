@@ -8,7 +8,8 @@ event, message indices) that the projector applies in every mode.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+import inspect
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,7 +42,36 @@ from memfold.engine.ports import FoldContext, MessageRecord, Policy
 # 5: topics' facts rows a user's message takes back are retired by that message (not current after it).
 # 6: a deletion zeroes the conversation's counts (a replay, whose messages are shredded, counts none);
 #    ConversationReopened starts a forgotten conversation again from fresh states.
-FOLD_VERSION = 6
+FOLD_RULES = 6
+
+# The text rules folds apply (projector and topics: what a user's message takes back, which bare values a
+# topic's memory drops): English patterns, not pure structure. They are part of the fold version, so a
+# change to any of them rebuilds every projection folded by the old ones, as a FOLD_RULES bump does.
+TEXT_RULES = ("retracted_stems", "retracts", "_is_question", "sentence_spans", "_word_before", "without_bare_copies",
+              "bare_stem", "_norm", "BARE_KEEP", "RETRACT_RE", "RETRACTABLE", "RETRACT_ORDER_VERBS", "BOUNDARY",
+              "ABBREVIATIONS")
+
+
+def text_rules_hash(names: Sequence[str] = TEXT_RULES) -> str:
+    """Return a hash of the text rules ``names`` (in ``fact_extraction``): functions by their source, patterns by
+    their text and flags, tables by their canonical JSON."""
+    from . import fact_extraction as fx
+
+    parts: list[Any] = []
+    for name in names:
+        value = getattr(fx, name)
+        if callable(value) and hasattr(value, "__code__"):
+            parts.append(inspect.getsource(value))
+        elif hasattr(value, "pattern") and hasattr(value, "flags"):
+            parts.append([value.pattern, int(value.flags)])
+        else:
+            parts.append(sorted(value) if isinstance(value, (set, frozenset)) else value)
+    return content_hash(*parts, length=8)
+
+
+# What a projection records it was folded by (store meta, replay manifests): the structural rules' number
+# and the text rules' hash.
+FOLD_VERSION = f"{FOLD_RULES}+{text_rules_hash()}"
 
 
 def step(
