@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from datetime import UTC, datetime
 
 from memfold.engine.events import Fact, ToolCall
@@ -158,7 +159,11 @@ def test_render_picks_the_template_from_the_request():
 
 def test_prompt_hash_is_sha256_of_template_and_version():
     h = prompt_hash("facts")
-    assert h == prompt_hash("facts") and len(h) == 64 and int(h, 16) >= 0
+    # Stored summaries carry this hash, so its framing is pinned: each part then a unit separator.
+    framed = prompts.FACTS_TEMPLATE.encode() + b"\x1f" + prompts.PROMPT_VERSION.encode() + b"\x1f"
+    assert h == hashlib.sha256(framed).hexdigest()
+    # An absent extra part (None) hashes as NUL, not as nothing: ("a", None) and ("a",) differ.
+    assert prompt_hash("facts", prompts.PROMPT_VERSION, None) == hashlib.sha256(framed + b"\x00\x1f").hexdigest() != h
     assert prompt_hash("facts", "2") != h
     assert prompt_hash("rolling") != h
     assert prompt_hash("chunked", "1", "pmpt_a", "3") != prompt_hash("chunked", "1", "pmpt_a", "4")

@@ -129,8 +129,11 @@ def test_traces_hold_a_bounded_amount_of_message_text(monkeypatch):
 def test_an_answer_equal_in_value_but_not_in_type_or_zone_is_not_the_same():
     utc = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
     lisbon_summer = utc.astimezone(timezone(timedelta(hours=1)))
-    assert utc == lisbon_summer and not fact_extraction._same(lisbon_summer, utc)
-    assert 1 == True and not fact_extraction._same(1, True)  # noqa: E712
+    # Equal under == (1 == True; one instant in two zones) yet not the same answer, either way round.
+    assert not fact_extraction._same(lisbon_summer, utc) and not fact_extraction._same(utc, lisbon_summer)
+    assert fact_extraction._same(utc, lisbon_summer.astimezone(UTC))
+    assert not fact_extraction._same(1, True) and not fact_extraction._same(True, 1)
+    assert fact_extraction._same(True, True) and fact_extraction._same(1, 1) and not fact_extraction._same(1, 2)
     assert fact_extraction._same(["order_id"], ["order_id"]) and fact_extraction._same(None, None)
 
 
