@@ -59,6 +59,7 @@ from .errors import (
     ProjectionBusyError,
     ValidationError,
 )
+from .shapes import FORMATS, INPUT_FORMATS, shaped
 
 
 class UsageError(Exception):
@@ -128,6 +129,9 @@ def _parser() -> argparse.ArgumentParser:
     i.add_argument("--resume", action="store_true", help="continue after the last line the log holds")
     i.add_argument("--errors", metavar="FILE", help="write every rejected line as JSONL {line, field, error}")
     i.add_argument("--source", metavar="KEY", help="what names this input in derived ids (default: the file name)")
+    i.add_argument("--format", choices=INPUT_FORMATS, default="openai",
+                   help="the shape of each line: an OpenAI chat message (or memfold's flat form), an Anthropic "
+                        "message, or a Responses API input item (docs/shapes.md)")
 
     c = command("context", help="print the assembled context for the next model call")
     c.add_argument("conversation")
@@ -136,7 +140,12 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--tenant", default="default")
     c.add_argument("--as-of", default=None, metavar="POSITION|TIME",
                    help="the context as it was at log position PARTITION:OFFSET or an ISO-8601 time with zone")
-    c.add_argument("--json", action="store_true")
+    c.add_argument("--json", action="store_true",
+                   help="print {format, messages, memfold}: messages ready for a model call, memfold's "
+                        "annotations in a parallel list")
+    c.add_argument("--format", choices=FORMATS, default="openai",
+                   help="with --json: openai (chat messages), anthropic (messages + system), responses "
+                        "(input items) or compact (memfold's annotated messages)")
 
     h = command("history", help="print every stored message of a conversation")
     h.add_argument("conversation")
@@ -386,7 +395,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     try:
         with _engine(args, writing=True) as engine:
             report = ingest_file(engine, path, batch_size=args.batch_size, progress=not args.quiet,
-                                 strict=args.strict, resume=args.resume, source=args.source)
+                                 strict=args.strict, resume=args.resume, source=args.source, format=args.format)
             if not args.no_wait and engine.role == "embedded" and not report.log_failed:
                 engine.wait_idle(timeout=600)
         if errors is not None:
@@ -451,7 +460,7 @@ def cmd_context(args: argparse.Namespace) -> int:
             args.conversation, budget=args.budget, query=args.query, tenant_id=args.tenant, as_of=as_of
         )
     if args.json:
-        _print_json([m.as_dict() for m in messages])
+        _print_json(shaped(args.format, messages, conversation_id=args.conversation).as_dict())
     else:
         from .render import print_context
 

@@ -1,5 +1,12 @@
 """Bulk ingestion of JSONL input: one message per line; bad lines reported and skipped; re-runs store nothing twice.
 
+A line is one message in the shape ``format`` names (default ``openai``: an
+OpenAI chat message or memfold's flat alias; ``anthropic``: one Messages API
+message; ``responses``: one Responses input item), plus memfold's keys
+(``conversation_id``, ...). An Anthropic line may hold several messages (text,
+tool uses, tool results); they are stored or rejected together, the k-th
+(k >= 1) keyed by the line's key plus ``#k``.
+
 The input is read once, front to back, and never probed: a regular file, a
 pipe, ``/dev/stdin`` or a process substitution are all read the same way.
 
@@ -37,6 +44,7 @@ from typing import Any, BinaryIO
 from .errors import EventConflictError, InputFileError, MemfoldError, ValidationError
 from .events import MessageAppended, replaced, same_message
 from .positions import Position
+from .shapes import messages_from
 from .unreadable import UnreadableRecord
 
 # A line longer than this is rejected without being parsed: content is
@@ -115,6 +123,7 @@ def ingest_file(
     strict: bool = False,
     resume: bool = False,
     source: str | None = None,
+    format: str = "openai",
 ) -> IngestReport:
     """Append every valid line of ``path`` in batches; return an :class:`IngestReport`.
 
@@ -173,7 +182,7 @@ def ingest_file(
                     continue
                 digest = hashlib.blake2b(text, digest_size=16).digest()
                 occurrence = seen[digest] = seen.get(digest, 0) + 1
-                rejection = _parse(engine, text, line_no, line_key(source_name, text, occurrence), batch)
+                rejection = _parse(engine, text, line_no, line_key(source_name, text, occurrence), batch, format)
             if rejection is not None:
                 report.rejected.append(rejection)
                 if strict:
@@ -187,10 +196,10 @@ def ingest_file(
     return report
 
 
-def line_event_ids(engine: Any, path: Path, *, source: str | None = None) -> dict[int, str]:
+def line_event_ids(engine: Any, path: Path, *, source: str | None = None, format: str = "openai") -> dict[int, str]:
     """Return, per line number, the event id :func:`ingest_file` gives each line of ``path`` that is a valid message.
 
-    Blank and invalid lines are absent. Reads ``path`` once and writes
+    Blank and invalid lines are absent; a line holding several messages gives its first one's id. Reads ``path`` once and writes
     nothing (it may create a conversation's data key, as ingesting would).
     """
     check_readable(path)
@@ -206,7 +215,7 @@ def line_event_ids(engine: Any, path: Path, *, source: str | None = None) -> dic
             digest = hashlib.blake2b(text, digest_size=16).digest()
             occurrence = seen[digest] = seen.get(digest, 0) + 1
             batch: list[tuple[int, MessageAppended, bool]] = []
-            if _parse(engine, text, line_no, line_key(source_name, text, occurrence), batch) is None:
+            if _parse(engine, text, line_no, line_key(source_name, text, occurrence), batch, format) is None:
                 ids[line_no] = batch[0][1].event_id
     return ids
 
@@ -243,12 +252,13 @@ def _bounded_lines(fh: BinaryIO, limit: int) -> Iterator[tuple[int, bytes | None
         yield size, None
 
 
-def _parse(engine, text: bytes, line_no: int, key: str, batch: list) -> Rejection | None:
-    """Validate one line, name it, and add it to ``batch``; return the :class:`Rejection` if it is bad. Never raises.
+def _parse(engine, text: bytes, line_no: int, key: str, batch: list, format: str = "openai") -> Rejection | None:
+    """Validate one line, name it, and add its message(s) to ``batch``; return the :class:`Rejection` if it is bad.
 
-    ``key`` is the line's :func:`line_key`; a line without its own
-    ``event_id`` gets ``engine.keyed_event_id`` of it, which also refuses a
-    forgotten conversation.
+    Never raises. ``key`` is the line's :func:`line_key`; a message without
+    its own ``event_id`` gets ``engine.keyed_event_id`` of it (``key#k`` for
+    the k-th, k >= 1, of a line that holds several), which also refuses a
+    forgotten conversation. A line is added whole or not at all.
     """
     try:
         obj = json.loads(text)
@@ -256,17 +266,22 @@ def _parse(engine, text: bytes, line_no: int, key: str, batch: list) -> Rejectio
         return Rejection(line_no, "not valid JSON: nested too deeply")
     except (ValueError, UnicodeDecodeError) as exc:
         return Rejection(line_no, f"not valid JSON ({exc})")
-    given = isinstance(obj, dict) and obj.get("event_id") is not None
     try:
-        event = engine.validate(obj, line=line_no, event_id=_UNNAMED)
-        if not given:
-            event = replaced(event, event_id=engine.keyed_event_id(
-                event.conversation_id, key, tenant_id=event.tenant_id))
+        # openai lines are made canonical by validation itself (the flat alias included)
+        messages = [obj] if format == "openai" or not isinstance(obj, dict) else messages_from(format, [obj])
+        events = []
+        for k, message in enumerate(messages):
+            given = isinstance(message, dict) and message.get("event_id") is not None
+            event = engine.validate(message, line=line_no, event_id=_UNNAMED)
+            if not given:
+                event = replaced(event, event_id=engine.keyed_event_id(
+                    event.conversation_id, key if k == 0 else f"{key}#{k}", tenant_id=event.tenant_id))
+            events.append((line_no, event, given))
     except ValidationError as exc:
-        return Rejection(line_no, str(exc).removeprefix(f"line {line_no}: "), exc.field)
+        return Rejection(line_no, str(exc).removeprefix(f"line {exc.line}: "), exc.field)
     except Exception as exc:  # a validation bug must cost this line only, and say so
         return Rejection(line_no, f"could not be validated ({type(exc).__name__}: {exc})")
-    batch.append((line_no, event, given))
+    batch.extend(events)
     return None
 
 

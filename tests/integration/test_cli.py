@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import json
 import os
@@ -16,10 +17,13 @@ import pytest
 MEMFOLD = str(Path(sys.executable).with_name("memfold"))
 
 
-def run(data_dir: Path, *args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
+def run(data_dir: Path, *args: str, check: bool = True, timeout: float = 120,
+        config: Path | None = None) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMFOLD_")}
+    options = ["--config", str(config)] if config else []
     proc = subprocess.run(
-        [MEMFOLD, "--data-dir", str(data_dir), *args], capture_output=True, text=True, timeout=timeout, env=env
+        [MEMFOLD, *options, "--data-dir", str(data_dir), *args], capture_output=True, text=True, timeout=timeout,
+        env=env,
     )
     assert "Traceback" not in proc.stderr, proc.stderr
     if check:
@@ -65,7 +69,7 @@ def test_append_context_sql_and_schema(tmp_path):
     run(data, "append", "c1", "user", "Hello, I need help with invoice INV-2231")
     run(data, "append", "c1", "assistant", "Sure, let me look that up.")
     run(data, "append", "c1", "user", "Thanks")
-    ctx = json.loads(run(data, "context", "c1", "--json").stdout)
+    ctx = json.loads(run(data, "context", "c1", "--json", "--format", "compact").stdout)["messages"]
     assert [set(m) for m in ctx] == [{"role", "content", "kind", "tokens", "index", "occurred_at"}] * 3
     assert [m["index"] for m in ctx] == [0, 1, 2] and all(m["tokens"] > 4 for m in ctx)
     assert [m["kind"] for m in ctx] == ["verbatim", "verbatim", "current"]
@@ -136,3 +140,51 @@ def test_a_table_piped_to_a_file_keeps_its_rows_on_one_line(tmp_path):
     narrow = subprocess.run([MEMFOLD, "--data-dir", str(data), "sql", query], capture_output=True, text=True,
                             timeout=120, env={**env, "COLUMNS": "80"}, check=True).stdout
     assert not any(value in line for line in narrow.splitlines())  # folded, as asked
+
+
+def test_ingest_in_each_shape_and_context_json_in_each_format(tmp_path):
+    from fixtures.shaped_conversation import INPUTS
+
+    data = tmp_path / "data"
+    # A window wider than the conversations: every turn stays verbatim, so the shapes can be compared turn by turn.
+    config = tmp_path / "memfold.toml"
+    config.write_text("[sliding_window]\nrolling_window_size = 50\nsummarize_after_seq = 40\n")
+    run_ = functools.partial(run, config=config)
+    for fmt, items in INPUTS.items():
+        path = tmp_path / f"{fmt}.jsonl"
+        path.write_text("".join(json.dumps({**m, "conversation_id": fmt}) + "\n" for m in items))
+        # Line by line: each Responses function_call is its own message (8); the chat shape merges them back.
+        n = 8 if fmt == "responses" else 6
+        out = run_(data, "ingest", str(path), "--quiet", "--format", fmt).stdout
+        assert f"ingested {n} messages, duplicates 0, rejected 0" in out
+        # An Anthropic line holding three messages keys each by the line plus its position: a re-run stores none.
+        assert f"ingested 0 messages, duplicates {n}" in run_(data, "ingest", str(path), "--quiet", "--format", fmt).stdout
+    chats = {fmt: json.loads(run_(data, "context", fmt, "--json").stdout) for fmt in INPUTS}
+    assert chats["anthropic"]["messages"] == chats["openai"]["messages"]
+    # Responses lines are stored one call per message; context pairs each result with its call, still valid chat.
+    calls = [(m["role"], m.get("content"), [c["id"] for c in m.get("tool_calls", [])], m.get("tool_call_id"))
+             for m in chats["responses"]["messages"]]
+    assert calls == [("user", "Weather in Paris and Rome?", [], None), ("assistant", "Checking both.", ["call_1"], None),
+                     ("tool", "sunny", [], "call_1"), ("assistant", None, ["call_2"], None), ("tool", "rain", [], "call_2"),
+                     ("user", "Thanks. Umbrella?", [], None), ("assistant", "Only in Rome.", [], None)]
+    chat = chats["openai"]
+    assert chat["messages"][1]["tool_calls"][1] == {"id": "call_2", "type": "function",
+                                                    "function": {"name": "weather", "arguments": '{"city": "Rome"}'}}
+    assert chat["messages"][-1] == {"role": "assistant", "content": "Only in Rome."}
+    assert chat["format"] == "openai" and len(chat["memfold"]) == len(chat["messages"])
+    assert [n["kind"] for n in chat["memfold"]][-1] == "verbatim" and chat["memfold"][-1]["conversation"] == "openai"
+    assert all(set(m) <= {"role", "content", "name", "tool_calls", "tool_call_id"} for m in chat["messages"])
+    compact = json.loads(run_(data, "context", "openai", "--json", "--format", "compact").stdout)
+    assert compact["memfold"] == [] and compact["messages"][-1]["kind"] == "verbatim"
+    anthropic = json.loads(run_(data, "context", "openai", "--json", "--format", "anthropic").stdout)
+    assert anthropic["messages"][2]["content"][0] == {"type": "tool_result", "tool_use_id": "call_1", "content": "sunny"}
+    responses = json.loads(run_(data, "context", "openai", "--json", "--format", "responses").stdout)
+    assert [i.get("type") for i in responses["messages"]].count("function_call") == 2
+
+
+def test_ingest_rejects_an_unstorable_shape_by_line_and_field(tmp_path):
+    path = tmp_path / "a.jsonl"
+    path.write_text(json.dumps({"conversation_id": "c", "role": "assistant",
+                                "content": [{"type": "thinking", "thinking": "hm"}]}) + "\n")
+    proc = run(tmp_path / "data", "ingest", str(path), "--quiet", "--format", "anthropic", check=False)
+    assert proc.returncode != 0 and "line 1 rejected: content[0].type" in proc.stderr

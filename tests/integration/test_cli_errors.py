@@ -88,7 +88,7 @@ def test_the_command_the_error_names_adds_the_policy(tmp_path):
     command = line.split("`")[1].split()
     assert command[0] == "memfold" and run(data, *command[3:]).returncode == 0
     proc = run(data, "--policy", "rolling", "context", "c1", "--json")
-    assert proc.returncode == 0 and json.loads(proc.stdout)[-1]["content"] == "hello there"
+    assert proc.returncode == 0 and json.loads(proc.stdout)["messages"][-1]["content"] == "hello there"
 
 
 def test_a_read_of_a_missing_data_dir_creates_nothing(tmp_path):
@@ -142,7 +142,7 @@ def test_readers_during_an_ingest_get_the_answer_or_busy_retry(tmp_path):
             proc = run(data, "context", "c1", "--json", timeout=60)  # bounded: a hang fails the test
             outcomes.append(proc.returncode)
             if proc.returncode == 0:
-                assert "before the ingest" in json.loads(proc.stdout)[0]["content"]  # verbatim or summarized
+                assert "before the ingest" in json.loads(proc.stdout)["messages"][0]["content"]  # verbatim or summarized
             else:
                 one_line_error(proc, 3, "busy, retry")
             time.sleep(0.2)

@@ -78,7 +78,8 @@ def test_cli_query_shows_recalled_messages_with_tokens_and_dates(tmp_path):
     path = tmp_path / "chat.jsonl"
     path.write_text("\n".join(json.dumps(m) for m in conversation(120)) + "\n")
     run(data, "ingest", str(path), "--quiet")
-    out = json.loads(run(data, "context", "c", "--budget", "500", "--query", "greyhound name?", "--json").stdout)
+    out = json.loads(run(data, "context", "c", "--budget", "500", "--query", "greyhound name?", "--json",
+                         "--format", "compact").stdout)["messages"]
     assert sum(m["tokens"] for m in out) <= 500
     recalled = [m for m in out if m["kind"] == "recalled"]
     assert recalled[0]["index"] == 60 and recalled[0]["occurred_at"].startswith("2024-01-23")

@@ -50,7 +50,8 @@ def test_cli_session_runs(tmp_path):
     assert ran >= 8
     ctx = subprocess.run([MEMFOLD, "context", "support-1", "--json"], cwd=tmp_path, env=env, capture_output=True,
                          text=True, check=True).stdout
-    assert [m["content"] for m in json.loads(ctx)] == ["Hi, my order #48213 arrived broken", "Sorry to hear that."]
+    assert [m["content"] for m in json.loads(ctx)["messages"]] == ["Hi, my order #48213 arrived broken",
+                                                                   "Sorry to hear that."]
 
 
 def test_replay_session_runs(tmp_path):
