@@ -59,8 +59,8 @@ def audit(store: DuckDBProjectionStore, tenant_id: str, conversation_id: str, *,
     counts: dict[str, int] = defaultdict(int)
     for e in events:
         counts[e["type"]] += 1
-    messages = _rows(store, "SELECT idx, seq, role, occurred_at, tokens, content, retracted FROM messages "
-                            "WHERE tenant_id = ? AND conversation_id = ? ORDER BY idx", key)
+    messages = _rows(store, "SELECT idx, seq, role, occurred_at, tokens, content, retracted, name, tool_calls, "
+                            "tool_call_id FROM messages WHERE tenant_id = ? AND conversation_id = ? ORDER BY idx", key)
     summaries = _summaries(store, key, positions, seqs)
     facts = _facts(store, key, summaries, messages)
     if erasure_pending:
@@ -79,7 +79,8 @@ def audit(store: DuckDBProjectionStore, tenant_id: str, conversation_id: str, *,
         "events": dict(sorted(counts.items())),
         "messages": [
             {"index": m["idx"], "seq": m["seq"], "role": m["role"], "occurred_at": _iso(m["occurred_at"]),
-             "tokens": m["tokens"], "preview": _preview(m["content"]), "retracted": bool(m["retracted"])}
+             "tokens": m["tokens"], "preview": _preview(m["content"]), "retracted": bool(m["retracted"]),
+             **_tool_fields(m)}
             for m in messages
         ],
         "summaries": summaries,
@@ -203,3 +204,18 @@ def _preview(text: str | None) -> str:
 
 def _iso(value: Any) -> str | None:
     return value.isoformat() if isinstance(value, datetime) else value
+
+
+def _tool_fields(m: dict[str, Any]) -> dict[str, Any]:
+    """A message's name, tool calls and the call it answers, when it has them (a retracted one shows none)."""
+    if m["retracted"]:
+        return {}
+    out: dict[str, Any] = {}
+    if m["name"]:
+        out["name"] = m["name"]
+    calls = json.loads(m["tool_calls"]) if m["tool_calls"] else []
+    if calls:
+        out["tool_calls"] = calls
+    if m["tool_call_id"]:
+        out["tool_call_id"] = m["tool_call_id"]
+    return out

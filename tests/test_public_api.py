@@ -45,7 +45,7 @@ PUBLIC = {
         "Client", "AsyncClient", "ApiError", "AuthenticationError", "ConflictError", "PermissionDeniedError", "NotFoundError",
         "RequestTooLargeError", "InvalidRequestError", "RateLimitedError", "ServiceUnavailableError",
         "Appended", "Message", "Context", "ContextMessage", "Conversation", "Identity", "SqlResult",
-        "ConversationGoneError", "SearchHit", "SearchPage",
+        "ConversationGoneError", "SearchHit", "SearchPage", "Prompt",
     ],
     "memfold.service.app": ["create_app"],
     "memfold.adapters.langchain": ["MemfoldChatMessageHistory", "MemfoldMiddleware"],
