@@ -28,7 +28,14 @@ def test_small_run_scores_every_policy_and_the_baseline(tmp_path):
         cost = report["policies"][policy]["summarizer"]
         assert cost["calls"] > 0 and cost["tokens_in"] > 0 and cost["unanswered"] == 0
         for res in report["policies"][policy]["budgets"].values():
-            assert 0.0 <= res["fraction"] <= 1.0 and res["facts_total"] == report["facts"]
+            # the fraction is the facts found in the context over every fact the conversations hold
+            assert res["facts_total"] == report["facts"]
+            assert res["fraction"] == pytest.approx(res["facts_kept"] / report["facts"])
+        budgets = report["policies"][policy]["budgets"]
+        # with room for the whole conversation nothing is lost; at 300 tokens the summary keeps facts
+        # that the last messages alone (takeLast) have no room for
+        assert budgets["4000"]["fraction"] == 1.0
+        assert budgets["300"]["facts_kept"] > baseline["budgets"]["300"]["facts_kept"]
 
 
 def test_table_renders(capsys):
@@ -111,8 +118,16 @@ def test_beam_scores_every_policy_takelast_and_full_history(beam_dir, tmp_path):
                                                              "contradiction_resolution", "temporal_reasoning"}
     for policy in ("hierarchical", "rolling"):
         assert report["policies"][policy]["summarizer"]["calls"] > 0
-        for res in report["policies"][policy]["budgets"].values():
-            assert 0.0 <= res["recall"] <= 1.0
+        for budget, res in report["policies"][policy]["budgets"].items():
+            # a policy's recall is the mean over the questions of its recall on each
+            per_question = [d["recall"][policy][budget] for d in report["details"]]
+            assert len(per_question) == report["questions"]
+            assert res["recall"] == pytest.approx(sum(per_question) / len(per_question))
+        # room for every message loses nothing; at 300 tokens the summary holds the first session's
+        # fact that takeLast has no room for
+        assert report["policies"][policy]["budgets"]["100000"]["recall"] == 1.0
+        first = by_question[("1", "information_extraction")]
+        assert first[policy]["300"] > first["takeLast"]["300"]
     assert report["full_history"]["recall"] == 1.0
     assert report["headline"].startswith("best at 300 tokens: ")
     assert report["targets"]["top_two"] and set(report["targets"]["top_two"]) <= {"hierarchical", "rolling"}
