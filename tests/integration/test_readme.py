@@ -124,3 +124,72 @@ def test_service_session_runs(tmp_path):
     assert json.loads(outputs[0])["messages"][0]["id"] == "m1"
     assert json.loads(outputs[1])["messages"][-1]["content"] == "Order #48213 arrived broken"
     assert "Order #48213 arrived broken" in outputs[2]
+
+
+def _model_call_blocks() -> list[str]:
+    section = README[README.index("### Use the context in a model call"):]
+    section = section[: section.index("\n## ")]
+    return re.findall(r"```python\n(.*?)```", section, re.S)
+
+
+def _seeded(tmp_path: Path) -> None:
+    """A data dir under ``tmp_path/.memfold`` with a conversation that called a tool."""
+    from fixtures.shaped_conversation import OPENAI
+
+    from memfold.engine.engine import MemoryEngine
+
+    with MemoryEngine.open(tmp_path / ".memfold") as engine:
+        engine.append_many([{**m, "conversation_id": "support-1"} for m in OPENAI])
+        engine.wait_idle(60)
+
+
+def test_the_openai_model_call_snippet_runs_and_stores_the_reply(tmp_path, openai_server):
+    from memfold.engine.engine import MemoryEngine
+
+    _seeded(tmp_path)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MEMFOLD_", "OPENAI_"))}
+    env.update(OPENAI_BASE_URL=openai_server.url, OPENAI_API_KEY="test-key")
+    before = len(openai_server.requests)
+    proc = subprocess.run([sys.executable, "-c", _model_call_blocks()[0]], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    sent = [r for r in openai_server.requests[before:] if r.path.endswith("/chat/completions")]
+    assert sent and sent[-1].body["messages"][-1] == {"role": "user", "content": "Which order arrived broken?"}
+    assert any(m.get("tool_calls") for m in sent[-1].body["messages"])  # the tool turns went in, in OpenAI's shape
+    with MemoryEngine.open(tmp_path / ".memfold") as engine:
+        engine.wait_idle(60)  # this process folds what the snippet's process appended last
+        assert engine.history("support-1")[-1].role == "assistant"  # the reply, stored as the SDK returned it
+
+
+def test_the_anthropic_model_call_snippet_builds_a_request_the_sdk_types_accept(tmp_path, monkeypatch):
+    from anthropic.types import MessageParam
+    from fixtures.shaped_conversation import check_sdk_type
+
+    _seeded(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {}
+    exec(compile(_model_call_blocks()[1], "README.md", "exec"), namespace)  # noqa: S102 - the README's own snippet
+    request = namespace["request"]
+    for message in request["messages"]:
+        check_sdk_type(message, MessageParam)
+    blocks = [b for m in request["messages"] if isinstance(m["content"], list) for b in m["content"]]
+    assert {b["type"] for b in blocks} >= {"tool_use", "tool_result"}
+    assert all(m["role"] in ("user", "assistant") for m in request["messages"])
+
+
+def test_the_agents_sdk_snippet_keeps_the_turn_in_memfold(tmp_path, service, openai_server):
+    import httpx
+
+    key = service.key("readme-agents", "writer")
+    code = _model_call_blocks()[2].replace("http://127.0.0.1:8080", service.url)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MEMFOLD_", "OPENAI_"))}
+    env.update(MEMFOLD_API_KEY=key, OPENAI_BASE_URL=openai_server.url, OPENAI_API_KEY="test-key",
+               OPENAI_AGENTS_DISABLE_TRACING="1")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip()  # the agent's answer
+    stored = httpx.get(f"{service.url}/v1/conversations/support-1/messages",
+                       headers={"Authorization": f"Bearer {key}"}, timeout=30).json()["messages"]
+    assert [m["role"] for m in stored] == ["user", "assistant"]
+    assert stored[0]["content"] == "Which order arrived broken?"
