@@ -28,6 +28,7 @@ PUBLIC = {
         "MessageRecord", "ContextPlan", "ContextMessage", "MemoryMessage", "SummaryInput", "SummaryOutput",
     ],
     "memfold.engine.positions": ["Position", "LogRecord"],
+    "memfold.engine.shapes": ["FORMATS", "Shaped", "shaped", "messages_from"],
     "memfold.engine.partitioner": ["murmur2", "partition_for"],
     "memfold.engine.settings": [
         "Settings", "HierarchicalSettings", "ChunkedSettings", "SlidingWindowSettings", "RollingSettings",
