@@ -1,10 +1,11 @@
 # memfold: two commands. `make demo` runs the main job, `make test` the whole suite.
+# `make check` is the fast tier: unit and contract suites, no Kafka broker, no browser.
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint install lock broker-start broker-stop bench clean
+.PHONY: demo test check lint install lock broker-start broker-stop bench clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +35,9 @@ test: $(STAMP) lint
 	deploy/kafka/local-broker.sh fetch
 	deploy/browser/ensure-chromium.sh
 	$(PY) -m pytest -p no:cacheprovider -n 2 --dist loadgroup
+
+check: $(STAMP)
+	$(PY) -m pytest -p no:cacheprovider -q -n 2 -m "not kafka" tests/unit tests/contract
 
 bench: $(STAMP)
 	$(PY) benchmarks/ingest_and_read.py
