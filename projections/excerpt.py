@@ -206,7 +206,8 @@ def excerpt(
     question's long answer) is shown by its opening passages. The excerpt
     starts with ``(excerpt)`` on its first line, after the message's date
     unless ``dated`` is false (the assembler dates only the first recalled
-    message of each day).
+    message of each day). The excerpt keeps ``m``'s ``name``, ``tool_calls``
+    and ``tool_call_id``: only its text is cut.
     """
     a = analysed(m)
     parts = a.passages
@@ -242,7 +243,7 @@ def excerpt(
     content = (f"[{m.occurred_at.date().isoformat()}] " if dated else "") + "(excerpt)\n" + " ".join(out)
     rendered = ContextMessage(
         role=m.role, content=content, kind="recalled", tokens=count_tokens(content) + MESSAGE_OVERHEAD, index=m.index,
-        occurred_at=m.occurred_at,
+        occurred_at=m.occurred_at, name=m.name, tool_calls=m.tool_calls, tool_call_id=m.tool_call_id,
     )
     return rendered, [parts[j] for j in keep if len(parts[j]) >= DEDUPE_CHARS], set().union(*(held[j] for j in keep))
 
