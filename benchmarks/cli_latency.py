@@ -1,0 +1,136 @@
+"""Benchmark: wall time of one ``memfold`` CLI command, as a whole process, on the demo data.
+
+    python benchmarks/cli_latency.py [--runs 7] [--data-dir DIR] [--top 10]
+
+Steps: 1. ingest the bundled sample (engine/data/sample.jsonl, what ``memfold
+demo`` ingests) into a temporary data dir with ``memfold ingest`` and wait
+until it is projected; 2. run each command below RUNS times as its own
+process and print min/median/max seconds: ``--help``, ``context``,
+``append`` (each run appends one more message and waits, as it does by
+default), ``history``, ``summaries``, ``sql``; 3. time ``python -c "import
+memfold.engine.cli"`` against ``python -c pass`` (interpreter start-up
+alone); 4. print the modules with the largest cumulative import time from
+``python -X importtime -c "import memfold.engine.cli"``. Target to report
+against: p50 <= 0.3 s per command. Figures, not assertions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from importlib import resources
+from pathlib import Path
+
+CONVERSATION, TENANT = "support-4711", "acme"  # the demo's conversation (engine/demo.py)
+TARGET_S = 0.3
+
+
+def memfold_command() -> list[str]:
+    """Return the ``memfold`` console script of this interpreter's environment (the one users run)."""
+    beside = Path(sys.executable).with_name("memfold")
+    found = str(beside) if beside.is_file() else shutil.which("memfold")
+    if found is None:
+        raise SystemExit("no memfold console script beside this Python or on PATH: pip install -e . first")
+    return [found]
+
+
+def commands(data_dir: Path) -> dict[str, list[str]]:
+    base = [*memfold_command(), "--data-dir", str(data_dir)]
+    return {
+        "memfold --help": [*memfold_command(), "--help"],
+        f"context {CONVERSATION}": [*base, "context", CONVERSATION, "--tenant", TENANT],
+        f"append {CONVERSATION} user TEXT": [*base, "append", CONVERSATION, "user", "Is the refund on its way?",
+                                             "--tenant", TENANT],
+        f"history {CONVERSATION}": [*base, "history", CONVERSATION, "--tenant", TENANT],
+        f"summaries {CONVERSATION}": [*base, "summaries", CONVERSATION, "--tenant", TENANT],
+        'sql "SELECT count(*) FROM messages"': [*base, "sql", "SELECT count(*) FROM messages"],
+    }
+
+
+def timed(cmd: list[str], env: dict[str, str]) -> float:
+    """Run ``cmd`` to completion and return its wall time in seconds; a failing command stops the benchmark."""
+    t0 = time.perf_counter()
+    done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    took = time.perf_counter() - t0
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} exited with {done.returncode}:\n{done.stderr[-2000:]}")
+    return took
+
+
+def import_times(args: list[str], env: dict[str, str]) -> tuple[int, list[tuple[int, int, str]]]:
+    """Run ``python -X importtime ARGS``; return the total import time (us) and every (cumulative us, self us, module) row, largest first."""
+    done = subprocess.run([sys.executable, "-X", "importtime", *args], capture_output=True, text=True, env=env,
+                          check=True)
+    rows, total = [], 0
+    for line in done.stderr.splitlines():
+        # "import time:       self [us] |  cumulative | imported package"
+        if not line.startswith("import time:") or "cumulative" in line:
+            continue
+        self_us, cumulative_us, module = line[len("import time:"):].split("|", 2)
+        rows.append((int(cumulative_us), int(self_us), module.rstrip()))
+        if module.startswith(" ") and not module.startswith("  "):  # top level: the rows below it are inside it
+            total += int(cumulative_us)
+    return total, sorted(rows, reverse=True)
+
+
+def line(label: str, times: list[float]) -> str:
+    p50 = statistics.median(times)
+    mark = "" if p50 <= TARGET_S else f"  over the {TARGET_S} s target"
+    return f"{label:<42} {min(times):7.3f} {p50:7.3f} {max(times):7.3f}{mark}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=7, help="processes per command (default 7)")
+    parser.add_argument("--data-dir", type=Path, help="an empty dir to use (default: a temporary one, removed)")
+    parser.add_argument("--top", type=int, default=10, help="modules to list by cumulative import time")
+    args = parser.parse_args(argv)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMFOLD_")}  # this run's dir and defaults only
+
+    def print_imports(title: str, args_: list[str]) -> None:
+        total, rows = import_times(args_, env)
+        print(f"top {args.top} modules by cumulative import time ({title}; all imports: {total / 1000:.0f} ms):")
+        print(f"{'cumulative ms':>13} {'self ms':>8}  module")
+        for cumulative, own, module in rows[:args.top]:
+            print(f"{cumulative / 1000:13.1f} {own / 1000:8.1f}  {module}")
+
+    with tempfile.TemporaryDirectory(prefix="memfold-cli-") as tmp:
+        data_dir = args.data_dir or Path(tmp) / "data"
+        sample = Path(str(resources.files("memfold.engine") / "data" / "sample.jsonl"))
+        t0 = time.perf_counter()
+        subprocess.run([*memfold_command(), "--data-dir", str(data_dir), "ingest", str(sample), "--quiet"],
+                       check=True, stdout=subprocess.DEVNULL, env=env)
+        lines = sum(1 for _ in sample.open())
+        print(f"setup: memfold ingest {sample.name} ({lines} lines) into {data_dir}: {time.perf_counter() - t0:.2f} s")
+        print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, {args.runs} runs per command, "
+              f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        print()
+        print(f"{'command (one process each)':<42} {'min s':>7} {'p50 s':>7} {'max s':>7}")
+        for label, cmd in commands(data_dir).items():
+            timed(cmd, env)  # one warm-up run: page cache and .pyc files, as for a user's second command
+            print(line(label, [timed(cmd, env) for _ in range(args.runs)]), flush=True)
+
+        print()
+        bare = [timed([sys.executable, "-c", "pass"], env) for _ in range(args.runs)]
+        imp = [timed([sys.executable, "-c", "import memfold.engine.cli"], env) for _ in range(args.runs)]
+        print(line("python -c pass", bare))
+        print(line('python -c "import memfold.engine.cli"', imp))
+        print(f"import of memfold.engine.cli alone (p50 difference): {statistics.median(imp) - statistics.median(bare):.3f} s")
+
+        print()
+        print_imports('python -X importtime -c "import memfold.engine.cli"', ["-c", "import memfold.engine.cli"])
+        print()
+        # What a whole command imports, the lazy imports inside it included.
+        context = commands(data_dir)[f"context {CONVERSATION}"]
+        print_imports(f"python -X importtime memfold context {CONVERSATION}", context)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
