@@ -28,8 +28,15 @@ lock:
 demo: $(STAMP)
 	$(VENV)/bin/memfold demo
 
+# import-linter reads packages from disk; the editable install maps memfold.* onto the top-level folders,
+# so the contracts are checked over a tree of links laid out as installed.
+IMPORT_TREE := build/import-tree
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+	rm -rf $(IMPORT_TREE) && mkdir -p $(IMPORT_TREE)/memfold
+	for d in engine projections streams service client adapters; do ln -s "$(CURDIR)/$$d" $(IMPORT_TREE)/memfold/$$d; done
+	PYTHONPATH=$(IMPORT_TREE) $(VENV)/bin/lint-imports --config .importlinter
 
 test: $(STAMP) lint
 	deploy/kafka/local-broker.sh fetch
