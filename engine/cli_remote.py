@@ -76,11 +76,11 @@ def _append(client, args) -> int:
 
 
 def _context(client, args) -> int:
-    context = client.context(args.conversation, budget=args.budget, query=getattr(args, "query", None),
-                             policy=args.policy, as_of=args.as_of)
-    if args.json:  # the local shape: role, content, kind, tokens (+ index and tool fields when set)
-        _print_json([m.model_dump(exclude_none=True) for m in context.messages])
+    query = getattr(args, "query", None)
+    if args.json:
+        _print_json(_context_document(client, args, query))
         return 0
+    context = client.context(args.conversation, budget=args.budget, query=query, policy=args.policy, as_of=args.as_of)
     from memfold.engine.ports import ContextMessage
 
     from .render import print_context
@@ -88,6 +88,26 @@ def _context(client, args) -> int:
     messages = [ContextMessage(role=m.role, content=m.content, kind=m.kind, tokens=m.tokens) for m in context.messages]
     print_context(messages, title=f"context for {args.conversation} ({client.url})", budget=args.budget)
     return 0
+
+
+def _context_document(client, args, query: str | None) -> dict[str, Any]:
+    """Return what the local ``context --json`` prints: ``Shaped.as_dict()`` of the context in ``--format``.
+
+    ``compact`` is the compact read (:meth:`Client.context`), every other
+    format the service's shaped read (:meth:`Client.prompt`), so messages and
+    annotations are the service's own, not converted here.
+    """
+    from .shapes import Shaped
+
+    fmt = getattr(args, "format", "openai")
+    if fmt == "compact":
+        context = client.context(args.conversation, budget=args.budget, query=query, policy=args.policy,
+                                 as_of=args.as_of)
+        return Shaped("compact", [m.model_dump(mode="json", exclude_none=True) for m in context.messages], None,
+                      []).as_dict()
+    prompt = client.prompt(args.conversation, format=fmt, budget=args.budget, query=query, policy=args.policy,
+                           as_of=args.as_of)
+    return Shaped(prompt.format, prompt.messages, prompt.system, prompt.memfold, prompt.system_memfold or []).as_dict()
 
 
 HISTORY_PAGE = 10_000
@@ -274,22 +294,29 @@ def _diff(client, args) -> int:
 class _RemoteIngest:
     """One ``memfold --url ingest`` run: the lines of a JSONL file sent per conversation in batches.
 
-    A line's message ``id`` is its ``event_id`` when it gives one, else
-    :func:`~memfold.engine.ingest.line_key` of (source, bytes, occurrence):
-    the key embedded ingest derives its event id from, so a re-run (or a run
-    after an embedded one) stores nothing twice. Ids the conversation already
-    holds are counted as duplicates and not sent again; that is also what
-    ``--resume`` does here (every run skips what is stored). With
-    ``--strict`` lines are sent in file order, so nothing after the first bad
-    line (bad here or refused by the service) is written.
+    A line is converted from ``--format`` as embedded ingest converts it
+    (:func:`~memfold.engine.shapes.messages_from`; an ``anthropic`` line may
+    hold several messages) and sent in the canonical form. A message's ``id``
+    is its line's ``event_id`` when it gives one, else
+    :func:`~memfold.engine.ingest.line_key` of (source, bytes, occurrence),
+    the k-th (k >= 1) message of a line that holds several the same plus
+    ``#k``: the keys embedded ingest derives its event ids from, so a re-run
+    (or a run after an embedded one) stores nothing twice. Ids the
+    conversation already holds are counted as duplicates and not sent again;
+    that is also what ``--resume`` does here (every run skips what is
+    stored). A line's messages are sent in one request, so they are stored
+    or rejected together. With ``--strict`` lines are sent in file order, so
+    nothing after the first bad line (bad here or refused by the service) is
+    written.
     """
 
     def __init__(self, client, args: argparse.Namespace, tenant: str):
         self.client, self.args, self.tenant = client, args, tenant
+        self.format = getattr(args, "format", "openai")
         self.accepted = self.duplicates = self.conflicts = 0
         self.rejected: list[tuple[int, str, str | None]] = []  # (line, reason, field)
-        self.pending: dict[str, list[tuple[int, dict]]] = {}
-        self.queued = 0
+        self.pending: dict[str, list[tuple[int, list[dict]]]] = {}  # conversation -> [(line, its messages)]
+        self.queued = 0  # messages in ``pending``
         self.known: dict[str, set[str]] = {}
         self.newest: dict[int, tuple[int, str, dict]] = {}  # partition -> (offset, conversation, message)
         self.stop_line: int | None = None
@@ -314,8 +341,24 @@ class _RemoteIngest:
                 self.known[conversation] = set()
         return self.known[conversation]
 
+    def messages(self, row: dict, key: str) -> list[dict]:
+        """Return the message(s) of one line (``row``, memfold's keys taken out), each with the ``id`` to send.
+
+        Raises :class:`ValidationError` for a line ``--format`` cannot convert.
+        """
+        from .shapes import messages_from
+
+        # openai lines are sent as they are: the service makes them canonical (the flat alias included)
+        out = [row] if self.format == "openai" else messages_from(self.format, [row])
+        for k, m in enumerate(out):
+            given = m.pop("event_id", None)  # messages_from numbered the k-th already: "<event_id>#<k>"
+            if "id" in m:
+                given = m["id"] if k == 0 else f"{m['id']}#{k}"
+            m["id"] = given if given is not None else key if k == 0 else f"{key}#{k}"
+        return out
+
     def parse(self, line_no: int, text: bytes, key: str) -> None:
-        """Check one line and queue it for its conversation, or reject it."""
+        """Check one line and queue its message(s) for its conversation, or reject it."""
         try:
             row = json.loads(text)
         except (ValueError, UnicodeDecodeError, RecursionError) as exc:
@@ -331,46 +374,50 @@ class _RemoteIngest:
                                         f"it with a key of tenant {tenant!r}", "tenant_id")
         if "ts" in row:
             row.setdefault("occurred_at", row.pop("ts"))
-        if "event_id" in row:
-            row.setdefault("id", row.pop("event_id"))
-        row.setdefault("id", key)
+        try:
+            messages = self.messages(row, key)
+        except ValidationError as exc:
+            return self.reject(line_no, str(exc).removeprefix(f"line {exc.line}: "), exc.field)
         held = self.held(conversation)
-        if row["id"] in held:
-            self.duplicates += 1
+        fresh = [m for m in messages if m["id"] not in held]
+        self.duplicates += len(messages) - len(fresh)
+        if not fresh:
             return None
-        held.add(row["id"])
+        held.update(m["id"] for m in fresh)
         batch = self.pending.setdefault(conversation, [])
-        batch.append((line_no, row))
-        self.queued += 1
+        batch.append((line_no, fresh))
+        self.queued += len(fresh)
         if self.args.strict and self.queued >= self.batch:
             self.flush_in_order()
-        elif len(batch) >= self.batch:
-            self.queued -= len(batch)
-            self.send(conversation, self.pending.pop(conversation))
+        elif sum(len(ms) for _, ms in batch) >= self.batch:
+            sent = self.pending.pop(conversation)
+            self.queued -= sum(len(ms) for _, ms in sent)
+            self.send(conversation, sent)
         return None
 
     def flush_in_order(self) -> None:
         """Send every queued line in file order: each run of lines of one conversation as one batch."""
-        lines = sorted((n, c, m) for c, batch in self.pending.items() for n, m in batch)
+        lines = sorted(((n, c, ms) for c, batch in self.pending.items() for n, ms in batch), key=lambda x: x[0])
         self.pending.clear()
         self.queued = 0
-        run: list[tuple[int, dict]] = []
-        for i, (n, conversation, message) in enumerate(lines):
-            run.append((n, message))
+        run: list[tuple[int, list[dict]]] = []
+        for i, (n, conversation, messages) in enumerate(lines):
+            run.append((n, messages))
             if i + 1 == len(lines) or lines[i + 1][1] != conversation:
                 self.send(conversation, run)
                 run = []
 
-    def send(self, conversation: str, batch: list[tuple[int, dict]]) -> None:
-        """Append ``batch``; when the service refuses it, halve it until the refused lines are alone."""
+    def send(self, conversation: str, batch: list[tuple[int, list[dict]]]) -> None:
+        """Append ``batch`` (lines, each with its messages); when the service refuses it, halve it until the refused lines are alone."""
         from memfold.client import ConflictError, ConversationGoneError, InvalidRequestError, RequestTooLargeError
 
         if self.stop_line is not None:
-            batch = [(n, m) for n, m in batch if n < self.stop_line]
+            batch = [(n, ms) for n, ms in batch if n < self.stop_line]
         if not batch:
             return
+        messages = [m for _, ms in batch for m in ms]
         try:
-            done = self.client.append(conversation, [m for _, m in batch], wait=False)
+            done = self.client.append(conversation, messages, wait=False)
         except ConversationGoneError:
             for n, _ in batch:
                 self.reject(n, f"conversation {conversation!r} was forgotten; `memfold reopen {conversation}` "
@@ -384,10 +431,10 @@ class _RemoteIngest:
             self.send(conversation, batch[:half])
             self.send(conversation, batch[half:])
             return
-        self.accepted += len(batch)
+        self.accepted += len(messages)
         last = done[-1]
         if last.offset >= self.newest.get(last.partition, (-1,))[0]:
-            self.newest[last.partition] = (last.offset, conversation, batch[-1][1])
+            self.newest[last.partition] = (last.offset, conversation, messages[-1])
 
     def wait(self) -> None:
         """Return once a read sees every line sent: the newest message of each partition, sent again with a wait.

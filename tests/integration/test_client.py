@@ -153,7 +153,8 @@ def test_cli_url_mode_reads_while_another_process_ingests(service, tmp_path):
     assert json.loads(appended.stdout)["offset"] >= 0
     context = json.loads(subprocess.run([MEMFOLD, "context", "cli-1", "--budget", "100", "--json"], env=env,
                                         capture_output=True, text=True, check=True).stdout)
-    assert {"role": "assistant", "content": "all read", "kind": "verbatim"}.items() <= context[-1].items()
+    assert context["format"] == "openai" and context["messages"][-1] == {"role": "assistant", "content": "all read"}
+    assert context["memfold"][-1]["kind"] == "verbatim" and len(context["memfold"]) == len(context["messages"])
     rows = json.loads(subprocess.run([MEMFOLD, "sql", "SELECT count(*) AS n FROM messages", "--json"], env=env,
                                      capture_output=True, text=True, check=True).stdout)
     assert rows == [{"n": 1501}]
@@ -203,3 +204,116 @@ def test_an_append_to_a_forgotten_conversation_is_gone_until_reopened(service):
         assert mf.reopen("g-1")["reopened"] is True
         mf.add("g-1", "user", "a fresh start")
         assert [m.content for m in mf.messages("g-1")] == ["a fresh start"]
+
+
+def _cli(env: dict[str, str], *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run([MEMFOLD, *args], env=env, capture_output=True, text=True, timeout=120)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    if check:
+        assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def _timeless(value):
+    """``value`` without ``occurred_at`` at any depth: the two stores stamp their own arrival times."""
+    if isinstance(value, dict):
+        return {k: _timeless(v) for k, v in value.items() if k != "occurred_at"}
+    if isinstance(value, list):
+        return [_timeless(v) for v in value]
+    return value
+
+
+def test_cli_url_context_json_is_the_embedded_document_in_every_format(service, tmp_path):
+    from fixtures.shaped_conversation import INPUTS
+
+    remote = {**{k: v for k, v in os.environ.items() if not k.startswith("MEMFOLD_")},
+              "MEMFOLD_URL": service.url, "MEMFOLD_API_KEY": service.key("cli-shapes", "admin")}
+    # The service reads hierarchical: so does the embedded data dir.
+    embedded = {**{k: v for k, v in os.environ.items() if not k.startswith("MEMFOLD_")},
+                "MEMFOLD_DATA_DIR": str(tmp_path / "data"), "MEMFOLD_POLICY": "hierarchical",
+                "MEMFOLD_POLICIES": "hierarchical"}
+    for source, items in INPUTS.items():  # the same conversation, ingested both ways in each input shape
+        path = tmp_path / f"{source}.jsonl"
+        path.write_text("".join(json.dumps({**m, "conversation_id": f"shape-{source}"}) + "\n" for m in items))
+        reports = [_cli(env, "ingest", str(path), "--quiet", "--format", source).stdout for env in (remote, embedded)]
+        n = 8 if source == "responses" else 6  # line by line: each Responses function_call is its own message
+        assert all(f"ingested {n} messages, duplicates 0, rejected 0" in r for r in reports), reports
+    for source in INPUTS:
+        for fmt in ("openai", "anthropic", "responses", "compact"):
+            args = ("context", f"shape-{source}", "--json", "--format", fmt)
+            there, here = (json.loads(_cli(env, *args).stdout) for env in (remote, embedded))
+            where = (source, fmt)
+            assert set(there) == set(here) and there["format"] == here["format"] == fmt, where
+            # Roles, contents, tool calls and the calls tool results answer: every key a message holds.
+            assert _timeless(there["messages"]) == _timeless(here["messages"]), where
+            assert _timeless(there["memfold"]) == _timeless(here["memfold"]), where
+            if fmt == "anthropic":
+                assert there["system"] == here["system"], where
+                assert [n["kind"] for n in there["system_memfold"]] == [n["kind"] for n in here["system_memfold"]]
+            if fmt == "compact":
+                assert there["memfold"] == [] and {m["kind"] for m in there["messages"]} >= {"verbatim"}
+            else:
+                assert len(there["memfold"]) == len(there["messages"]) and there["memfold"][0]["conversation"] == \
+                    f"shape-{source}", where
+    chat = json.loads(_cli(remote, "context", "shape-anthropic", "--json").stdout)
+    assert chat["format"] == "openai" and chat["messages"][1]["tool_calls"][1] == {
+        "id": "call_2", "type": "function", "function": {"name": "weather", "arguments": '{"city": "Rome"}'}}
+    human = _cli(remote, "context", "shape-openai").stdout  # not --json: the table, as before
+    assert "context for shape-openai" in human and "Only in Rome." in human
+
+
+def test_cli_url_ingest_converts_responses_and_anthropic_lines(service, tmp_path):
+    from fixtures.shaped_conversation import ANTHROPIC, RESPONSES
+
+    from memfold.engine.ingest import line_key
+
+    key = service.key("cli-ingest-shapes", "admin")
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("MEMFOLD_")},
+           "MEMFOLD_URL": service.url, "MEMFOLD_API_KEY": key}
+    lines = [json.dumps({**m, "conversation_id": "agent"}) for m in RESPONSES]
+    lines.insert(3, json.dumps({"type": "reasoning", "summary": [], "conversation_id": "agent"}))  # not storable
+    path = tmp_path / "session.jsonl"
+    path.write_text("".join(line + "\n" for line in lines))
+    first = _cli(env, "ingest", str(path), "--format", "responses", check=False)
+    assert first.returncode == 2 and "ingested 8 messages, duplicates 0, rejected 1" in first.stdout
+    assert "line 4 rejected: type: memfold stores message, function_call and function_call_output" in first.stderr
+    again = _cli(env, "ingest", str(path), "--format", "responses", check=False)
+    assert again.returncode == 2 and "ingested 0 messages, duplicates 8, rejected 1" in again.stdout
+    with Client(service.url, key) as mf:
+        stored = mf.messages("agent")
+        # Each stored line is named by its line key, as embedded ingest names it: a re-run stores nothing twice.
+        keys = [line_key(path.name, line.encode(), 1) for n, line in enumerate(lines) if n != 3]
+        assert [m.id for m in stored] == keys
+        assert [(m.role, m.content, [c["id"] for c in m.tool_calls], m.tool_call_id, m.name) for m in stored] == [
+            ("user", "Weather in Paris and Rome?", [], None, None),
+            ("assistant", "Checking both.", [], None, None),
+            ("assistant", "", ["call_1"], None, None),
+            ("assistant", "", ["call_2"], None, None),
+            ("tool", "sunny", [], "call_1", None),
+            ("tool", "rain", [], "call_2", None),
+            ("user", "Thanks. Umbrella?", [], None, None),
+            ("assistant", "Only in Rome.", [], None, None),
+        ]
+        prompt = mf.prompt("agent", format="responses")  # each result right after its call
+        assert [(i.get("type", "message"), i.get("call_id")) for i in prompt.messages][-6:] == [
+            ("function_call", "call_1"), ("function_call_output", "call_1"), ("function_call", "call_2"),
+            ("function_call_output", "call_2"), ("message", None), ("message", None)]
+
+    # An Anthropic line holding several messages is stored whole, the k-th keyed by the line key plus "#k";
+    # one whose messages the service refuses (a tool result answering no call id) is rejected whole.
+    bad = {"role": "user", "conversation_id": "claude", "content": [
+        {"type": "text", "text": "this text must not be stored alone"}, {"type": "tool_result", "content": "x"}]}
+    rows = [{**m, "conversation_id": "claude"} for m in ANTHROPIC]
+    rows.insert(2, bad)
+    path = tmp_path / "claude.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    proc = _cli(env, "ingest", str(path), "--format", "anthropic", check=False)
+    assert proc.returncode == 2 and "ingested 6 messages, duplicates 0, rejected 1" in proc.stdout
+    assert "line 3 rejected" in proc.stderr
+    with Client(service.url, key) as mf:
+        stored = mf.messages("claude")
+    text = [json.dumps(r) for r in rows]
+    base = line_key(path.name, text[3].encode(), 1)  # the user line: two tool results and a text
+    assert [m.id for m in stored][2:5] == [base, f"{base}#1", f"{base}#2"]
+    assert [(m.role, m.tool_call_id) for m in stored][2:5] == [("tool", "call_1"), ("tool", "call_2"), ("user", None)]
+    assert "this text must not be stored alone" not in {m.content for m in stored}
