@@ -53,6 +53,7 @@ class ContextMessage(_Result):
     tool_calls: list[dict[str, Any]] | None = None
     tool_call_id: str | None = None
     name: str | None = None
+    occurred_at: str | None = None  # ISO-8601 as the service sent it (conversation messages; None for memory)
 
     def as_openai(self) -> dict[str, Any]:
         """Return the message as an OpenAI chat message: only keys that shape defines (``prompt()`` gives them all)."""
