@@ -62,13 +62,21 @@ def cmd_reopen(args: argparse.Namespace) -> int:
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from .cli import _catch_up, _engine, _print_json
+    from .cli import _catch_up, _engine
 
     with _engine(args) as engine:
         _catch_up(engine)
         report = engine.audit(args.conversation, tenant_id=args.tenant)
+    return show_audit(report, args)
+
+
+def show_audit(report: dict[str, Any], args: argparse.Namespace) -> int:
+    """Write the audit page (``--html``), then print the report as JSON or as lines; return 0. Local and remote alike."""
+    from pathlib import Path
+
+    from .cli import _print_json
+    from .render import terminal_safe
+
     if args.html:
         from .audit_page import render
 
@@ -78,7 +86,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
     else:
         _print_audit(report)
         if args.html:
-            print(f"HTML page written to {args.html}")
+            sys.stdout.write(terminal_safe(f"HTML page written to {args.html}") + "\n")
     return 0
 
 

@@ -197,20 +197,9 @@ def _reopen(client, args) -> int:
 
 
 def _audit(client, args) -> int:
-    from .cli_memory import _print_audit
+    from .cli_memory import show_audit
 
-    report = client.audit(args.conversation)
-    if args.html:
-        from .audit_page import render
-
-        Path(args.html).write_text(render(report), encoding="utf-8")
-    if args.json:
-        _print_json(report)
-    else:
-        _print_audit(report)
-        if args.html:
-            _say(f"HTML page written to {args.html}")
-    return 0
+    return show_audit(client.audit(args.conversation), args)
 
 
 def _verify(client, args) -> int:

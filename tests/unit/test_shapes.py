@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from fixtures.shaped_conversation import ANTHROPIC, INPUTS, OPENAI, RESPONSES
 from openai.types.chat import ChatCompletionMessage
 
 from memfold.engine.errors import ValidationError
@@ -14,45 +15,7 @@ from memfold.engine.validation import validate_message
 
 CONV = {"conversation_id": "c1"}
 
-# One conversation with parallel tool calls, in each input shape.
-OPENAI = [
-    {"role": "user", "content": "Weather in Paris and Rome?"},
-    {"role": "assistant", "content": "Checking both.", "tool_calls": [
-        {"id": "call_1", "type": "function", "function": {"name": "weather", "arguments": '{"city": "Paris"}'}},
-        {"id": "call_2", "type": "function", "function": {"name": "weather", "arguments": '{"city": "Rome"}'}},
-    ]},
-    {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
-    {"role": "tool", "tool_call_id": "call_2", "content": "rain"},
-    {"role": "user", "content": "Thanks. Umbrella?"},
-    {"role": "assistant", "content": "Only in Rome."},
-]
-ANTHROPIC = [
-    {"role": "user", "content": "Weather in Paris and Rome?"},
-    {"role": "assistant", "content": [
-        {"type": "text", "text": "Checking both."},
-        {"type": "tool_use", "id": "call_1", "name": "weather", "input": {"city": "Paris"}},
-        {"type": "tool_use", "id": "call_2", "name": "weather", "input": {"city": "Rome"}},
-    ]},
-    {"role": "user", "content": [
-        {"type": "tool_result", "tool_use_id": "call_1", "content": "sunny"},
-        {"type": "tool_result", "tool_use_id": "call_2", "content": [{"type": "text", "text": "rain"}]},
-        {"type": "text", "text": "Thanks. Umbrella?"},
-    ]},
-    {"role": "assistant", "content": [{"type": "text", "text": "Only in Rome."}]},
-]
-RESPONSES = [  # as the Agents SDK session stores them
-    {"role": "user", "content": "Weather in Paris and Rome?"},
-    {"id": "msg_1", "type": "message", "role": "assistant", "status": "completed",
-     "content": [{"type": "output_text", "text": "Checking both.", "annotations": [], "logprobs": []}]},
-    {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "weather", "arguments": '{"city": "Paris"}',
-     "status": "completed"},
-    {"type": "function_call", "call_id": "call_2", "name": "weather", "arguments": '{"city": "Rome"}'},
-    {"type": "function_call_output", "call_id": "call_1", "output": "sunny"},
-    {"type": "function_call_output", "call_id": "call_2", "output": "rain"},
-    {"role": "user", "content": [{"type": "input_text", "text": "Thanks. Umbrella?"}]},
-    {"role": "assistant", "content": "Only in Rome."},
-]
-INPUTS = {"openai": OPENAI, "anthropic": ANTHROPIC, "responses": RESPONSES}
+# One conversation with parallel tool calls, in each input shape (shared with the SDK tests).
 
 
 def _validated(messages: list[dict]) -> list:
