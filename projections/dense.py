@@ -30,7 +30,6 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import duckdb
-import pyarrow as pa
 
 from memfold.engine.errors import ConfigError, EmbedderError, ProjectionError
 from memfold.engine.ports import Embedder, MessageRecord
@@ -232,6 +231,8 @@ class DenseIndex:
             vectors = self.embedder.embed(list(todo.values()))
             self.calls += 1
             known.update((h, [float(x) for x in v]) for h, v in zip(todo, vectors))
+        import pyarrow as pa  # kept off the CLI's cold path: only embedding writes need Arrow
+
         batch = pa.table({
             "tenant_id": [k[0] for k, _ in items], "conversation_id": [k[1] for k, _ in items],
             "embedder": [self.name] * len(items), "idx": pa.array([k[2] for k, _ in items], pa.int64()),

@@ -29,9 +29,10 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import accumulate, islice
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 Key = tuple[str, str]
 
@@ -267,6 +268,8 @@ class _Corpus:
         the postings added since: postings come in document order and are
         never removed, so the new ones are the dict's last.
         """
+        import numpy as np  # kept off the CLI's cold path: only a common term's sums use arrays
+
         arr, written = self.columns.get(term, (None, 0))
         size = len(self.meta)
         if arr is None or len(arr) < size:
@@ -345,6 +348,8 @@ def _bm25(
     # Each candidate's sum, term by term in the same order, as arrays: the same float operations
     # (IEEE double, each rounded once) as `scores[d] += weight * tf / (tf + base + per_length * lengths[d])`
     # for the candidates holding the term, a fifth of the time (that loop was most of a read).
+    import numpy as np  # kept off the CLI's cold path: only a common term's sums use arrays
+
     count = len(scores)
     docs = np.fromiter(scores.keys(), np.int64, count)
     acc = np.fromiter(scores.values(), np.float64, count)

@@ -19,10 +19,9 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
-import pyarrow as pa
 
 from memfold.engine.errors import ProjectionBusyError, ProjectionError
 from memfold.engine.events import PRIVATE_FIELDS, SummaryRequested, ToolCall
@@ -33,6 +32,9 @@ from .dense import DENSE_DDL
 from .retrieval import SEARCH_COLUMNS, SEARCH_DDL, new_columns
 from .summary_cache import CACHE_TABLE_DDL, CACHE_TABLE_MIGRATIONS
 from .views import view_ddl
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 log = logging.getLogger(__name__)
 
@@ -359,6 +361,8 @@ class DuckDBProjectionStore:
     def _write(self, cur: duckdb.DuckDBPyConnection, ch: Changes) -> None:
         # First: the stored rows of conversations this batch deletes. The projector took the batch's
         # own rows from before each deletion out already; rows after it (a reopen) are written below.
+        import pyarrow as pa  # kept off the CLI's cold path: a read that writes nothing needs no Arrow
+
         for tenant_id, conversation_id in ch.deleted:
             _erase(cur, tenant_id, conversation_id)
         for row in ch.poison:
@@ -620,6 +624,8 @@ class DuckDBProjectionStore:
         """
         if not keys:
             return {}, {}
+        import pyarrow as pa  # kept off the CLI's cold path: a read that writes nothing needs no Arrow
+
         cur = self.connection
         cur.register("_keys", pa.table({"t": [k[0] for k in keys], "c": [k[1] for k in keys]}))
         try:
@@ -755,6 +761,8 @@ class DuckDBProjectionStore:
         """Return the status of each known request id (one query for many; unseen ids are absent)."""
         if not request_ids:
             return {}
+        import pyarrow as pa  # kept off the CLI's cold path: a read that writes nothing needs no Arrow
+
         cur = self.connection
         cur.register("_rids", pa.table({"rid": list(request_ids)}))
         try:
@@ -934,20 +942,27 @@ def _q(col: str) -> str:
     return f'"{col}"'
 
 
-# Arrow types of the bulk-inserted columns, matching the DDL: building an array of a known
-# type skips pyarrow's per-value type inference (a third of the table-building time).
-_TS = pa.timestamp("us", tz="UTC")
-_COLUMN_TYPES: dict[str, pa.DataType] = {
-    "partition": pa.int32(), "offset": pa.int64(), "event_id": pa.string(), "type": pa.string(),
-    "schema_version": pa.int32(), "tenant_id": pa.string(), "conversation_id": pa.string(), "seq": pa.int64(),
-    "occurred_at": _TS, "causation_id": pa.string(), "payload": pa.string(), "idx": pa.int64(),
-    "role": pa.string(), "content": pa.string(), "tokens": pa.int32(), "cum_tokens": pa.int64(),
-    "model_variant": pa.string(), "name": pa.string(), "tool_calls": pa.string(), "tool_call_id": pa.string(),
-    "importance": pa.float64(), "metadata": pa.string(), "kind": pa.string(), "doc_id": pa.string(),
-    "policy": pa.string(), "length": pa.int32(), "terms": pa.list_(pa.string()), "tfs": pa.list_(pa.int32()),
-    "message_count": pa.int64(), "last_seq": pa.int64(), "token_count": pa.int64(), "first_at": _TS, "last_at": _TS,
-    "deleted": pa.bool_(), "states": pa.string(),
-}
+@functools.cache
+def _column_types() -> dict[str, pa.DataType]:
+    """Return the Arrow types of the bulk-inserted columns, matching the DDL (made by the first write).
+
+    Building an array of a known type skips pyarrow's per-value type
+    inference (a third of the table-building time).
+    """
+    import pyarrow as pa  # kept off the CLI's cold path: a read that writes nothing needs no Arrow
+
+    ts = pa.timestamp("us", tz="UTC")
+    return {
+        "partition": pa.int32(), "offset": pa.int64(), "event_id": pa.string(), "type": pa.string(),
+        "schema_version": pa.int32(), "tenant_id": pa.string(), "conversation_id": pa.string(), "seq": pa.int64(),
+        "occurred_at": ts, "causation_id": pa.string(), "payload": pa.string(), "idx": pa.int64(),
+        "role": pa.string(), "content": pa.string(), "tokens": pa.int32(), "cum_tokens": pa.int64(),
+        "model_variant": pa.string(), "name": pa.string(), "tool_calls": pa.string(), "tool_call_id": pa.string(),
+        "importance": pa.float64(), "metadata": pa.string(), "kind": pa.string(), "doc_id": pa.string(),
+        "policy": pa.string(), "length": pa.int32(), "terms": pa.list_(pa.string()), "tfs": pa.list_(pa.int32()),
+        "message_count": pa.int64(), "last_seq": pa.int64(), "token_count": pa.int64(), "first_at": ts, "last_at": ts,
+        "deleted": pa.bool_(), "states": pa.string(),
+    }
 
 
 def _arrow_rows(rows: list[dict[str, Any]]) -> pa.Table:
@@ -956,8 +971,11 @@ def _arrow_rows(rows: list[dict[str, Any]]) -> pa.Table:
 
 
 def _arrow(columns: dict[str, list[Any]]) -> pa.Table:
-    """Return ``columns`` as an Arrow table, typed by :data:`_COLUMN_TYPES` (inferred for any other column)."""
-    return pa.table({name: pa.array(values, _COLUMN_TYPES.get(name)) for name, values in columns.items()})
+    """Return ``columns`` as an Arrow table, typed by :func:`_column_types` (inferred for any other column)."""
+    import pyarrow as pa  # kept off the CLI's cold path: a read that writes nothing needs no Arrow
+
+    types = _column_types()
+    return pa.table({name: pa.array(values, types.get(name)) for name, values in columns.items()})
 
 
 def _insert_columns(cur: duckdb.DuckDBPyConnection, table: str, columns: dict[str, list[Any]]) -> None:
