@@ -8,6 +8,7 @@
 
 from ._http import AsyncClient, Client
 from .models import (
+    AlreadyRetractedConflictError,
     ApiError,
     Appended,
     AuthenticationError,
@@ -16,13 +17,17 @@ from .models import (
     ContextMessage,
     Conversation,
     ConversationGoneError,
+    ConversationNotFoundError,
+    EventIdConflictError,
     Identity,
     InvalidRequestError,
     Message,
+    MessageNotFoundError,
     NotFoundError,
     PermissionDeniedError,
     Prompt,
     RateLimitedError,
+    ReplayNotFoundError,
     RequestTooLargeError,
     SearchHit,
     SearchPage,
@@ -31,6 +36,8 @@ from .models import (
 )
 
 __all__ = [
+    "AlreadyRetractedConflictError", "ConversationNotFoundError", "EventIdConflictError", "MessageNotFoundError",
+    "ReplayNotFoundError",
     "ApiError", "Appended", "AsyncClient", "AuthenticationError", "Client", "ConflictError", "Context", "ContextMessage",
     "Conversation", "ConversationGoneError", "Identity", "InvalidRequestError", "Message", "NotFoundError", "PermissionDeniedError",
     "Prompt",

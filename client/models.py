@@ -7,7 +7,16 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from memfold.engine.errors import ConversationForgottenError, MemfoldError, ValidationError
+from memfold.engine.errors import (
+    AlreadyRetractedError,
+    ConversationForgottenError,
+    EventConflictError,
+    MemfoldError,
+    UnknownConversationError,
+    UnknownMessageError,
+    UnknownReplayError,
+    ValidationError,
+)
 
 
 class _Result(BaseModel):
@@ -164,11 +173,31 @@ class PermissionDeniedError(ApiError):
 
 
 class NotFoundError(ApiError):
-    """404: no such conversation for this key's tenant."""
+    """404: no such conversation, message or replay for this key's tenant."""
+
+
+class ConversationNotFoundError(NotFoundError, UnknownConversationError):
+    """404: no such conversation for this key's tenant (the engine's ``UnknownConversationError``)."""
+
+
+class MessageNotFoundError(NotFoundError, UnknownMessageError):
+    """404: no such message in the conversation (the engine's ``UnknownMessageError``)."""
+
+
+class ReplayNotFoundError(NotFoundError, UnknownReplayError):
+    """404: no such replay namespace (the engine's ``UnknownReplayError``)."""
 
 
 class ConflictError(ApiError):
-    """409: a message id already stored with different content; nothing was written."""
+    """409: a message id already stored with different content, or a message retracted before; nothing was written."""
+
+
+class EventIdConflictError(ConflictError, EventConflictError):
+    """409: a message id already stored with different content (the engine's ``EventConflictError``)."""
+
+
+class AlreadyRetractedConflictError(ConflictError, AlreadyRetractedError):
+    """409: the message was retracted before (the engine's ``AlreadyRetractedError``)."""
 
 
 class ConversationGoneError(ApiError, ConversationForgottenError):
@@ -196,10 +225,18 @@ _BY_STATUS = {401: AuthenticationError, 403: PermissionDeniedError, 404: NotFoun
               422: InvalidRequestError, 429: RateLimitedError}
 
 
+# The service names the engine error behind a 404 or 409: the client raises the class that is both the
+# status's and the engine's, so code catching the engine's errors works against a service too.
+_BY_TYPE = {(404, "UnknownConversationError"): ConversationNotFoundError, (404, "UnknownMessageError"): MessageNotFoundError,
+            (404, "UnknownReplayError"): ReplayNotFoundError, (409, "EventConflictError"): EventIdConflictError,
+            (409, "AlreadyRetractedError"): AlreadyRetractedConflictError}
+
+
 def error_for(status: int, body: Any, retry_after: str | None) -> ApiError:
-    """Return the :class:`ApiError` subclass for an error response."""
+    """Return the :class:`ApiError` subclass for an error response (the engine's error class too, where there is one)."""
     err = body.get("error", {}) if isinstance(body, dict) else {}
-    cls = _BY_STATUS.get(status, ServiceUnavailableError if status >= 500 else ApiError)
+    cls = _BY_TYPE.get((status, err.get("type"))) or _BY_STATUS.get(
+        status, ServiceUnavailableError if status >= 500 else ApiError)
     delay = float(retry_after) if retry_after and retry_after.replace(".", "", 1).isdigit() else None
     return cls(status, err.get("type", "HTTPError"), err.get("message", str(body)[:500]), field=err.get("field"),
                retry_after=delay)

@@ -79,7 +79,7 @@ class MessageTooLargeError(ValidationError):
 class EventConflictError(ValidationError):
     """An ``event_id`` the log already holds with different content; the new message was not stored."""
 
-    def __init__(self, message: str, *, event_id: str, **kw):
+    def __init__(self, message: str, *, event_id: str | None = None, **kw):
         self.event_id = event_id
         super().__init__(message, **kw)
 

@@ -35,6 +35,7 @@ from memfold.engine.errors import (
     ProjectionLagTimeout,
     SqlTimeoutError,
     UnknownConversationError,
+    UnknownMessageError,
     UnknownReplayError,
     ValidationError,
 )
@@ -165,7 +166,7 @@ def _install_error_handlers(app: FastAPI) -> None:
             return _error(410, kind, str(exc), field=exc.field, line=exc.line)
         if isinstance(exc, ErasureIncompleteError):
             return _error(503, kind, str(exc), headers={"Retry-After": "5"})
-        if isinstance(exc, (UnknownReplayError, UnknownConversationError)):
+        if isinstance(exc, (UnknownReplayError, UnknownConversationError, UnknownMessageError)):
             return _error(404, kind, str(exc), field=exc.field)
         if isinstance(exc, MessageTooLargeError):
             return _error(413, kind, str(exc), field=exc.field, line=exc.line)

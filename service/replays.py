@@ -22,6 +22,8 @@ from fastapi import APIRouter, HTTPException, Path, Query, Request
 from fastapi.encoders import jsonable_encoder
 from pydantic import Field, field_validator, model_validator
 
+from memfold.engine.errors import UnknownReplayError
+
 from .app import Admin, Operator, services
 from .schemas import ErrorResponse, _Body
 
@@ -176,7 +178,7 @@ def get_replay(request: Request, key: Operator, name: str = ReplayName) -> dict:
     job = _jobs(request).status(name)
     found = [m for m in services(request).engine.replays() if m["name"] == name]
     if not found and job is None:
-        raise HTTPException(404, f"no replay {name!r}; GET /v1/replays lists them")
+        raise UnknownReplayError(f"no replay {name!r}; GET /v1/replays lists them", field="name")
     return _described(found[0] if found else {"name": name}, job)
 
 

@@ -26,7 +26,12 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 from pydantic import AfterValidator
 
-from memfold.engine.errors import ConversationForgottenError, UnknownMessageError, ValidationError
+from memfold.engine.errors import (
+    ConversationForgottenError,
+    UnknownConversationError,
+    UnknownMessageError,
+    ValidationError,
+)
 from memfold.engine.ids import content_hash
 from memfold.engine.positions import Position
 from memfold.engine.validation import CONVERSATION_ID_RULE, RESERVED_SEGMENT
@@ -93,7 +98,7 @@ def existing(request: Request, tenant_id: str, conversation_id: str) -> dict[str
     """Return the conversation's row, or raise 404 (the same answer for another tenant's and a missing one)."""
     row = services(request).engine.store.conversation(tenant_id, conversation_id)
     if row is None or row.get("deleted"):
-        raise HTTPException(404, f"no conversation {conversation_id!r}")
+        raise UnknownConversationError(f"no conversation {conversation_id!r}", field="conversation_id")
     return row
 
 
@@ -239,7 +244,7 @@ def retract_message(
     try:
         keyed = event_id_for(engine, key.tenant_id, conversation_id, message_id)
     except ConversationForgottenError:
-        raise HTTPException(404, f"no conversation {conversation_id!r}") from None  # forgotten since `existing`
+        raise UnknownConversationError(f"no conversation {conversation_id!r}", field="conversation_id") from None  # forgotten since `existing`
     for event_id in dict.fromkeys((message_id, keyed, legacy_event_id(key.tenant_id, conversation_id, message_id))):
         try:
             position = engine.retract(conversation_id, event_id, tenant_id=key.tenant_id, reason=reason)
@@ -248,7 +253,7 @@ def retract_message(
         services(request).contexts.bump([position])
         return {"conversation_id": conversation_id, "event_id": event_id, "retracted": True,
                 "partition": position.partition, "offset": position.offset}
-    raise HTTPException(404, f"no message {message_id!r} in conversation {conversation_id!r}")
+    raise UnknownMessageError(f"no message {message_id!r} in conversation {conversation_id!r}", field="message_id")
 
 
 @router.get("/conversations/{conversation_id:path}/context", response_model=ShapedContextResponse | ContextResponse,
@@ -319,7 +324,7 @@ def _render_context(request: Request, tenant: str, conversation_id: str, budget:
         return row is not None and not row.get("deleted")
 
     if not svc.contexts.exists(tenant, conversation_id, stored):  # a DuckDB point query only the first time
-        raise HTTPException(404, f"no conversation {conversation_id!r}")
+        raise UnknownConversationError(f"no conversation {conversation_id!r}", field="conversation_id")
     messages = tuple(svc.engine.context(conversation_id, budget=budget, query=query, policy=name, tenant_id=tenant,
                                         as_of=point))
     return messages, context_body(conversation_id, name, budget, messages)
@@ -342,7 +347,7 @@ def forget_conversation(
     """
     engine = services(request).engine
     if engine.audit(conversation_id, tenant_id=key.tenant_id)["conversation"]["status"] == "unknown":
-        raise HTTPException(404, f"no conversation {conversation_id!r}")
+        raise UnknownConversationError(f"no conversation {conversation_id!r}", field="conversation_id")
     position = engine.forget(conversation_id, tenant_id=key.tenant_id, reason=reason)
     services(request).contexts.bump([position])
     services(request).contexts.deleted([(key.tenant_id, conversation_id)])  # the projector's word may come later
@@ -360,7 +365,7 @@ def reopen_conversation(request: Request, key: Forgetter, conversation_id: Conve
     """
     engine = services(request).engine
     if engine.audit(conversation_id, tenant_id=key.tenant_id)["conversation"]["status"] == "unknown":
-        raise HTTPException(404, f"no conversation {conversation_id!r}")
+        raise UnknownConversationError(f"no conversation {conversation_id!r}", field="conversation_id")
     done = engine.reopen(conversation_id, tenant_id=key.tenant_id)
     services(request).contexts.deleted([(key.tenant_id, conversation_id)])  # known again once something is projected
     answer: dict[str, Any] = {"conversation_id": conversation_id, "reopened": True}
@@ -421,7 +426,7 @@ def get_audit(request: Request, key: Reader, conversation_id: ConversationPath) 
     """
     trail = services(request).engine.audit(conversation_id, tenant_id=key.tenant_id)
     if trail["conversation"]["status"] == "unknown":
-        raise HTTPException(404, f"no conversation {conversation_id!r}")
+        raise UnknownConversationError(f"no conversation {conversation_id!r}", field="conversation_id")
     return trail
 
 

@@ -79,6 +79,7 @@ class MemoryApi(abc.ABC):
 
     #: The error an implementation raises for a conversation it never held (the adapter says which).
     unknown_conversation_error: type[BaseException] = UnknownConversationError
+    message_id_field = "event_id"  # what names a message in this API's retract (the client's: message_id)
 
     @abc.abstractmethod
     def append(self, conversation_id: str, message: Mapping[str, Any]) -> None:
@@ -259,7 +260,7 @@ class EngineApiContract:
         memory.append_batch(conversation, filler(2))
         with pytest.raises(UnknownMessageError) as caught:
             memory.retract(conversation, "no-such-message")
-        assert caught.value.field == "event_id"
+        assert caught.value.field == memory.message_id_field
         assert len(memory.history(conversation)) == 2
 
     def test_retracting_a_message_twice_is_an_already_retracted_error(self, memory: MemoryApi, conversation: str) -> None:

@@ -22,7 +22,7 @@ import pytest
 from fixtures.memfold_service import LiveService
 
 from contract.engine_api_contract import SETTINGS, EngineApiContract, MemoryApi, Piece, Stored, flat_tool_calls
-from memfold.client import Client, ConflictError, NotFoundError
+from memfold.client import Client, NotFoundError
 from memfold.engine.engine import MemoryEngine
 from memfold.engine.settings import Settings
 from memfold.service.fold_process import RemoteEngine
@@ -108,8 +108,7 @@ class EngineApi(MemoryApi):
 class ClientApi(MemoryApi):
     """``memfold.client.Client``: the tenant is its key's."""
 
-    # The client answers 404 with NotFoundError, an ApiError beside the engine's classes.
-    unknown_conversation_error = NotFoundError
+    message_id_field = "message_id"
 
     def __init__(self, client: Client):
         self.client = client
@@ -189,13 +188,6 @@ class TestFoldProcess(EngineApiContract):
         return EngineApi(remote, TENANT)
 
 
-# The client raises the engine's classes for 410 (ConversationGoneError is a ConversationForgottenError) and
-# 422 (InvalidRequestError is a ValidationError), but not for 404 and 409: code that catches the engine's
-# errors around an embedded engine misses these when it runs against the service.
-NOT_THE_ENGINES_CLASS = (
-    "difference, to fix: the client raises {client} ({status}) where the engine raises {engine}; "
-    "{client} is no {engine}, so code catching the engine's error misses it remotely"
-)
 # The service answers 404 for a conversation it does not hold (another tenant's included, so as not to say
 # which); the engine's history of it is empty.
 READS_AS_NOT_FOUND = (
@@ -208,26 +200,6 @@ class TestHttpClient(EngineApiContract):
     @pytest.fixture
     def memory(self, client: Client) -> MemoryApi:
         return ClientApi(client)
-
-    @pytest.mark.xfail(strict=True, raises=ConflictError, reason=NOT_THE_ENGINES_CLASS.format(
-        client="ConflictError", status=409, engine="EventConflictError"))
-    def test_the_same_caller_id_with_other_content_is_an_event_conflict_and_stores_nothing(self, memory, conversation):
-        super().test_the_same_caller_id_with_other_content_is_an_event_conflict_and_stores_nothing(memory, conversation)
-
-    @pytest.mark.xfail(strict=True, raises=NotFoundError, reason=NOT_THE_ENGINES_CLASS.format(
-        client="NotFoundError", status=404, engine="UnknownMessageError"))
-    def test_retracting_a_message_the_conversation_does_not_hold_is_an_unknown_message_error(self, memory, conversation):
-        super().test_retracting_a_message_the_conversation_does_not_hold_is_an_unknown_message_error(memory, conversation)
-
-    @pytest.mark.xfail(strict=True, raises=ConflictError, reason=NOT_THE_ENGINES_CLASS.format(
-        client="ConflictError", status=409, engine="AlreadyRetractedError"))
-    def test_retracting_a_message_twice_is_an_already_retracted_error(self, memory, conversation):
-        super().test_retracting_a_message_twice_is_an_already_retracted_error(memory, conversation)
-
-    @pytest.mark.xfail(strict=True, raises=NotFoundError, reason=NOT_THE_ENGINES_CLASS.format(
-        client="NotFoundError", status=404, engine="UnknownConversationError (with field='conversation_id')"))
-    def test_forgetting_an_unknown_conversation_raises_the_engines_class(self, memory, conversation):
-        super().test_forgetting_an_unknown_conversation_raises_the_engines_class(memory, conversation)
 
     @pytest.mark.xfail(strict=True, raises=NotFoundError, reason=READS_AS_NOT_FOUND.format(what="forgotten"))
     def test_a_forgotten_conversation_reads_as_empty(self, memory, conversation):
