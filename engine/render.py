@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.text import Text
 
-from .ports import ContextMessage
+    from .ports import ContextMessage
 
 
 def make_console() -> Console:
@@ -21,13 +22,19 @@ def make_console() -> Console:
     (``memfold audit | less``) into cells four characters wide. ``COLUMNS``
     still decides when set.
     """
+    from rich.console import Console  # kept off the CLI's cold path: only tables and panels need rich
+
     console = Console(highlight=False)
     if not console.is_terminal and "COLUMNS" not in os.environ:
         console.width = 200
     return console
 
 
-console = make_console()
+@functools.cache
+def _console() -> Console:
+    """Return the console every table is printed on, made by the first table (the plain lines need none)."""
+    return make_console()
+
 
 # C0 controls but tab and newline (ESC starts a CSI/OSC sequence that can recolour, move the cursor or retitle the
 # window; CR overwrites a line), DEL, C1 controls (0x9b is CSI on its own) and the bidi controls that reorder text.
@@ -50,6 +57,8 @@ def terminal_safe(text: Any) -> str:
 
 def safe_text(text: Any, style: str = "") -> Text:
     """Return a rich ``Text`` of ``text`` made terminal-safe and never read as rich markup (``[bold]``)."""
+    from rich.text import Text  # kept off the CLI's cold path: only tables and panels need rich
+
     return Text(terminal_safe(text), style=style)
 
 
@@ -63,6 +72,8 @@ _STYLE = {"system_prompt": "bold magenta", "recalled": "cyan", "verbatim": "whit
 
 def print_context(messages: Sequence[ContextMessage], *, title: str, budget: int | None, highlight: Sequence[str] = ()) -> None:
     """Print an assembled context: one row per message with its kind, role, tokens and content."""
+    from rich.table import Table  # kept off the CLI's cold path: only tables and panels need rich
+
     table = Table(title=safe_text(title), show_lines=False, expand=True)
     table.add_column("kind", style="cyan", no_wrap=True)
     table.add_column("role", no_wrap=True)
@@ -78,21 +89,23 @@ def print_context(messages: Sequence[ContextMessage], *, title: str, budget: int
     table.caption = f"{len(messages)} messages, {used} tokens" + (f" of a {budget}-token budget" if budget else "")
     if budget and used > budget:  # only the system prompt and the current message are never trimmed
         table.caption += ": over it, because the system prompt and the current message are never cut"
-    console.print(table)
+    _console().print(table)
 
 
 def print_table(columns: Sequence[str], rows: Sequence[Sequence[Any]], *, title: str | None = None,
                 caption: str | None = None, empty: str | None = None) -> None:
     """Print query results as a table; with no rows, the ``empty`` line instead when one is given."""
     if not rows and empty is not None:
-        console.print(empty)
+        _console().print(empty)
         return
+    from rich.table import Table  # kept off the CLI's cold path: only tables and panels need rich
+
     table = Table(title=None if title is None else safe_text(title), caption=caption)
     for c in columns:
         table.add_column(safe_text(c), overflow="fold")
     for r in rows:
         table.add_row(*(safe_text("" if v is None else (f"{v:.2f}" if isinstance(v, float) else v)) for v in r))
-    console.print(table)
+    _console().print(table)
 
 
 def print_summaries(rows: Sequence[dict[str, Any]]) -> None:
