@@ -19,10 +19,12 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import ValidationError
-from .ports import ContextMessage
+
+if TYPE_CHECKING:
+    from .ports import ContextMessage
 
 FORMATS = ("openai", "anthropic", "responses", "compact")
 INPUT_FORMATS = FORMATS[:3]
