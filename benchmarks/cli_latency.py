@@ -110,6 +110,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"setup: memfold ingest {sample.name} ({lines} lines) into {data_dir}: {time.perf_counter() - t0:.2f} s")
         print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, {args.runs} runs per command, "
               f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        if env.get("PYTHONDONTWRITEBYTECODE"):  # then the warm-up run leaves no .pyc files behind
+            print("PYTHONDONTWRITEBYTECODE is set: modules without a .pyc (memfold's own, in an editable install) "
+                  "are compiled in every run; unset it for the figures a user sees")
         print()
         print(f"{'command (one process each)':<42} {'min s':>7} {'p50 s':>7} {'max s':>7}")
         for label, cmd in commands(data_dir).items():
