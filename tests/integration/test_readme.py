@@ -1,4 +1,4 @@
-"""The README's examples run: the Python snippet and the CLI session under "Using it"."""
+"""The README's examples run (and the "Replays" session of docs/replays.md): the Python snippet, the CLI session."""
 
 from __future__ import annotations
 
@@ -11,11 +11,12 @@ import sys
 from pathlib import Path
 
 README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+REPLAYS = (Path(__file__).resolve().parents[2] / "docs" / "replays.md").read_text()
 MEMFOLD = str(Path(sys.executable).with_name("memfold"))
 
 
-def _block(after: str, lang: str) -> str:
-    section = README[README.index(after):]
+def _block(after: str, lang: str, page: str = README) -> str:
+    section = page[page.index(after):]
     match = re.search(rf"```{lang}\n(.*?)```", section, re.S)
     assert match, f"no {lang} block after {after!r}"
     return match.group(1)
@@ -55,14 +56,14 @@ def test_cli_session_runs(tmp_path):
 
 
 def test_replay_session_runs(tmp_path):
-    """The "Replays" block: replay, resume, another policy, list, SQL over a replay, diff, drop, promote."""
+    """docs/replays.md's "Replays" block: replay, resume, another policy, list, SQL, diff, drop, promote."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMFOLD_")}
     (tmp_path / "c.jsonl").write_text("".join(
         json.dumps({"conversation_id": "support-1", "role": "user" if i % 2 == 0 else "assistant",
                     "content": f"turn {i}: order #{48200 + i} ships from Leeds on day {i}"}) + "\n" for i in range(30)))
     subprocess.run([MEMFOLD, "ingest", "c.jsonl", "--quiet"], cwd=tmp_path, env=env, check=True, capture_output=True)
     outputs = []
-    for line in _block("## Replays", "sh").splitlines():
+    for line in _block("## Replays", "sh", REPLAYS).splitlines():
         line = line.split("  #", 1)[0].strip()
         proc = subprocess.run([MEMFOLD, *shlex.split(line)[1:]], cwd=tmp_path, env=env, capture_output=True,
                               text=True, timeout=300)
