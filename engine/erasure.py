@@ -61,17 +61,6 @@ class PendingErasures:
     def is_pending(self, tenant_id: str, conversation_id: str) -> bool:
         return self._path(tenant_id, conversation_id).exists()
 
-    def pending(self) -> list[tuple[str, str]]:
-        """Return ``(tenant_id, conversation_id)`` of every unfinished erasure."""
-        out = []
-        for path in sorted(self.root.glob("*.json")) if self.root.is_dir() else ():
-            try:
-                body = json.loads(path.read_text(encoding="utf-8"))
-                out.append((body["tenant_id"], body["conversation_id"]))
-            except (OSError, ValueError, KeyError):
-                continue  # half-written by a kill before its rename: never acted on
-        return out
-
 
 def remove_leftovers(data_dir: Path, live: Path, *, busy: set[Path] = frozenset()) -> list[str]:
     """Delete what killed commands left beside the projections; return the names removed.

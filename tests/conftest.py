@@ -6,6 +6,7 @@ pytest_plugins = [
     "fixtures.kafka_broker",
     "fixtures.openai_server",
     "fixtures.memfold_service",
+    "support.client_engine",  # `engine`: a client-role engine on a real log, for tests that only append
 ]
 
 

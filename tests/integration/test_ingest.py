@@ -6,22 +6,12 @@ import json
 from pathlib import Path
 
 import pytest
+from support.client_engine import stored  # the `engine` fixture comes from the same module (tests/conftest.py)
 
 from memfold.engine.engine import MemoryEngine
 from memfold.engine.errors import AppendFailedError, EventConflictError, InputFileError, ValidationError
 from memfold.engine.ingest import ingest_file, line_key
 from memfold.engine.settings import Settings
-
-
-@pytest.fixture()
-def engine(tmp_path):
-    # A client appends and validates only: the log is real, no projection is needed here.
-    with MemoryEngine(Settings.load(None, data_dir=tmp_path / "data"), role="client") as eng:
-        yield eng
-
-
-def stored(engine) -> list:
-    return [r.event for p in engine.log.partitions() for r in engine.log.read(p, 0, 100_000)]
 
 
 def msg(content: str, conversation: str = "c1", **extra) -> str:

@@ -3,21 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from support.client_engine import stored  # the `engine` fixture comes from the same module (tests/conftest.py)
 
-from memfold.engine.engine import MemoryEngine
 from memfold.engine.errors import ValidationError
 from memfold.engine.events import ToolCall
-from memfold.engine.settings import Settings
-
-
-@pytest.fixture()
-def engine(tmp_path):
-    with MemoryEngine(Settings.load(None, data_dir=tmp_path / "data"), role="client") as eng:
-        yield eng
-
-
-def stored(engine) -> list:
-    return [r.event for p in engine.log.partitions() for r in engine.log.read(p, 0, 100_000)]
 
 
 @pytest.mark.parametrize("call", [
