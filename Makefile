@@ -31,12 +31,14 @@ demo: $(STAMP)
 # import-linter reads packages from disk; the editable install maps memfold.* onto the top-level folders,
 # so the contracts are checked over a tree of links laid out as installed.
 IMPORT_TREE := build/import-tree
+LAYERS      := core projections streams engine service cli client adapters
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	rm -rf $(IMPORT_TREE) && mkdir -p $(IMPORT_TREE)/memfold
-	for d in engine projections streams service client adapters; do ln -s "$(CURDIR)/$$d" $(IMPORT_TREE)/memfold/$$d; done
-	PYTHONPATH=$(IMPORT_TREE) $(VENV)/bin/lint-imports --config .importlinter
+	ln -s "$(CURDIR)/memfold/__init__.py" $(IMPORT_TREE)/memfold/__init__.py
+	for d in $(LAYERS); do ln -s "$(CURDIR)/$$d" $(IMPORT_TREE)/memfold/$$d; done
+	cd $(IMPORT_TREE) && PYTHONPATH=. $(CURDIR)/$(VENV)/bin/lint-imports $(CURDIR)/.importlinter
 
 test: $(STAMP) lint
 	deploy/kafka/local-broker.sh fetch

@@ -2,15 +2,15 @@
 
     python benchmarks/cli_latency.py [--runs 7] [--data-dir DIR] [--top 10]
 
-Steps: 1. ingest the bundled sample (engine/data/sample.jsonl, what ``memfold
+Steps: 1. ingest the bundled sample (cli/data/sample.jsonl, what ``memfold
 demo`` ingests) into a temporary data dir with ``memfold ingest`` and wait
 until it is projected; 2. run each command below RUNS times as its own
 process and print min/median/max seconds: ``--help``, ``context``,
 ``append`` (each run appends one more message and waits, as it does by
 default), ``history``, ``summaries``, ``sql``; 3. time ``python -c "import
-memfold.engine.cli"`` against ``python -c pass`` (interpreter start-up
+memfold.cli.main"`` against ``python -c pass`` (interpreter start-up
 alone); 4. print the modules with the largest cumulative import time from
-``python -X importtime -c "import memfold.engine.cli"``. Target to report
+``python -X importtime -c "import memfold.cli.main"``. Target to report
 against: p50 <= 0.3 s per command. Figures, not assertions.
 """
 
@@ -27,7 +27,7 @@ import time
 from importlib import resources
 from pathlib import Path
 
-CONVERSATION, TENANT = "support-4711", "acme"  # the demo's conversation (engine/demo.py)
+CONVERSATION, TENANT = "support-4711", "acme"  # the demo's conversation (cli/demo.py)
 TARGET_S = 0.3
 
 
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
 
     with tempfile.TemporaryDirectory(prefix="memfold-cli-") as tmp:
         data_dir = args.data_dir or Path(tmp) / "data"
-        sample = Path(str(resources.files("memfold.engine") / "data" / "sample.jsonl"))
+        sample = Path(str(resources.files("memfold.cli") / "data" / "sample.jsonl"))
         t0 = time.perf_counter()
         subprocess.run([*memfold_command(), "--data-dir", str(data_dir), "ingest", str(sample), "--quiet"],
                        check=True, stdout=subprocess.DEVNULL, env=env)
@@ -121,13 +121,13 @@ def main(argv: list[str] | None = None) -> int:
 
         print()
         bare = [timed([sys.executable, "-c", "pass"], env) for _ in range(args.runs)]
-        imp = [timed([sys.executable, "-c", "import memfold.engine.cli"], env) for _ in range(args.runs)]
+        imp = [timed([sys.executable, "-c", "import memfold.cli.main"], env) for _ in range(args.runs)]
         print(line("python -c pass", bare))
-        print(line('python -c "import memfold.engine.cli"', imp))
-        print(f"import of memfold.engine.cli alone (p50 difference): {statistics.median(imp) - statistics.median(bare):.3f} s")
+        print(line('python -c "import memfold.cli.main"', imp))
+        print(f"import of memfold.cli.main alone (p50 difference): {statistics.median(imp) - statistics.median(bare):.3f} s")
 
         print()
-        print_imports('python -X importtime -c "import memfold.engine.cli"', ["-c", "import memfold.engine.cli"])
+        print_imports('python -X importtime -c "import memfold.cli.main"', ["-c", "import memfold.cli.main"])
         print()
         # What a whole command imports, the lazy imports inside it included.
         context = commands(data_dir)[f"context {CONVERSATION}"]

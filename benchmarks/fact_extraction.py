@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from memfold.engine.ports import MessageRecord
+from memfold.core.ports import MessageRecord
 from memfold.projections import fact_extraction
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

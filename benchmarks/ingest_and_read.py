@@ -28,8 +28,8 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from memfold.core.settings import Settings
 from memfold.engine.engine import MemoryEngine
-from memfold.engine.settings import Settings
 
 WORDS = (
     "order refund invoice delivery address payment warranty account password shipping tracking label "

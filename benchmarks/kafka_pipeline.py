@@ -39,8 +39,8 @@ from pathlib import Path
 
 from ingest_and_read import messages
 
+from memfold.core.settings import Settings
 from memfold.engine.engine import MemoryEngine
-from memfold.engine.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
 BROKER = ROOT / "deploy" / "kafka" / "local-broker.sh"

@@ -102,8 +102,8 @@ def measure(conversations: int = 6, turns: int | str = 400, seed: str | int = 7,
     3. wait until everything is done; 4. score contexts per policy and budget; 5. read
     summarizer costs from the projection.
     """
+    from memfold.core.settings import POLICY_NAMES, Settings
     from memfold.engine.engine import MemoryEngine
-    from memfold.engine.settings import POLICY_NAMES, Settings
     from memfold.projections.context import take_last
 
     policies = tuple(policies or POLICY_NAMES)
@@ -288,8 +288,8 @@ def measure_beam(path: str | Path, chats: str | None = None, *, budgets: Sequenc
     (``dense_label``), beside its BM25-only row, from the same ingest.
     Context read times (ms, p50/p99) are kept per row.
     """
+    from memfold.core.settings import POLICY_NAMES, Settings
     from memfold.engine.engine import MemoryEngine
-    from memfold.engine.settings import POLICY_NAMES, Settings
     from memfold.projections.context import take_last
 
     loaded = [beam.load_chat(d, kinds) for d in beam.chat_dirs(path, chats)]

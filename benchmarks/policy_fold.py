@@ -17,10 +17,10 @@ import argparse
 import time
 from datetime import UTC, datetime, timedelta
 
+from memfold.core.ports import MessageRecord
+from memfold.core.settings import POLICY_NAMES, Settings
+from memfold.core.tokens import counter
 from memfold.engine.engine import fold_contexts
-from memfold.engine.ports import MessageRecord
-from memfold.engine.settings import POLICY_NAMES, Settings
-from memfold.engine.tokens import counter
 from memfold.projections import fold
 from memfold.projections.policies import state_codec
 

@@ -22,10 +22,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from memfold.core.overrides import parse_assignments
+from memfold.core.runtime import tune_gc
+from memfold.core.settings import Settings
 from memfold.engine.engine import MemoryEngine
-from memfold.engine.overrides import parse_assignments
-from memfold.engine.runtime import tune_gc
-from memfold.engine.settings import Settings
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ingest_and_read import messages  # noqa: E402

@@ -22,7 +22,7 @@ Deterministic: the same arguments give byte-identical files (``random.Random``
 seeded from strings, no clock, no hashing of ``id()``).
 
     python benchmarks/synth.py --conversations 6 --turns 300 --seed 7 --out /tmp/conv.jsonl
-    python benchmarks/synth.py --preset sample --seed 4711 --out engine/data/sample.jsonl
+    python benchmarks/synth.py --preset sample --seed 4711 --out cli/data/sample.jsonl
 """
 
 from __future__ import annotations

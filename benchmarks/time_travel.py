@@ -30,9 +30,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from memfold.core.positions import Position
+from memfold.core.settings import Settings
 from memfold.engine.engine import MemoryEngine
-from memfold.engine.positions import Position
-from memfold.engine.settings import Settings
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ingest_and_read import messages  # noqa: E402

@@ -6,8 +6,8 @@
         print(mf.prompt("c1", budget=2000).messages)  # the chat call's messages, as the openai SDK takes them
 """
 
-from ._http import AsyncClient, Client
-from .models import (
+from memfold.client._http import AsyncClient, Client
+from memfold.client.models import (
     AlreadyRetractedConflictError,
     ApiError,
     Appended,

@@ -21,9 +21,7 @@ from urllib.parse import quote
 
 import httpx
 
-from memfold.engine.errors import ValidationError
-
-from .models import (
+from memfold.client.models import (
     Appended,
     Context,
     Conversation,
@@ -36,6 +34,7 @@ from .models import (
     SqlResult,
     error_for,
 )
+from memfold.core.errors import ValidationError
 
 _RETRY_STATUS = {429, 502, 503, 504}
 PROMPT_FORMATS = ("openai", "anthropic", "responses")

@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from memfold.engine.errors import (
+from memfold.core.errors import (
     AlreadyRetractedError,
     ConversationForgottenError,
     EventConflictError,

@@ -1,1 +1,1 @@
-"""memfold core: events, errors, ports, settings, tokens, partitioner; the engine facade and CLI."""
+"""The application: the MemoryEngine facade, its builders, the fold runner, the summary workers and replays."""

@@ -12,7 +12,6 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import functools
-import importlib
 import logging
 import threading
 import time
@@ -22,8 +21,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .erasure import private_dir
-from .errors import (
+from memfold.core.errors import (
     AlreadyRetractedError,
     ConfigError,
     ErasureIncompleteError,
@@ -34,7 +32,7 @@ from .errors import (
     UnknownMessageError,
     ValidationError,
 )
-from .events import (
+from memfold.core.events import (
     MessageAppended,
     MessageRetracted,
     MessageRetractedPayload,
@@ -43,13 +41,14 @@ from .events import (
     same_message,
     utcnow,
 )
-from .ids import content_hash, new_event_id
-from .ports import ContextMessage, ContextPlan, FoldContext, MessageRecord, Policy
-from .positions import Position
-from .settings import Settings
-from .shapes import FORMATS, INPUT_FORMATS, Shaped, messages_from, shaped
-from .tokens import counter as token_counter
-from .validation import validate_message
+from memfold.core.ids import content_hash, new_event_id
+from memfold.core.ports import ContextMessage, ContextPlan, FoldContext, MessageRecord, Policy
+from memfold.core.positions import Position
+from memfold.core.settings import Settings
+from memfold.core.shapes import FORMATS, INPUT_FORMATS, Shaped, messages_from, shaped
+from memfold.core.validation import validate_message
+from memfold.engine import builders
+from memfold.engine.builders import ROLES, fold_contexts, load_policy  # noqa: F401 - public names of this module
 
 if TYPE_CHECKING:
     from memfold.projections.store import Changes
@@ -84,179 +83,65 @@ def _track(engine: MemoryEngine) -> None:
         _at_exit_registered = True
     _OPEN.add(engine)
 
-_POLICY_MODULES = {
-    "hierarchical": "memfold.projections.policies.hierarchical",
-    "chunked": "memfold.projections.policies.chunked",
-    "sliding_window": "memfold.projections.policies.sliding_window",
-    "rolling": "memfold.projections.policies.rolling",
-    "topics": "memfold.projections.policies.topics",
-}
-
-
-def load_policy(name: str) -> Policy:
-    """Return an instance of the policy called ``name`` (one module per seed)."""
-    module_name = _POLICY_MODULES.get(name)
-    if module_name is None:
-        raise ConfigError(f"unknown policy {name!r}; choose from {', '.join(_POLICY_MODULES)}")
-    module = importlib.import_module(module_name)
-    for value in vars(module).values():
-        if isinstance(value, type) and getattr(value, "name", None) == name and hasattr(value, "evolve"):
-            return value()
-    raise ConfigError(f"module {module_name} defines no policy class named {name!r}")
-
-
-def fold_contexts(settings: Settings) -> dict[str, tuple[Policy, FoldContext]]:
-    """Return every active policy with its fold context (settings, hash, pure helpers)."""
-    counter = token_counter(settings.encoding)
-    embed = None
-    if "topics" in settings.active_policies:
-        from memfold.projections.embedders import LocalHashEmbedder
-
-        local = LocalHashEmbedder(dimensions=settings.embedder.dimensions)
-        embed = lambda text: local.embed([text])[0]  # noqa: E731 - a pure function for the fold
-    out: dict[str, tuple[Policy, FoldContext]] = {}
-    for name in settings.active_policies:
-        ctx = FoldContext(
-            policy=name,
-            settings=settings.policy_settings(name),
-            settings_hash=settings.settings_hash(name),
-            count_tokens=counter.count,
-            embed=embed,
-        )
-        out[name] = (load_policy(name), ctx)
-    return out
-
-
 class MemoryEngine:
     """Append messages, read assembled context, query projections. Use :meth:`open`; close when done."""
 
-    ROLES = ("embedded", "worker", "projector", "client")
+    ROLES = ROLES
 
     def __init__(
         self, settings: Settings, *, start: bool = True, role: str = "embedded", log_timeout: float | None = None,
         policy_changes: str = "rebuild",
     ):
-        """Wire log, projection, policies and summarizer for ``role``.
+        """Open an engine of ``role`` (see :mod:`memfold.engine.builders`) over ``settings``; start it if ``start``.
 
-        Every role but ``client`` runs the same pipeline (runner, projector,
-        policies, store); they differ in which partitions they fold and who
-        appends decided events:
-
-        - ``embedded`` (default): one process does everything, every partition.
-        - ``worker``: a distributed worker; folds and summarizes the partitions
-          it is given (:meth:`memfold.streams.runner.Runner.own`, driven by
-          :class:`memfold.streams.kafka_worker.PartitionWorker`); nothing runs
-          until then.
-        - ``projector``: a read replica of every partition; appends nothing and
-          runs no summarizer (the workers do).
-        - ``client``: validates and appends only; no projection is opened.
-
-        ``log_timeout`` bounds every wait on a Kafka log (default: the log's own).
-
-        ``policy_changes`` says what to do when the settings ask for a policy
-        the projection does not keep, or for other settings of one it keeps:
-        ``"rebuild"`` (default) rebuilds the projection from the log;
-        ``"refuse"`` (what reads use: a read never changes the data dir) raises
-        a :class:`ConfigError` naming the command that makes the change.
+        ``log_timeout`` bounds every wait on a Kafka log (default: the log's
+        own). ``policy_changes`` says what to do when the settings ask for a
+        policy the projection does not keep, or for other settings of one it
+        keeps: ``"rebuild"`` (default) rebuilds the projection from the log;
+        ``"refuse"`` (what reads use: a read never changes the data dir)
+        raises a :class:`ConfigError` naming the command that makes the change.
         """
-        if policy_changes not in ("rebuild", "refuse"):
-            raise ConfigError(f"policy_changes must be 'rebuild' or 'refuse', got {policy_changes!r}")
-        from memfold.projections.projector import Projector
-        from memfold.projections.store import DuckDBProjectionStore
-        from memfold.projections.summarizers import build_summarizer
-        from memfold.streams.logs import open_log
-        from memfold.streams.runner import Runner
-        from memfold.streams.sealed_log import sealed
-        from memfold.streams.worker import SummarizerWorker
-
-        if role not in self.ROLES:
-            raise ConfigError(f"unknown engine role {role!r}; choose from {', '.join(self.ROLES)}")
-        self.role = role
-        self._rebuilding = False  # a rebuild's beside file is in use: not a leftover
-        self._embedder = None
-        self.dense = None
-        private_dir(settings.data_dir)
-        settings = _bind_log(settings)
-        if role != "client":
-            from .replaying import with_promoted
-
-            settings = with_promoted(settings)
-        self.settings = settings
-        self.counter = token_counter(settings.encoding)
-        # Plans count their memory text on every read; the same summary is read many times.
-        self._count_cached = functools.lru_cache(maxsize=1024)(self.counter.count)
-        self._read_contexts: dict[tuple[str, str], FoldContext] = {}
-        self._last_plan: tuple[Any, FoldContext, ContextPlan] | None = None  # see _read_plan
         self._closed = True
-        log_ = open_log(settings.log_url(), partitions=settings.partitions, topic=settings.topic, timeout=log_timeout,
-                        state_dir=settings.data_dir)
-        try:
-            self.log, self.sealer = sealed(log_, settings.keystore_location())
-        except BaseException:
-            log_.close()
-            raise
-        self.switching = threading.RLock()  # held while the settings change (promote, following the log)
-        self._follower = self._following = None
-        if role == "client":
-            self.store = None
-            self._closed = False
-            _track(self)
-            return
-        if role in ("worker", "projector") and settings.log_url().startswith("kafka://"):
-            from .settings_follow import SettingsFollower, at_start
-
-            try:  # nodes sharing a Kafka log fold with the settings promoted on it (see settings_follow)
-                self._follower = SettingsFollower(self.log)
-                self.settings = settings = at_start(settings, self._follower)
-            except BaseException:
-                self.log.close()
-                raise
-        try:
-            self.store = DuckDBProjectionStore(settings.projection_path())
-        except BaseException:
-            self.log.close()
-            raise
-        self._closed = False
-        try:
-            self.settings = settings = self._reconcile(settings, refuse=policy_changes == "refuse")
-        except BaseException:
-            self.store.close()
-            self.log.close()
-            raise
-        self.policies = fold_contexts(settings)
-        self.projector = Projector(self.store, self.policies, self.counter)
-        self.summarizer = build_summarizer(settings, cache_conn=self.store)
-        self.projector.listeners.append(self._on_erasure)
-        inputs = self._summary_inputs(self.projector)
-        self.worker = SummarizerWorker(
-            self.log, inputs, inputs, self.summarizer, settings, on_appended=self._wake,
-            concurrency=settings.summarizer.concurrency, max_pending=settings.summarizer.max_pending,
-            flush_after_s=settings.summarizer.flush_after_s,
-        )
-        if settings.retrieval.embedder != "none":
-            from memfold.projections.dense import DenseIndex, build_dense_embedder, embedder_name
-
-            self.dense = DenseIndex(self.store, build_dense_embedder(settings), embedder_name(settings))
-            self.projector.listeners.append(self.dense.committed)
-            if start or role == "worker":
-                self.dense.start()
-        summarizes = role in ("embedded", "worker")
-        self.runner = Runner(
-            self.log, self.store, self.projector, on_requests=self.worker.submit if summarizes else (lambda r: None),
-            emit_requests=summarizes, partitions=[] if role == "worker" else None,
-        )
-        # Requests left open by an earlier process (crash, --no-wait) are handed
-        # over once the runner has caught up with their partitions.
-        if summarizes and (start or role == "worker"):
-            self.worker.start()
-        if start and role != "worker":
-            self.runner.start()
-        if self._follower is not None and (start or role == "worker"):
-            from .settings_follow import FollowThread
+        parts = builders.build(role, settings, log_timeout=log_timeout, policy_changes=policy_changes,
+                               listeners=[self._on_erasure], on_appended=self._wake)
+        self._hold(parts)
+        builders.start(parts, start=start)
+        if parts.follower is not None and (start or role == "worker"):
+            from memfold.engine.settings_follow import FollowThread
 
             self._following = FollowThread(self)
             self._following.start()
         _track(self)
+
+    def _hold(self, parts: builders.Parts) -> None:
+        """Keep what the builder made; nothing else is made here."""
+        self.role = parts.role
+        self.settings = parts.settings
+        self.counter = parts.counter
+        self.log, self.sealer = parts.log, parts.sealer
+        self.store, self.summarizer, self.worker, self.runner = parts.store, parts.summarizer, parts.worker, parts.runner
+        self.dense = parts.dense
+        self._parts = parts
+        self._folds = parts.folds
+        self._follower, self._following = parts.follower, None
+        self.switching = threading.RLock()  # held while the settings change (promote, following the log)
+        self._rebuilding = False  # a rebuild's beside file is in use: not a leftover
+        self._embedder = None
+        # Plans count their memory text on every read; the same summary is read many times.
+        self._count_cached = functools.lru_cache(maxsize=1024)(self.counter.count)
+        self._read_contexts: dict[tuple[str, str], FoldContext] = {}
+        self._last_plan: tuple[Any, FoldContext, ContextPlan] | None = None  # see _read_plan
+        self._closed = False
+
+    @property
+    def policies(self) -> dict[str, tuple[Policy, FoldContext]]:
+        """Every policy folded here with its fold context."""
+        return self._folds.policies
+
+    @property
+    def projector(self):
+        """The projector of the folds in force."""
+        return self._folds.projector
 
     @classmethod
     def open(cls, data_dir: str | Path | None = None, settings: Settings | None = None, **overrides: Any) -> MemoryEngine:
@@ -266,51 +151,6 @@ class MemoryEngine:
         if data_dir is not None:
             settings = settings.model_copy(update={"data_dir": Path(data_dir)})
         return cls(settings)
-
-    def _reconcile(self, settings: Settings, *, refuse: bool = False) -> Settings:
-        """Return settings folding every policy this projection holds; rebuild it if settings changed.
-
-        The projection records ``{policy: settings_hash}``. A policy it holds
-        keeps being folded even when not asked for (or it would go stale); a
-        new policy or changed settings rebuild the projection from the log
-        (the LLM cache survives, so unchanged summaries cost no model call).
-        """
-        import json
-
-        from memfold.projections.fold import FOLD_VERSION
-
-        folded = self.store.meta("fold_version")
-        if folded != str(FOLD_VERSION):
-            if any(self.store.position().values()):
-                if refuse:
-                    raise ConfigError(_fold_change_message(folded, settings.data_dir))
-                log.warning(
-                    "this projection was folded by other fold rules (version %s; this memfold folds version %s): "
-                    "rebuilding it from the log", folded or "unmarked", FOLD_VERSION,
-                )
-                self.store.reset()
-            if not refuse:
-                self.store.set_meta("fold_version", str(FOLD_VERSION))
-        stored = json.loads(self.store.meta("policies") or "{}")
-        names = tuple(dict.fromkeys((*settings.active_policies, *stored)))
-        settings = settings.model_copy(update={"policies": names})
-        wanted = {name: settings.settings_hash(name) for name in names}
-        if stored != wanted:
-            if refuse and stored:
-                raise ConfigError(_policy_change_message(stored, wanted, settings.data_dir))
-            if stored or any(self.store.position().values()):
-                log.warning("policies or settings changed (%s -> %s): rebuilding the projection from the log", stored, wanted)
-                self.store.reset()
-            self.store.set_meta("policies", json.dumps(wanted, sort_keys=True))
-        return settings
-
-    def _summary_inputs(self, projector):
-        """Return the summary worker's source of messages and base summaries: what ``projector`` committed, else the store."""
-        from memfold.streams.worker import FoldedSource
-
-        inputs = FoldedSource(projector.tail, self.store)
-        projector.listeners.append(inputs.committed)
-        return inputs
 
     def _wake(self) -> None:
         self.runner.notify()
@@ -322,7 +162,7 @@ class MemoryEngine:
     ) -> MessageAppended:
         """Return the ``MessageAppended`` event for ``message`` or raise a :class:`ValidationError`.
 
-        Keys: see :data:`memfold.engine.validation.MESSAGE_KEYS`; every check
+        Keys: see :data:`memfold.core.validation.MESSAGE_KEYS`; every check
         is listed in that module. The time the message was said is
         occurred_at (or ts, or created_at; default now), kept and shown with
         recalled messages. ``event_id`` is the id to use when the
@@ -377,7 +217,7 @@ class MemoryEngine:
         ``format`` names the shape of ``messages``: ``openai`` (chat
         messages, or memfold's flat compact alias), ``anthropic`` (Messages
         API messages) or ``responses`` (Responses API input items); see
-        :func:`memfold.engine.shapes.messages_from` for how the last two
+        :func:`memfold.core.shapes.messages_from` for how the last two
         become memfold messages. Raises the first :class:`ValidationError`
         (with ``line`` = 1-based index in the batch; for ``anthropic`` and
         ``responses``, a shape error names the input item, a later one the
@@ -477,10 +317,9 @@ class MemoryEngine:
         todo = [i for i, e in enumerate(events) if e.payload.role == "user" and e.payload.embedding is None]
         if not todo:
             return events
+        from memfold.core.errors import EmbedderError
         from memfold.projections.embedders import LocalHashEmbedder
         from memfold.projections.summarizers import build_embedder
-
-        from .errors import EmbedderError
 
         texts = [events[i].payload.content or "" for i in todo]
         source = self.settings.embedder.kind
@@ -880,10 +719,9 @@ class MemoryEngine:
         :class:`ConfigError` when content is not sealed (a Kafka log without
         a ``keystore``): the log could not be erased.
         """
-        from memfold.engine.events import ConversationDeleted, ConversationDeletedPayload
-
-        from .erasure import PendingErasures
-        from .replaying import erase_in_replays
+        from memfold.core.events import ConversationDeleted, ConversationDeletedPayload
+        from memfold.engine.erasure import PendingErasures
+        from memfold.engine.replaying import erase_in_replays
 
         _require_text("conversation_id", conversation_id)
         _require_text("tenant_id", tenant_id)
@@ -950,7 +788,7 @@ class MemoryEngine:
         conversation was not forgotten. Raises
         :class:`UnknownConversationError` for one the key store never held.
         """
-        from memfold.engine.events import ConversationReopened, ConversationReopenedPayload
+        from memfold.core.events import ConversationReopened, ConversationReopenedPayload
 
         _require_text("conversation_id", conversation_id)
         _require_text("tenant_id", tenant_id)
@@ -977,15 +815,14 @@ class MemoryEngine:
 
     def erasure_pending(self, conversation_id: str, *, tenant_id: str = "default") -> bool:
         """True while a ``forget`` of the conversation has begun and not finished (run ``forget`` again)."""
-        from .erasure import PendingErasures
+        from memfold.engine.erasure import PendingErasures
 
         return PendingErasures(self.settings.data_dir).is_pending(tenant_id, conversation_id)
 
     def _remove_leftovers(self) -> list[str]:
         """Delete what killed commands left beside the projections (copies with plaintext); return their names."""
-        from memfold.streams.replay import beside_path
-
-        from .erasure import remove_leftovers
+        from memfold.engine.erasure import remove_leftovers
+        from memfold.engine.replay import beside_path
 
         busy = {beside_path(self.store.path, "rebuild")} if self._rebuilding else set()
         removed = remove_leftovers(self.settings.data_dir, self.store.path, busy=busy)
@@ -1011,9 +848,7 @@ class MemoryEngine:
         from memfold.projections.excerpt import forget_analysed
 
         forget_analysed()
-        dropping = getattr(self.summarizer, "drop_text_caches", None)
-        if dropping is not None:
-            dropping()
+        self.summarizer.drop_text_caches()
 
     def rebuild(self, timeout: float = 600.0) -> None:
         """Fold the projection again from the log *beside* the live one, swap it in, return when idle.
@@ -1034,27 +869,15 @@ class MemoryEngine:
             self._rebuilding = False
 
     def _rebuild(self, timeout: float) -> None:
-        from memfold.projections.fold import FOLD_VERSION
-
         beside = self._fold_beside("rebuild")
         try:
             with self.runner.paused():
                 self._fold_beside("rebuild", store=beside)
-                beside.set_meta("policies", self.store.meta("policies") or "{}")
-                beside.set_meta("fold_version", str(FOLD_VERSION))
-                cur = beside.connection
-                for table in ("llm_cache", "dense_vectors"):
-                    cur.register("_live_cache", self.store.connection.sql(f"SELECT * FROM {table}").to_arrow_table())
-                    cur.execute(f"INSERT OR IGNORE INTO {table} SELECT * FROM _live_cache")
-                    cur.unregister("_live_cache")
-                self.store.replace_with(beside)
-                self.projector.forget()
+                builders.swap_projection(self, beside, self.settings)
         except BaseException:
             beside.close()
             beside.path.unlink(missing_ok=True)
             raise
-        if self.dense is not None:
-            self.dense.resync()  # vectors written while the files were swapped are embedded again
         self.wait_idle(timeout)  # the runner hands the open requests it finds to the summarizer
 
     def verify(self, conversation_id: str | None = None, *, tenant_id: str = "default") -> list:
@@ -1062,13 +885,13 @@ class MemoryEngine:
 
         An empty list proves the live projection (summaries, facts, version
         chains, retrieval tables, fold states, snapshots) is exactly what the
-        log folds to; otherwise one :class:`~memfold.streams.replay.Difference`
+        log folds to; otherwise one :class:`~memfold.engine.replay.Difference`
         per table that differs. ``conversation_id`` replays and compares only
         that conversation. The live runner is paused while the replay folds
         to the same positions; the live projection is never written, and the
         temporary namespace is removed afterwards.
         """
-        from .replaying import verify
+        from memfold.engine.replaying import verify
 
         return verify(self, conversation_id, tenant_id)
 
@@ -1089,9 +912,9 @@ class MemoryEngine:
         memfold.toml: its policy settings), then ``policy`` (the read policy,
         folded too), then ``overrides`` (dotted keys such as
         ``{"hierarchical.trigger_message_count": 30}``,
-        :mod:`memfold.engine.overrides`). ``conversations`` restricts the
+        :mod:`memfold.core.overrides`). ``conversations`` restricts the
         replay to those conversation ids. The namespace lives in
-        ``<data_dir>/replays/NAME/`` (:mod:`memfold.streams.namespaces`): its
+        ``<data_dir>/replays/NAME/`` (:mod:`memfold.engine.namespaces`): its
         own DuckDB projection and positions, and a side log for the summary
         requests and outcomes it makes. Nothing is written to the live log
         or the live projection; summaries go through the shared summary
@@ -1103,9 +926,9 @@ class MemoryEngine:
         other settings than the namespace's raises :class:`ConfigError`.
         ``progress(done, total)`` is called after every batch of up to
         ``batch_size`` log events (one transaction each).
-        Returns a :class:`~memfold.streams.namespaces.ReplayReport`.
+        Returns a :class:`~memfold.engine.namespaces.ReplayReport`.
         """
-        from .replaying import replay
+        from memfold.engine.replaying import replay
 
         if self.store is None:
             raise ConfigError("a client engine keeps no projection; replay from an embedded or projector engine")
@@ -1118,13 +941,13 @@ class MemoryEngine:
         ``stale`` is true for a namespace folded by other fold rules (an older
         memfold): diff refuses it and the next replay run folds it again.
         """
-        from memfold.streams.namespaces import list_namespaces
+        from memfold.engine.namespaces import list_namespaces
 
         return [{**space.manifest, "stale": space.stale} for space in list_namespaces(self.settings.data_dir)]
 
     def drop_replay(self, name: str) -> Path:
         """Delete the replay namespace ``name``; return its path. Raises :class:`UnknownReplayError` if none."""
-        from memfold.streams.namespaces import drop
+        from memfold.engine.namespaces import drop
 
         return drop(self.settings.data_dir, name)
 
@@ -1145,7 +968,7 @@ class MemoryEngine:
         ``questions`` (:class:`~memfold.engine.replay_diff.Question`, e.g. from
         ``replay_diff.load_questions``) and summarizer calls and tokens. Reads only.
         """
-        from .replay_diff import diff
+        from memfold.engine.replay_diff import diff
 
         if self.store is None:
             raise ConfigError("a client engine keeps no projection; diff from an embedded or projector engine")
@@ -1170,7 +993,7 @@ class MemoryEngine:
         the settings from the ``SettingsChanged`` on the log
         (:meth:`follow_settings`).
         """
-        from .replaying import promote
+        from memfold.engine.replaying import promote
 
         return promote(self, name, timeout)
 
@@ -1183,8 +1006,8 @@ class MemoryEngine:
         """
         if self._follower is None or self._closed:
             return False
-        from .replaying import adopt
-        from .settings_follow import settings_of
+        from memfold.engine.replaying import adopt
+        from memfold.engine.settings_follow import settings_of
 
         with self.switching:
             change = self._follower.poll()
@@ -1193,28 +1016,24 @@ class MemoryEngine:
     def switch_settings(self, settings: Settings) -> None:
         """Fold and read with ``settings`` from now on; the caller has swapped in a projection made with them.
 
-        Call with the runner paused. Readers in flight finish with the old
-        fold contexts (every policy name stays resolvable).
+        Call with the runner paused. Builds new folds and installs them: the
+        engine, its runner and its summary worker use them from the next
+        batch on. Readers in flight finish with the old fold contexts (every
+        policy name stays resolvable).
         """
-        from memfold.projections.projector import Projector
-
-        policies = fold_contexts(settings)
-        projector = Projector(self.store, policies, self.counter)
-        if self.dense is not None:  # new messages keep being embedded under the new settings
-            projector.listeners.append(self.dense.committed)
-        self.worker.messages = self.worker.summaries = self._summary_inputs(projector)
-        self.policies = policies
-        self.projector = projector
-        self.runner.projector = projector
-        self.worker.settings = settings
+        folds = builders.build_folds(settings, self.store, self.counter,
+                                     [self._on_erasure, *builders.dense_listeners(self.dense)])
+        self._folds = folds
+        self.runner.projector = folds.projector
+        self.worker.use(folds.inputs, folds.settings)
         self.settings = settings
         # Every row may have changed: caches keyed by partition progress (the service's) drop what they hold.
         self.runner.on_committed(self.store.position())
 
     def _fold_beside(self, name: str, store=None):
         """Fold the log up to its end into ``store`` (a fresh beside file if None)."""
+        from memfold.engine.replay import beside_path, fold_beside
         from memfold.projections.store import DuckDBProjectionStore
-        from memfold.streams.replay import beside_path, fold_beside
 
         if store is None:
             path = beside_path(self.store.path, name)
@@ -1240,54 +1059,13 @@ class MemoryEngine:
         _OPEN.discard(self)
         if self._following is not None:
             self._following.stop()
-        if self.store is not None:
-            self.runner.stop()
-            self.worker.stop()
-            closing = getattr(self.summarizer, "close", None)  # worker processes, where it has them
-            if closing is not None:
-                closing()
-            if self.dense is not None:
-                self.dense.stop()
-            self.store.close()
-        self.log.close()
+        self._parts.close()
 
     def __enter__(self) -> MemoryEngine:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _fold_change_message(folded: str | None, data_dir: Path) -> str:
-    """Say that the projection was folded by other fold rules, and which command folds it again."""
-    from memfold.projections.fold import FOLD_VERSION
-
-    return (
-        f"{data_dir} was folded by other fold rules (version {folded or 'unmarked'}; this memfold folds version "
-        f"{FOLD_VERSION}); a read does not change the data dir: fold it again with "
-        f"`memfold --data-dir {data_dir} rebuild`"
-    )
-
-
-def _policy_change_message(stored: Mapping[str, str], wanted: Mapping[str, str], data_dir: Path) -> str:
-    """Say what a read asked for that the projection does not keep, and which command changes it."""
-    added = [name for name in wanted if name not in stored]
-    changed = [name for name in wanted if name in stored and stored[name] != wanted[name]]
-    if added:
-        flags = " ".join(f"--policy {name}" for name in added[:1])
-        return (
-            f"{data_dir} does not keep the {', '.join(added)} policy (it keeps {', '.join(stored)}); a read does "
-            f"not change the data dir: add it with `memfold --data-dir {data_dir} {flags} rebuild` (folds the "
-            "log again), or add it to 'policies' in memfold.toml and run `memfold rebuild`"
-        )
-    return (
-        f"the settings of {', '.join(changed)} differ from the ones {data_dir} was built with; a read does not "
-        f"change the data dir: apply them with `memfold --data-dir {data_dir} rebuild` (folds the log again), "
-        "or read with the settings the data dir was built with"
-    )
-
-
-LOG_BINDING = "log.json"
 
 
 def log_budget_decisions(policy: str, conversation_id: str, plan: Any) -> None:
@@ -1309,33 +1087,6 @@ def log_budget_decisions(policy: str, conversation_id: str, plan: Any) -> None:
                "tail_turns": notes.get("tail_turns"), "summary_tokens_from": cut_from,
                "summary_tokens_to": notes.get("summary_truncated_to")},
     )
-
-
-def _bind_log(settings: Settings) -> Settings:
-    """Return settings whose log (URL and topic) is the one this data dir was built from.
-
-    The binding is recorded on first open with an explicit ``--log``. A
-    projection holds positions of one log; opening it against another would
-    fold nonsense, so that is refused with a clear error.
-    """
-    import json
-
-    marker = settings.data_dir / LOG_BINDING
-    bound = json.loads(marker.read_text()) if marker.is_file() else None
-    if settings.log is None:
-        if bound is not None:  # the data dir knows its log: no --log needed to read it
-            return settings.model_copy(update={"log": bound["log"], "topic": bound["topic"]})
-        return settings  # the data dir's own SQLite log, wherever the dir is reached from
-    wanted = {"log": settings.log_url(), "topic": settings.topic}
-    if bound is None:
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
-        marker.write_text(json.dumps(wanted) + "\n")
-    elif bound != wanted:
-        raise ConfigError(
-            f"{settings.data_dir} holds a projection of {bound['log']} (topic {bound['topic']}), not "
-            f"{wanted['log']} (topic {wanted['topic']}); use another --data-dir for that log"
-        )
-    return settings
 
 
 def _require_text(name: str, value: Any) -> None:

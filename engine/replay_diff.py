@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .errors import InputFileError, UnknownConversationError, ValidationError
-from .ports import ContextMessage
+from memfold.core.errors import InputFileError, UnknownConversationError, ValidationError
+from memfold.core.ports import ContextMessage
 
 if TYPE_CHECKING:
-    from .engine import MemoryEngine
+    from memfold.engine.engine import MemoryEngine
 
 Key = tuple[str, str]
 
@@ -153,10 +153,9 @@ def diff(
     minus erased ones. Raises :class:`UnknownReplayError` for no such replay
     and :class:`UnknownConversationError` for a conversation neither side has.
     """
+    from memfold.core import overrides as ov
+    from memfold.engine import namespaces as ns
     from memfold.projections.store import DuckDBProjectionStore
-    from memfold.streams import namespaces as ns
-
-    from . import overrides as ov
 
     space = ns.Namespace.open(ns.replays_dir(engine.settings.data_dir) / ns.check_name(name))
     space.refuse_stale()
@@ -198,9 +197,8 @@ class _Reader:
     """Assembles contexts from a replay's projection the way ``MemoryEngine.context`` does from the live one."""
 
     def __init__(self, store: Any, settings: Any, counter: Any):
+        from memfold.engine.builders import fold_contexts
         from memfold.projections.projector import Projector
-
-        from .engine import fold_contexts
 
         self.store, self.settings, self.counter = store, settings, counter
         self.policies = fold_contexts(settings)

@@ -2,7 +2,7 @@
 
 Kept apart from :mod:`memfold.engine.engine` so the facade stays small; the
 namespace itself (manifest, fold, side log) is
-:mod:`memfold.streams.namespaces`. Every function takes the open engine.
+:mod:`memfold.engine.namespaces`. Every function takes the open engine.
 """
 
 from __future__ import annotations
@@ -18,18 +18,17 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import overrides as ov
-from .errors import ConfigError, ProjectionError, ValidationError
-from .events import SettingsChanged, SettingsChangedPayload, utcnow
-from .ids import content_hash
-from .positions import Position
-from .settings import Settings
-from .settings_follow import SETTINGS_CONVERSATION, SETTINGS_TENANT, same_folds
+from memfold.core import overrides as ov
+from memfold.core.errors import ConfigError, ProjectionError, ValidationError
+from memfold.core.events import SettingsChanged, SettingsChangedPayload, utcnow
+from memfold.core.ids import content_hash
+from memfold.core.positions import Position
+from memfold.core.settings import Settings
+from memfold.engine.settings_follow import SETTINGS_CONVERSATION, SETTINGS_TENANT, same_folds
 
 if TYPE_CHECKING:
-    from memfold.streams.namespaces import Namespace, ReplayReport
-
-    from .engine import MemoryEngine
+    from memfold.engine.engine import MemoryEngine
+    from memfold.engine.namespaces import Namespace, ReplayReport
 
 log = logging.getLogger("memfold.replay")
 
@@ -66,7 +65,7 @@ def replay(
     batch_size: int = 5000,
 ) -> ReplayReport:
     """Create or resume the namespace ``name`` and catch it up with the log (see :meth:`MemoryEngine.replay`)."""
-    from memfold.streams import namespaces as ns
+    from memfold.engine import namespaces as ns
 
     root = root or ns.replays_dir(engine.settings.data_dir) / ns.check_name(name)
     asked = policy is not None or overrides or settings_file is not None or conversations is not None
@@ -110,10 +109,9 @@ def _catch_up(engine: MemoryEngine, space: Namespace, settings: Settings, *,
               progress: Callable[[int, int], None] | None, target: Mapping[int, int] | None,
               batch_size: int = 5000) -> ReplayReport:
     """Fold the namespace up to its target (the recorded one when resuming, else ``target`` or the log's end)."""
+    from memfold.engine import namespaces as ns
+    from memfold.engine.builders import fold_contexts
     from memfold.projections.fold import FOLD_VERSION
-    from memfold.streams import namespaces as ns
-
-    from .engine import fold_contexts
 
     started = time.perf_counter()
     m = space.manifest
@@ -186,9 +184,9 @@ def _asdict(stats: Any) -> dict[str, int]:
 
 def verify(engine: MemoryEngine, conversation_id: str | None, tenant_id: str) -> list:
     """Replay the log with the live settings into a temporary namespace and compare it with live (paused)."""
+    from memfold.engine import namespaces as ns
+    from memfold.engine.replay import compare
     from memfold.projections.store import DuckDBProjectionStore
-    from memfold.streams import namespaces as ns
-    from memfold.streams.replay import compare
 
     engine.wait_idle()
     root = ns.replays_dir(engine.settings.data_dir) / f".verify-{os.getpid()}-{time.monotonic_ns()}"
@@ -208,7 +206,7 @@ def verify(engine: MemoryEngine, conversation_id: str | None, tenant_id: str) ->
 
 def promote(engine: MemoryEngine, name: str, timeout: float) -> Position:
     """Make replay ``name``'s settings live (see :meth:`MemoryEngine.promote`); return the SettingsChanged position."""
-    from memfold.streams import namespaces as ns
+    from memfold.engine import namespaces as ns
 
     if engine.role not in ("embedded", "projector"):
         raise ConfigError(
@@ -237,7 +235,7 @@ def _promote(engine: MemoryEngine, space: Namespace, settings: Settings, timeout
 
 
 def _record_and_swap(engine: MemoryEngine, space: Namespace, settings: Settings) -> Position:
-    from memfold.streams import namespaces as ns
+    from memfold.engine import namespaces as ns
 
     name = space.name
     # 2. Record the change and the replay's summary events on the live log (idempotent by event id).
@@ -265,13 +263,11 @@ def swap_in(engine: MemoryEngine, settings: Settings) -> None:
     new one, never an empty one. Only an embedded engine appends the
     summary requests the new settings decide (on a Kafka log the workers do).
     """
-    from memfold.projections.fold import FOLD_VERSION
+    from memfold.engine.builders import fold_contexts, swap_projection
+    from memfold.engine.replay import beside_path
+    from memfold.engine.runner import Runner
     from memfold.projections.projector import Projector
     from memfold.projections.store import DuckDBProjectionStore
-    from memfold.streams.replay import beside_path
-    from memfold.streams.runner import Runner
-
-    from .engine import fold_contexts
 
     path = beside_path(engine.store.path, "promote")
     path.unlink(missing_ok=True)
@@ -285,14 +281,7 @@ def swap_in(engine: MemoryEngine, settings: Settings) -> None:
         with engine.runner.paused():
             while runner.run_once():
                 pass
-            beside.set_meta("policies", json.dumps(ov.hashes(settings), sort_keys=True))
-            beside.set_meta("fold_version", str(FOLD_VERSION))
-            cache = engine.store.connection.sql("SELECT * FROM llm_cache").to_arrow_table()
-            beside.connection.register("_live_cache", cache)
-            beside.connection.execute("INSERT OR IGNORE INTO llm_cache SELECT * FROM _live_cache")
-            beside.connection.unregister("_live_cache")
-            engine.store.replace_with(beside)
-            engine.switch_settings(settings)
+            swap_projection(engine, beside, settings)
     except BaseException:
         beside.close()
         path.unlink(missing_ok=True)
@@ -334,8 +323,8 @@ def erase_in_replays(data_dir: Path, tenant_id: str, conversation_id: str) -> tu
     namespace another process has open, or that cannot be rewritten, is
     named in the failures: forget again once it is free.
     """
+    from memfold.engine.namespaces import list_namespaces
     from memfold.projections.store import DuckDBProjectionStore
-    from memfold.streams.namespaces import list_namespaces
 
     touched, failed = [], []
     for space in list_namespaces(data_dir):

@@ -29,14 +29,14 @@ import logging
 import threading
 from typing import TYPE_CHECKING, Any
 
-from . import overrides as ov
-from .events import SettingsChanged, conversation_key
-from .partitioner import partition_for
-from .settings import Settings
+from memfold.core import overrides as ov
+from memfold.core.events import SettingsChanged, conversation_key
+from memfold.core.partitioner import partition_for
+from memfold.core.settings import Settings
 
 if TYPE_CHECKING:
-    from .engine import MemoryEngine
-    from .ports import EventLog
+    from memfold.core.ports import EventLog
+    from memfold.engine.engine import MemoryEngine
 
 log = logging.getLogger("memfold.settings")
 
@@ -121,7 +121,7 @@ class FollowThread:
             self._thread.join(timeout)
 
     def _loop(self) -> None:
-        from .errors import MemfoldError
+        from memfold.core.errors import MemfoldError
 
         while not self._stop.wait(self.interval):
             try:

@@ -33,7 +33,7 @@ from collections import defaultdict
 from datetime import datetime
 from typing import Any
 
-from .store import DuckDBProjectionStore
+from memfold.projections.store import DuckDBProjectionStore
 
 PREVIEW_CHARS = 120
 

@@ -57,11 +57,10 @@ from collections.abc import Callable, Sequence
 from datetime import date
 from typing import Protocol
 
-from memfold.engine.ports import ContextMessage, ContextPlan, MessageRecord
-from memfold.engine.tokens import MESSAGE_OVERHEAD
-
-from .excerpt import EXCERPT_OVER, EXCERPT_TOKENS, SENTENCE, excerpt
-from .retrieval import analyze, query_terms
+from memfold.core.ports import ContextMessage, ContextPlan, MessageRecord
+from memfold.core.tokens import MESSAGE_OVERHEAD
+from memfold.projections.excerpt import EXCERPT_OVER, EXCERPT_TOKENS, SENTENCE, excerpt
+from memfold.projections.retrieval import analyze, query_terms
 
 # Ranked hits considered per read: enough to fill an 8k budget with short turns.
 RANK_LIMIT = 64

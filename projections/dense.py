@@ -31,9 +31,9 @@ from typing import Any
 
 import duckdb
 
-from memfold.engine.errors import ConfigError, EmbedderError, ProjectionError
-from memfold.engine.ports import Embedder, MessageRecord
-from memfold.engine.settings import Settings
+from memfold.core.errors import ConfigError, EmbedderError, ProjectionError
+from memfold.core.ports import Embedder, MessageRecord
+from memfold.core.settings import Settings
 
 log = logging.getLogger("memfold.dense")
 
@@ -95,13 +95,13 @@ def build_dense_embedder(settings: Settings) -> Embedder:
     says (that setting sizes the local and OpenAI vectors, and the topics
     policy's). Building makes no network call and loads no model.
     """
-    from .summarizers import build_embedder
+    from memfold.projections.summarizers import build_embedder
 
     kind = settings.retrieval.embedder
     if kind == "none":
         raise ConfigError("retrieval.embedder is 'none': no dense embedder to build")
     if kind == "sentence-transformers":
-        from .embedders import SentenceTransformerEmbedder
+        from memfold.projections.embedders import SentenceTransformerEmbedder
 
         return SentenceTransformerEmbedder()
     return build_embedder(settings.model_copy(update={"embedder": settings.embedder.model_copy(update={"kind": kind})}))

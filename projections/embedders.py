@@ -15,8 +15,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from memfold.engine.errors import ConfigError, EmbedderError, EmbedderTimeoutError
-from memfold.engine.settings import EmbedderSettings
+from memfold.core.errors import ConfigError, EmbedderError, EmbedderTimeoutError
+from memfold.core.settings import EmbedderSettings
 
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 # Bigrams weigh half a word: paraphrases sharing most words stay above cosine 0.7,
@@ -117,7 +117,7 @@ class OpenAIEmbedder:
     ):
         import openai
 
-        from .openai_summarizer import resolve_api_key
+        from memfold.projections.openai_summarizer import resolve_api_key
 
         self.settings = settings
         self.model = settings.model
@@ -138,7 +138,7 @@ class OpenAIEmbedder:
         return out
 
     def _batch(self, texts: list[str]) -> list[tuple[float, ...]]:
-        from .openai_summarizer import call_with_retries
+        from memfold.projections.openai_summarizer import call_with_retries
 
         kwargs: dict[str, Any] = {"model": self.model, "input": texts}
         if self.model.startswith("text-embedding-3"):

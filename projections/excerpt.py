@@ -43,10 +43,9 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from memfold.engine.ports import ContextMessage, MessageRecord
-from memfold.engine.tokens import MESSAGE_OVERHEAD
-
-from .retrieval import analyze
+from memfold.core.ports import ContextMessage, MessageRecord
+from memfold.core.tokens import MESSAGE_OVERHEAD
+from memfold.projections.retrieval import analyze
 
 # A recalled message longer than this (tokens) is excerpted.
 EXCERPT_OVER = 240

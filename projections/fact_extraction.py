@@ -15,10 +15,9 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from memfold.engine.events import Fact
-from memfold.engine.ports import MessageRecord
-
-from .fact_patterns import (
+from memfold.core.events import Fact
+from memfold.core.ports import MessageRecord
+from memfold.projections.fact_patterns import (
     ABBREVIATIONS,
     ADVICE_OPENING_RE,
     ADVICE_RE,
@@ -88,7 +87,7 @@ from .fact_patterns import (
     WORD_ID_RE,
     WORD_KEYS,
 )
-from .retrieval import STOP_WORDS, analyze
+from memfold.projections.retrieval import STOP_WORDS, analyze
 
 MAX_FACTS = 40
 MAX_HISTORY = 2  # earlier values kept per key

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from .literal_gate import gated
+from memfold.projections.literal_gate import gated
 
 # --------------------------------------------------------------------------- sentences
 

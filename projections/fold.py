@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from memfold.engine.events import (
+from memfold.core.events import (
     ConversationDeleted,
     ConversationReopened,
     Event,
@@ -28,8 +28,8 @@ from memfold.engine.events import (
     SummaryRequested,
     SummaryRequestedPayload,
 )
-from memfold.engine.ids import content_hash
-from memfold.engine.ports import FoldContext, MessageRecord, Policy
+from memfold.core.ids import content_hash
+from memfold.core.ports import FoldContext, MessageRecord, Policy
 
 # The version of the fold rules. Bump it when a code change makes the same log fold to different
 # projection rows (a policy's state or decisions, the rows the projector writes): a projection
@@ -55,7 +55,7 @@ TEXT_RULES = ("retracted_stems", "retracts", "_is_question", "sentence_spans", "
 def text_rules_hash(names: Sequence[str] = TEXT_RULES) -> str:
     """Return a hash of the text rules ``names`` (in ``fact_extraction``): functions by their source, patterns by
     their text and flags, tables by their canonical JSON."""
-    from . import fact_extraction as fx
+    from memfold.projections import fact_extraction as fx
 
     parts: list[Any] = []
     for name in names:
@@ -305,7 +305,7 @@ def fold_event(
 
     1. A ``MessageAppended`` becomes the :class:`MessageRecord` at index
        ``counters.message_count`` costing ``tokens`` (content plus
-       :data:`~memfold.engine.tokens.MESSAGE_OVERHEAD`, counted by the caller).
+       :data:`~memfold.core.tokens.MESSAGE_OVERHEAD`, counted by the caller).
     2. Summary events fold only into the policy named in their payload, and
        only when the payload's settings hash is that policy's; topic events
        only into the policy they name; every other event into every policy.

@@ -22,12 +22,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from memfold.engine.events import Fact
-from memfold.engine.ports import MessageRecord, SummaryInput, SummaryOutput
-from memfold.engine.tokens import DEFAULT_ENCODING, MESSAGE_OVERHEAD, TokenCounter, counter
-
-from . import literal_gate
-from .fact_extraction import (
+from memfold.core.events import Fact
+from memfold.core.ports import MessageRecord, SummaryInput, SummaryOutput
+from memfold.core.tokens import DEFAULT_ENCODING, MESSAGE_OVERHEAD, TokenCounter, counter
+from memfold.projections import literal_gate
+from memfold.projections.fact_extraction import (
     MAX_FACTS,
     SHORT_VALUE_CHARS,
     FactBook,
@@ -40,8 +39,16 @@ from .fact_extraction import (
     sentence_spans,
     specific_request,
 )
-from .prompts import PROMPT_VERSION, message_text, prompt_hash, render_facts, tool_label, tool_names
-from .salience import Statement, forget_statements, rank, says_nothing, select, statements_from_text, statements_of
+from memfold.projections.prompts import PROMPT_VERSION, message_text, prompt_hash, render_facts, tool_label, tool_names
+from memfold.projections.salience import (
+    Statement,
+    forget_statements,
+    rank,
+    says_nothing,
+    select,
+    statements_from_text,
+    statements_of,
+)
 
 # Bump when a rule changes what the summarizer outputs: it is part of prompt_hash, hence of the cache key.
 RULES_VERSION = "offline-salience-54"
@@ -307,6 +314,9 @@ class OfflineSummarizer:
         forget_statements()
         literal_gate.forget()
         self._tokens.forget_lines()
+
+    def close(self) -> None:
+        """Nothing to release: the offline summarizer runs in this process."""
 
     def summarize(self, request: SummaryInput) -> SummaryOutput:
         """Summarize ``request``; pure and deterministic, never over ``token_cap``/``char_cap``."""

@@ -22,15 +22,14 @@ from typing import Any, TypeVar
 import openai
 from pydantic import SecretStr
 
-from memfold.engine.errors import ConfigError, SummarizerError, SummarizerOutputError, SummarizerTimeoutError
-from memfold.engine.events import Fact
-from memfold.engine.ports import SummaryInput, SummaryOutput
-from memfold.engine.settings import SummarizerSettings
-from memfold.engine.tokens import DEFAULT_ENCODING, counter
-
-from .fact_extraction import MAX_FACTS
-from .offline_summarizer import fit
-from .prompts import (
+from memfold.core.errors import ConfigError, SummarizerError, SummarizerOutputError, SummarizerTimeoutError
+from memfold.core.events import Fact
+from memfold.core.ports import SummaryInput, SummaryOutput
+from memfold.core.settings import SummarizerSettings
+from memfold.core.tokens import DEFAULT_ENCODING, counter
+from memfold.projections.fact_extraction import MAX_FACTS
+from memfold.projections.offline_summarizer import fit
+from memfold.projections.prompts import (
     CHUNKED_INPUT_TEMPLATE,
     PROMPT_VERSION,
     Prompt,
@@ -169,6 +168,13 @@ class OpenAISummarizer:
         return request.model or self.settings.model, render(request).hash
 
     # ----------------------------------------------------------------- summarize
+
+    def drop_text_caches(self) -> None:
+        """Nothing to drop: this summarizer keeps no conversation text between calls."""
+
+    def close(self) -> None:
+        """Close the HTTP connections of the OpenAI client."""
+        self._client.close()
 
     def summarize(self, request: SummaryInput) -> SummaryOutput:
         """Summarize ``request`` with the model; raise a ``SummarizerError`` subclass on any failure.

@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from memfold.engine.events import (
+from memfold.core.events import (
     PRIVATE_FIELDS,
     ConversationDeleted,
     Event,
@@ -29,20 +29,19 @@ from memfold.engine.events import (
     SummaryRequested,
     TopicEvicted,
 )
-from memfold.engine.ports import FoldContext, MessageRecord, Policy
-from memfold.engine.positions import LogRecord
-from memfold.engine.sealing import is_shredded
-from memfold.engine.tokens import MESSAGE_OVERHEAD, TokenCounter
-from memfold.engine.unreadable import UnreadableRecord
-
-from . import retrieval, time_travel
-from .fact_extraction import retracts
-from .fold import ConversationCounters, fold_event
-from .policies import state_codec
-from .policies._topic_memory import taken_back
-from .read_cache import ColdReads
-from .store import ERASED_PAYLOAD, Changes, DuckDBProjectionStore
-from .tail import TailCache
+from memfold.core.ports import FoldContext, MessageRecord, Policy
+from memfold.core.positions import LogRecord
+from memfold.core.sealing import is_shredded
+from memfold.core.tokens import MESSAGE_OVERHEAD, TokenCounter
+from memfold.core.unreadable import UnreadableRecord
+from memfold.projections import retrieval, time_travel
+from memfold.projections.fact_extraction import retracts
+from memfold.projections.fold import ConversationCounters, fold_event
+from memfold.projections.policies import state_codec
+from memfold.projections.policies._topic_memory import taken_back
+from memfold.projections.read_cache import ColdReads
+from memfold.projections.store import ERASED_PAYLOAD, Changes, DuckDBProjectionStore
+from memfold.projections.tail import TailCache
 
 
 @dataclass
@@ -271,7 +270,7 @@ class Projector:
         next offset), and the requests policies decided, to append to the log
         *after* the changes commit. Records before the store's position are
         skipped, so re-delivery is a no-op. An
-        :class:`~memfold.engine.unreadable.UnreadableRecord` folds nothing:
+        :class:`~memfold.core.unreadable.UnreadableRecord` folds nothing:
         it becomes a ``poison_events`` row (``Changes.poison``) and the
         position moves past it, so one bad record stops nothing else. Caller
         must call :meth:`forget` if the store rejects the changes.

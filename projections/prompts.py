@@ -14,10 +14,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from memfold.engine.events import Fact
-from memfold.engine.ports import MessageRecord, SummaryInput
-
-from .fact_extraction import MAX_VALUE_CHARS, SHORT_VALUE_CHARS, category_for, clip
+from memfold.core.events import Fact
+from memfold.core.ports import MessageRecord, SummaryInput
+from memfold.projections.fact_extraction import MAX_VALUE_CHARS, SHORT_VALUE_CHARS, category_for, clip
 
 PROMPT_VERSION = "1"
 

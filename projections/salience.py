@@ -27,11 +27,10 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from memfold.engine.ports import MessageRecord
-from memfold.engine.tokens import MESSAGE_OVERHEAD, TokenCounter
-
-from .fact_extraction import clip, sentence_spans
-from .fact_patterns import CODE_BLOCK_RE, DATE_RE
+from memfold.core.ports import MessageRecord
+from memfold.core.tokens import MESSAGE_OVERHEAD, TokenCounter
+from memfold.projections.fact_extraction import clip, sentence_spans
+from memfold.projections.fact_patterns import CODE_BLOCK_RE, DATE_RE
 
 MAX_STATEMENT_CHARS = 300
 MIN_WORDS = 4

@@ -23,15 +23,14 @@ from typing import TYPE_CHECKING, Any
 
 import duckdb
 
-from memfold.engine.errors import ProjectionBusyError, ProjectionError
-from memfold.engine.events import PRIVATE_FIELDS, SummaryRequested, ToolCall
-from memfold.engine.ports import MessageRecord
-from memfold.engine.positions import Position
-
-from .dense import DENSE_DDL
-from .retrieval import SEARCH_COLUMNS, SEARCH_DDL, new_columns
-from .summary_cache import CACHE_TABLE_DDL, CACHE_TABLE_MIGRATIONS
-from .views import view_ddl
+from memfold.core.errors import ProjectionBusyError, ProjectionError
+from memfold.core.events import PRIVATE_FIELDS, SummaryRequested, ToolCall
+from memfold.core.ports import MessageRecord
+from memfold.core.positions import Position
+from memfold.projections.dense import DENSE_DDL
+from memfold.projections.retrieval import SEARCH_COLUMNS, SEARCH_DDL, new_columns
+from memfold.projections.summary_cache import CACHE_TABLE_DDL, CACHE_TABLE_MIGRATIONS
+from memfold.projections.views import view_ddl
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -539,6 +538,15 @@ class DuckDBProjectionStore:
         """True while rows were erased and the file not yet rewritten: their bytes may still be in freed blocks."""
         return self.meta(COMPACTION_OWED) is not None
 
+    def copy_rows_from(self, other: DuckDBProjectionStore, table: str) -> None:
+        """Add ``other``'s rows of ``table`` that this store lacks (by primary key): a model's results carried over."""
+        rows = other.connection.sql(f"SELECT * FROM {table}").to_arrow_table()
+        self.connection.register("_carried", rows)
+        try:
+            self.connection.execute(f"INSERT OR IGNORE INTO {table} SELECT * FROM _carried")
+        finally:
+            self.connection.unregister("_carried")
+
     def replace_with(self, other: DuckDBProjectionStore) -> None:
         """Make ``other`` (a projection built beside this one, then closed by this call) this store's file.
 
@@ -783,7 +791,7 @@ class DuckDBProjectionStore:
     @_read_again_after_a_swap
     def open_request_events(self, partitions: Sequence[int] | None = None) -> list[SummaryRequested]:
         """Return the ``SummaryRequested`` events still 'processing' (of ``partitions``; None = all), in log order."""
-        from memfold.engine.events import decode_dict
+        from memfold.core.events import decode_dict
 
         sql = (
             "SELECT e.event_id, e.type, e.schema_version, e.tenant_id, e.conversation_id, e.seq, e.occurred_at, "

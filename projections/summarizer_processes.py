@@ -28,10 +28,9 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
-from memfold.engine.errors import SummarizerError
-from memfold.engine.ports import SummaryInput, SummaryOutput
-
-from .offline_summarizer import OfflineSummarizer
+from memfold.core.errors import SummarizerError
+from memfold.core.ports import SummaryInput, SummaryOutput
+from memfold.projections.offline_summarizer import OfflineSummarizer
 
 _CHILD: OfflineSummarizer | None = None
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from memfold.engine.errors import ConfigError
-from memfold.engine.ports import Embedder, Summarizer
-from memfold.engine.settings import Settings
+from memfold.core.errors import ConfigError
+from memfold.core.ports import Embedder, Summarizer
+from memfold.core.settings import Settings
 
 
 def build_summarizer(settings: Settings, cache_conn: Any = None) -> Summarizer:
@@ -20,23 +20,23 @@ def build_summarizer(settings: Settings, cache_conn: Any = None) -> Summarizer:
     summarizer: Summarizer
     if kind == "offline":
         if settings.summarizer.processes:
-            from .summarizer_processes import ProcessSummarizer
+            from memfold.projections.summarizer_processes import ProcessSummarizer
 
             summarizer = ProcessSummarizer(
                 settings.encoding, settings.summarizer.processes, niceness=settings.summarizer.process_nice)
         else:
-            from .offline_summarizer import OfflineSummarizer
+            from memfold.projections.offline_summarizer import OfflineSummarizer
 
             summarizer = OfflineSummarizer(encoding=settings.encoding)
     elif kind == "openai":
-        from .openai_summarizer import OpenAISummarizer
+        from memfold.projections.openai_summarizer import OpenAISummarizer
 
         summarizer = OpenAISummarizer(settings.summarizer, encoding=settings.encoding)
     else:  # pragma: no cover - the settings model only admits the kinds above
         raise ConfigError(f"unknown summarizer kind {kind!r}; choose offline or openai")
     if cache_conn is None:
         return summarizer
-    from .summary_cache import CachingSummarizer
+    from memfold.projections.summary_cache import CachingSummarizer
 
     return CachingSummarizer(summarizer, cache_conn)
 
@@ -45,11 +45,11 @@ def build_embedder(settings: Settings) -> Embedder:
     """Return the embedder ``settings.embedder.kind`` names: local (default), openai or sentence-transformers."""
     kind = settings.embedder.kind
     if kind == "local":
-        from .embedders import LocalHashEmbedder
+        from memfold.projections.embedders import LocalHashEmbedder
 
         return LocalHashEmbedder(dimensions=settings.embedder.dimensions)
     if kind == "openai":
-        from .embedders import OpenAIEmbedder
+        from memfold.projections.embedders import OpenAIEmbedder
 
         return OpenAIEmbedder(
             settings.embedder,
@@ -58,7 +58,7 @@ def build_embedder(settings: Settings) -> Embedder:
             backoff_max_s=settings.summarizer.backoff_max_s,
         )
     if kind == "sentence-transformers":
-        from .embedders import SentenceTransformerEmbedder
+        from memfold.projections.embedders import SentenceTransformerEmbedder
 
         embedder = SentenceTransformerEmbedder()
         if settings.embedder.dimensions != embedder.dimensions:

@@ -24,10 +24,10 @@ import duckdb
 import msgspec
 from pydantic import BaseModel
 
-from memfold.engine.errors import ProjectionError
-from memfold.engine.events import Fact
-from memfold.engine.ids import canonical_json
-from memfold.engine.ports import Summarizer, SummaryInput, SummaryOutput
+from memfold.core.errors import ProjectionError
+from memfold.core.events import Fact
+from memfold.core.ids import canonical_json
+from memfold.core.ports import Summarizer, SummaryInput, SummaryOutput
 
 log = logging.getLogger(__name__)
 
@@ -229,15 +229,11 @@ class CachingSummarizer:
 
     def drop_text_caches(self) -> None:
         """Empty the inner summarizer's caches of conversation text, where it keeps any (erasure calls it)."""
-        dropping = getattr(self.inner, "drop_text_caches", None)
-        if dropping is not None:
-            dropping()
+        self.inner.drop_text_caches()
 
     def close(self) -> None:
         """Close the inner summarizer, where it has anything to close (worker processes)."""
-        closing = getattr(self.inner, "close", None)
-        if closing is not None:
-            closing()
+        self.inner.close()
 
     def stats(self) -> dict[str, int]:
         """Return the hit/miss/error counters since this wrapper was built."""

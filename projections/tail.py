@@ -13,9 +13,8 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 
-from memfold.engine.ports import MessageRecord
-
-from .read_cache import Versions
+from memfold.core.ports import MessageRecord
+from memfold.projections.read_cache import Versions
 
 Key = tuple[str, str]
 

@@ -20,14 +20,13 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from memfold.engine.errors import ValidationError
-from memfold.engine.events import MessageAppended, decode_dict
-from memfold.engine.ports import FoldContext, Policy
-from memfold.engine.positions import Position
-
-from .fold import ConversationCounters, fold_event
-from .policies import state_codec
-from .store import DuckDBProjectionStore
+from memfold.core.errors import ValidationError
+from memfold.core.events import MessageAppended, decode_dict
+from memfold.core.ports import FoldContext, Policy
+from memfold.core.positions import Position
+from memfold.projections.fold import ConversationCounters, fold_event
+from memfold.projections.policies import state_codec
+from memfold.projections.store import DuckDBProjectionStore
 
 SNAPSHOT_EVERY = 8  # an as-of read folds at most 7 events (about 0.3 ms each)
 

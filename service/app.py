@@ -23,7 +23,7 @@ from fastapi.routing import APIRoute
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 from fastapi_offline import FastAPIOffline
 
-from memfold.engine.errors import (
+from memfold.core.errors import (
     AlreadyRetractedError,
     ConfigError,
     ConversationForgottenError,
@@ -39,12 +39,11 @@ from memfold.engine.errors import (
     UnknownReplayError,
     ValidationError,
 )
-
-from .appender import GroupAppender
-from .context_cache import ContextCache
-from .keys import ApiKey, ApiKeyStore
-from .limits import BodySizeLimit, Limits, RateLimiter
-from .metrics import ServiceMetrics
+from memfold.service.appender import GroupAppender
+from memfold.service.context_cache import ContextCache
+from memfold.service.keys import ApiKey, ApiKeyStore
+from memfold.service.limits import BodySizeLimit, Limits, RateLimiter
+from memfold.service.metrics import ServiceMetrics
 
 log = logging.getLogger("memfold.service")
 
@@ -221,10 +220,10 @@ def operation_id(route: APIRoute) -> str:
 
 def create_app(engine, keys: ApiKeyStore, limits: Limits | None = None) -> FastAPI:
     """Return the service app over a running ``engine`` and the data dir's ``keys``."""
-    from .replays import ReplayJobs
-    from .replays import router as replays_router
-    from .routes import router
-    from .ui import router as ui_router
+    from memfold.service.replays import ReplayJobs
+    from memfold.service.replays import router as replays_router
+    from memfold.service.routes import router
+    from memfold.service.ui import router as ui_router
 
     limits = limits or Limits()
     app = FastAPIOffline(  # /docs and /redoc load their scripts from this service, not a CDN
@@ -258,7 +257,7 @@ def create_app(engine, keys: ApiKeyStore, limits: Limits | None = None) -> FastA
 
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
-    from .fastpath import ContextFastPath
+    from memfold.service.fastpath import ContextFastPath
 
     context_route = next(r for r in router.routes if r.path == "/v1/conversations/{conversation_id:path}/context")
     app.add_middleware(ContextFastPath, services=app.state.memfold, route=context_route)  # inside the metrics

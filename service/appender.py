@@ -25,9 +25,9 @@ from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
-from memfold.engine.errors import EventConflictError
-from memfold.engine.events import MessageAppended, same_message
-from memfold.engine.positions import Position
+from memfold.core.errors import EventConflictError
+from memfold.core.events import MessageAppended, same_message
+from memfold.core.positions import Position
 
 log = logging.getLogger("memfold.service")
 

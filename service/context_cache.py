@@ -43,9 +43,9 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
-from memfold.engine.events import conversation_key
-from memfold.engine.partitioner import partition_for
-from memfold.engine.positions import Position
+from memfold.core.events import conversation_key
+from memfold.core.partitioner import partition_for
+from memfold.core.positions import Position
 
 Version = tuple[int, int, int]  # (epoch, partition bumps by routes, the conversation's projected batches)
 

@@ -35,7 +35,7 @@ one-way wake-up after each append. Three things keep reads fast:
 Arguments and answers are pickled; memfold's errors keep their class,
 message and fields; a callable argument (a replay's ``progress``) is called
 back in the serving process. If the fold process dies, calls raise
-:class:`~memfold.engine.errors.LogUnavailableError` (503) and it is started
+:class:`~memfold.core.errors.LogUnavailableError` (503) and it is started
 again: the projection resumes from its committed positions, as after any
 crash. If the serving process dies, the fold process closes the engine and
 exits.
@@ -60,8 +60,8 @@ from multiprocessing.connection import Client, Connection, Listener
 from pathlib import Path
 from typing import Any
 
-from memfold.engine.errors import LogUnavailableError, MemfoldError
-from memfold.engine.settings import Settings
+from memfold.core.errors import LogUnavailableError, MemfoldError
+from memfold.core.settings import Settings
 
 log = logging.getLogger("memfold.service")
 
@@ -188,7 +188,7 @@ class _ReadShapes:
         A conversation answered ahead ``max_unread`` times since it was last
         read is skipped until its next read.
         """
-        from .schemas import context_body
+        from memfold.service.schemas import context_body
 
         with self._lock:
             unread = self._unread
@@ -224,11 +224,10 @@ class _Callback:
 
 def _fold_main(settings: Settings, address: str, authkey: bytes) -> None:
     """Entry point of the fold process: open the engine, answer calls until told to close."""
+    from memfold.core.runtime import tune_gc, tune_switch_interval
     from memfold.engine.engine import MemoryEngine
-    from memfold.engine.runtime import tune_gc, tune_switch_interval
-
-    from .context_cache import follow_projector, touched_by
-    from .sql import run_tenant_sql
+    from memfold.service.context_cache import follow_projector, touched_by
+    from memfold.service.sql import run_tenant_sql
 
     parent = os.getppid()
     if FOLD_NICE:

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from memfold.engine.errors import ConfigError, ValidationError
-from memfold.engine.sqlite_wal import enable_wal
+from memfold.core.errors import ConfigError, ValidationError
+from memfold.core.sqlite_wal import enable_wal
 
 ROLES = ("operator", "admin", "writer", "reader")
 # What each role may do; a route names the permission it needs. "operate" covers what acts on the whole

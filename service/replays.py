@@ -22,10 +22,9 @@ from fastapi import APIRouter, HTTPException, Path, Query, Request
 from fastapi.encoders import jsonable_encoder
 from pydantic import Field, field_validator, model_validator
 
-from memfold.engine.errors import UnknownReplayError
-
-from .app import Admin, Operator, services
-from .schemas import ErrorResponse, _Body
+from memfold.core.errors import UnknownReplayError
+from memfold.service.app import Admin, Operator, services
+from memfold.service.schemas import ErrorResponse, _Body
 
 _ERRORS = {401: {"model": ErrorResponse}, 403: {"model": ErrorResponse}, 404: {"model": ErrorResponse},
            422: {"model": ErrorResponse}, 429: {"model": ErrorResponse}}
@@ -93,7 +92,7 @@ class ReplayJobs:
 
     def start(self, body: ReplayRequest) -> dict[str, Any]:
         """Start ``body``'s replay in a thread; raise 409 while one of that name runs."""
-        from memfold.streams.namespaces import check_name
+        from memfold.engine.namespaces import check_name
 
         check_name(body.name)
         with self._lock:
@@ -243,7 +242,7 @@ def diff_replay_with_questions(request: Request, body: DiffRequest, key: Operato
 
 
 def _diff(request: Request, key, name: str, conversation_id: str | None, budget: int, questions: list) -> dict:
-    from memfold.engine.errors import UnknownConversationError
+    from memfold.core.errors import UnknownConversationError
 
     found = services(request).engine.diff_replay(name, conversation_id, budget=budget, questions=questions,
                                                  tenant_id=key.tenant_id if conversation_id is not None else None)
@@ -268,7 +267,7 @@ def verify_all(request: Request, key: Operator) -> dict:
 def verify_conversation(request: Request, key: Admin,
                         conversation_id: str = Path(min_length=1, max_length=200)) -> dict:
     """Verify one conversation of the key's tenant: its projection is what its events fold to (admin keys)."""
-    from .routes import existing
+    from memfold.service.routes import existing
 
     existing(request, key.tenant_id, conversation_id)
     return {"conversation_id": conversation_id,

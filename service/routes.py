@@ -26,19 +26,18 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 from pydantic import AfterValidator
 
-from memfold.engine.errors import (
+from memfold.core.errors import (
     ConversationForgottenError,
     UnknownConversationError,
     UnknownMessageError,
     ValidationError,
 )
-from memfold.engine.ids import content_hash
-from memfold.engine.positions import Position
-from memfold.engine.validation import CONVERSATION_ID_RULE, RESERVED_SEGMENT
-
-from .app import Admin, Forgetter, Reader, Writer, services
-from .context_cache import context_key
-from .schemas import (
+from memfold.core.ids import content_hash
+from memfold.core.positions import Position
+from memfold.core.validation import CONVERSATION_ID_RULE, RESERVED_SEGMENT
+from memfold.service.app import Admin, Forgetter, Reader, Writer, services
+from memfold.service.context_cache import context_key
+from memfold.service.schemas import (
     AppendRequest,
     AppendResponse,
     ContextFormat,
@@ -149,13 +148,13 @@ def _validated(engine, tenant: str, conversation_id: str, body: AppendRequest) -
     1. Each item's ``id`` (the caller's message id) becomes its keyed event id;
        an item without one gets a fresh event id, so every message can be
        traced to the item it came from.
-    2. :func:`~memfold.engine.shapes.messages_from` turns the items into
+    2. :func:`~memfold.core.shapes.messages_from` turns the items into
        canonical messages; an Anthropic item may give several (event ids
        ``<id>#1``, ``<id>#2``...), a run of Responses ``function_call`` items one.
     3. Each message is validated, its caller id recorded in its metadata.
     """
-    from memfold.engine.ids import new_event_id
-    from memfold.engine.shapes import messages_from
+    from memfold.core.ids import new_event_id
+    from memfold.core.shapes import messages_from
 
     items, lines, callers = [], {}, {}
     for i, raw in enumerate(body.messages):
@@ -487,7 +486,7 @@ def _after(cursor: str | None) -> str:
              responses={403: {"model": ErrorResponse}, 408: {"model": ErrorResponse}})
 def run_sql(request: Request, body: SqlRequest, key: Admin) -> SqlResponse:
     """Run one read-only statement over the tenant's tables (conversations, messages, summaries, facts, events)."""
-    from .sql import run_tenant_sql
+    from memfold.service.sql import run_tenant_sql
 
     engine = services(request).engine
     remote = getattr(engine, "tenant_sql", None)  # the fold process's store (fold_process.RemoteEngine)

@@ -169,7 +169,7 @@ def context_body(conversation_id: str, policy: str, budget: int | None, messages
 
 def shaped_body(format: str, conversation_id: str, policy: str, budget: int | None, messages) -> bytes:
     """Return the JSON answer of a context read in ``format`` (not ``compact``): :class:`ShapedContextResponse`."""
-    from memfold.engine.shapes import shaped
+    from memfold.core.shapes import shaped
 
     answer = {"conversation_id": conversation_id, "policy": policy, "budget": budget,
               "tokens": sum(m.tokens for m in messages),

@@ -16,9 +16,8 @@ import signal
 import threading
 from collections.abc import Iterator
 
-from memfold.engine.settings import Settings
-
-from .limits import Limits
+from memfold.core.settings import Settings
+from memfold.service.limits import Limits
 
 log = logging.getLogger("memfold.service")
 
@@ -34,12 +33,11 @@ def serve(settings: Settings, *, host: str = "127.0.0.1", port: int = 8080, limi
     """
     import uvicorn
 
+    from memfold.core.runtime import tune_gc, tune_switch_interval
     from memfold.engine.engine import MemoryEngine
-    from memfold.engine.runtime import tune_gc, tune_switch_interval
+    from memfold.service.app import close_app, create_app
+    from memfold.service.keys import ApiKeyStore
     from memfold.streams.sqlite_log import RECENT_LIMIT
-
-    from .app import close_app, create_app
-    from .keys import ApiKeyStore
 
     tune_switch_interval()  # reads on the event loop wait less for the lock the folding threads hold
     # A full collection walks every recall index and hot tail the service holds (100-200 ms, measured
@@ -49,7 +47,7 @@ def serve(settings: Settings, *, host: str = "127.0.0.1", port: int = 8080, limi
         settings = settings.model_copy(update={"summarizer": settings.summarizer.model_copy(update={"processes": 1})})
     kafka = settings.log_url().startswith("kafka://")
     if fold_process and not kafka:
-        from .fold_process import RemoteEngine
+        from memfold.service.fold_process import RemoteEngine
 
         engine = RemoteEngine(settings)
     else:

@@ -16,7 +16,7 @@ from typing import Any
 
 import duckdb
 
-from memfold.engine.errors import SqlTimeoutError, ValidationError
+from memfold.core.errors import SqlTimeoutError, ValidationError
 
 # What each table shows a tenant: its own rows, never a retracted message (its content is withdrawn) and
 # no event payloads of message events (an unsealed copy of the content, retracted or not). Other tables

@@ -1,1 +1,1 @@
-"""Moving events: SQLite and Kafka logs, the runner (one fold loop for every mode), the summarizer pool, partition ownership."""
+"""Log and key-store adapters: the SQLite and Kafka event logs, the sealing wrapper, key stores, partition ownership."""

@@ -26,8 +26,8 @@ import sqlite3
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from memfold.engine.errors import LogUnavailableError
-from memfold.engine.sqlite_wal import enable_wal
+from memfold.core.errors import LogUnavailableError
+from memfold.core.sqlite_wal import enable_wal
 
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS meta (partition INTEGER PRIMARY KEY, next_offset INTEGER NOT NULL, last_id TEXT)",

@@ -34,8 +34,8 @@ from datetime import UTC, datetime
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka import errors as kafka_errors
 
-from memfold.engine.errors import KeyStoreError, LogUnavailableError
-from memfold.engine.keystore import KEY_BYTES
+from memfold.core.errors import KeyStoreError, LogUnavailableError
+from memfold.core.ports import KEY_BYTES
 
 # Compaction bounds how long a destroyed key's bytes stay on the broker: a segment is rolled after
 # segment.ms and compacted once 1% of it is superseded; markers are never null, so none expire.

@@ -39,7 +39,7 @@ import kafka.errors as kafka_errors
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import ConfigResource, ConfigResourceType
 
-from memfold.engine.errors import (
+from memfold.core.errors import (
     AppendFailedError,
     ConfigError,
     EventDecodeError,
@@ -47,12 +47,11 @@ from memfold.engine.errors import (
     LogUnavailableError,
     ValidationError,
 )
-from memfold.engine.events import Event, decode
-from memfold.engine.partitioner import partition_for
-from memfold.engine.positions import LogRecord, Position, check_offsets
-from memfold.engine.unreadable import UnreadableRecord
-
-from .kafka_index import OffsetIndex
+from memfold.core.events import Event, decode
+from memfold.core.partitioner import partition_for
+from memfold.core.positions import LogRecord, Position, check_offsets
+from memfold.core.unreadable import UnreadableRecord
+from memfold.streams.kafka_index import OffsetIndex
 
 DEFAULT_TOPIC = "memfold.events"
 # Unlimited retention, no compaction: the topic is the source of truth, and
@@ -70,7 +69,7 @@ _RECONNECT_BACKOFF_MAX_MS = 1000
 
 
 class KafkaEventLog:
-    """An :class:`~memfold.engine.ports.EventLog` on one Kafka topic.
+    """An :class:`~memfold.core.ports.EventLog` on one Kafka topic.
 
     Thread safety: appends are serialised per instance; reads share one
     consumer under a lock. Any number of instances, in any number of
@@ -96,8 +95,8 @@ class KafkaEventLog:
 
         ``timeout`` (seconds) bounds every wait on the cluster: bootstrap,
         requests, metadata, an append's acknowledgement. Raises
-        :class:`~memfold.engine.errors.LogUnavailableError` when no broker
-        answers in time, and :class:`~memfold.engine.errors.ConfigError` when
+        :class:`~memfold.core.errors.LogUnavailableError` when no broker
+        answers in time, and :class:`~memfold.core.errors.ConfigError` when
         the topic exists with another partition count or with a retention or
         cleanup policy that would delete events.
         """
@@ -164,9 +163,9 @@ class KafkaEventLog:
            headers ``event_id``, ``event_type``, ``schema_version``; flush and
            wait for every acknowledgement (``acks=all``, idempotent producer).
 
-        Raises :class:`~memfold.engine.errors.LogUnavailableError` when the
+        Raises :class:`~memfold.core.errors.LogUnavailableError` when the
         cluster cannot be reached before sending (nothing appended), and
-        :class:`~memfold.engine.errors.AppendFailedError` whose ``event_ids``
+        :class:`~memfold.core.errors.AppendFailedError` whose ``event_ids``
         are the events not acknowledged (the others of the batch may be
         stored; retrying the whole batch is safe, stored ids are skipped).
         """
@@ -205,9 +204,9 @@ class KafkaEventLog:
         a hole in the result, and the read goes on past it, so fewer than
         ``limit`` records mean the end was reached. Reading at or past the end
         returns ``[]``. A record no event decodes from is returned as an
-        :class:`~memfold.engine.unreadable.UnreadableRecord` at its offset
+        :class:`~memfold.core.unreadable.UnreadableRecord` at its offset
         (never skipped, never failing the rest of the read); a record in the wrong partition raises
-        :class:`~memfold.engine.errors.LogCorruptionError`.
+        :class:`~memfold.core.errors.LogCorruptionError`.
         """
         self._check_partition(partition)
         check_offsets(start, limit)
@@ -302,7 +301,7 @@ class KafkaEventLog:
 
         Idempotent, and safe when several processes race to create it. An
         existing topic is checked instead: another partition count, finite
-        retention or compaction raise :class:`~memfold.engine.errors.ConfigError`.
+        retention or compaction raise :class:`~memfold.core.errors.ConfigError`.
         """
         admin = self._connect(
             "admin client",
@@ -512,9 +511,9 @@ class KafkaEventLog:
         """Decode ``record`` as the event it stores, carrying the read-assigned ``seq``.
 
         A record no event decodes from is returned as an
-        :class:`~memfold.engine.unreadable.UnreadableRecord` naming what its
+        :class:`~memfold.core.unreadable.UnreadableRecord` naming what its
         key and headers say; a record whose key or id contradicts its event
-        raises :class:`~memfold.engine.errors.LogCorruptionError`.
+        raises :class:`~memfold.core.errors.LogCorruptionError`.
         """
         event_type = next((v.decode("utf-8", "replace") for k, v in record.headers or () if k == HEADER_EVENT_TYPE), None)
         key, event_id = _identity(record)

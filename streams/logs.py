@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from memfold.engine.errors import ConfigError
-from memfold.engine.ports import EventLog
+from memfold.core.errors import ConfigError
+from memfold.core.ports import EventLog
 
 BACKENDS: dict[str, str] = {
     "sqlite": "memfold.streams.sqlite_log:SQLiteEventLog",
@@ -37,7 +37,7 @@ def open_log(
       ``state_dir/kafka-index/TOPIC.sqlite`` across restarts; without, in a
       temporary file.
 
-    Raises :class:`~memfold.engine.errors.ConfigError` for an unknown scheme
+    Raises :class:`~memfold.core.errors.ConfigError` for an unknown scheme
     or a URL without a path or host; backend errors (``LogUnavailableError``,
     a partition count that differs from the existing log's) pass through.
     """

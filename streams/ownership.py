@@ -8,7 +8,7 @@ decide it:
 - :class:`ConsumerGroup`: a kafka-python consumer group on the events topic.
   The group only assigns partitions: they are paused at once, so the group
   consumer never fetches a record (the runner reads through the
-  :class:`~memfold.engine.ports.EventLog` from the positions stored with the
+  :class:`~memfold.core.ports.EventLog` from the positions stored with the
   projection rows). Kafka's committed offsets are advisory: they mirror the
   store's positions so ``kafka-consumer-groups.sh`` shows each worker's lag.
 
@@ -30,7 +30,7 @@ from kafka import ConsumerRebalanceListener, KafkaConsumer, TopicPartition
 from kafka.errors import KafkaError
 from kafka.structs import MemberState, OffsetAndMetadata
 
-from memfold.engine.errors import ConfigError, LogUnavailableError
+from memfold.core.errors import ConfigError, LogUnavailableError
 
 log = logging.getLogger("memfold.ownership")
 

@@ -3,7 +3,7 @@
 Wraps any backend (SQLite file, Kafka topic): only ciphertext ever reaches
 the log, so erasing a conversation is destroying its data key; the log
 itself stays immutable. Readers get plaintext while the key lives and the
-sealed event (see :func:`memfold.engine.sealing.is_shredded`) after.
+sealed event (see :func:`memfold.core.sealing.is_shredded`) after.
 """
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from typing import Any
 
-from memfold.engine.errors import EventDecodeError
-from memfold.engine.events import Event
-from memfold.engine.ports import EventLog
-from memfold.engine.positions import LogRecord, Position
-from memfold.engine.sealing import Sealer
-from memfold.engine.unreadable import UnreadableRecord
+from memfold.core.errors import EventDecodeError
+from memfold.core.events import Event
+from memfold.core.ports import EventLog
+from memfold.core.positions import LogRecord, Position
+from memfold.core.sealing import Sealer
+from memfold.core.unreadable import UnreadableRecord
 
 
 class SealedLog:
@@ -85,11 +85,11 @@ def sealed(log: EventLog, keystore: str | None) -> tuple[EventLog, Sealer | None
     if keystore is None:
         return log, None
     if keystore.startswith("kafka://"):  # shared by every node of a Kafka deployment
-        from .kafka_keystore import open_kafka_keystore
+        from memfold.streams.kafka_keystore import open_kafka_keystore
 
         sealer = Sealer(open_kafka_keystore(keystore))
         return SealedLog(log, sealer), sealer
-    from memfold.engine.keystore import open_keystore
+    from memfold.streams.keystore import open_keystore
 
     sealer = Sealer(open_keystore(keystore))
     return SealedLog(log, sealer), sealer

@@ -27,7 +27,7 @@ from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from memfold.engine.errors import (
+from memfold.core.errors import (
     AppendFailedError,
     ConfigError,
     EventDecodeError,
@@ -35,11 +35,11 @@ from memfold.engine.errors import (
     LogUnavailableError,
     ValidationError,
 )
-from memfold.engine.events import Event, MessageAppended, decode
-from memfold.engine.partitioner import partition_for
-from memfold.engine.positions import LogRecord, Position, check_offsets
-from memfold.engine.sqlite_wal import enable_wal
-from memfold.engine.unreadable import UnreadableRecord
+from memfold.core.events import Event, MessageAppended, decode
+from memfold.core.partitioner import partition_for
+from memfold.core.positions import LogRecord, Position, check_offsets
+from memfold.core.sqlite_wal import enable_wal
+from memfold.core.unreadable import UnreadableRecord
 
 SCHEMA_VERSION = 1
 _CHUNK = 500  # ids per IN (...) query, well below SQLite's bound-parameter limit
@@ -145,7 +145,7 @@ def _json_native(value) -> bool:
 
 
 class SQLiteEventLog:
-    """An :class:`~memfold.engine.ports.EventLog` stored in one SQLite file.
+    """An :class:`~memfold.core.ports.EventLog` stored in one SQLite file.
 
     Thread safety: each thread gets its own connection (``threading.local``),
     so a projector thread reads while caller threads append, without a Python
@@ -159,9 +159,9 @@ class SQLiteEventLog:
 
         The partition count is fixed when the file is created, as in Kafka:
         opening an existing file with another count raises
-        :class:`~memfold.engine.errors.ConfigError`. A file that cannot be
+        :class:`~memfold.core.errors.ConfigError`. A file that cannot be
         opened, or stays locked beyond ``busy_timeout`` seconds, raises
-        :class:`~memfold.engine.errors.LogUnavailableError`.
+        :class:`~memfold.core.errors.LogUnavailableError`.
         """
         if partitions < 1:
             raise ConfigError(f"an event log needs at least 1 partition, got {partitions}")
@@ -207,9 +207,9 @@ class SQLiteEventLog:
            (the event's own ``seq`` is ignored); store the JSON with that ``seq``.
         4. Insert, advance the heads, commit. The batch is all or nothing.
 
-        Raises :class:`~memfold.engine.errors.LogUnavailableError` when the
+        Raises :class:`~memfold.core.errors.LogUnavailableError` when the
         write lock cannot be taken in time (nothing appended), and
-        :class:`~memfold.engine.errors.AppendFailedError` naming the batch's
+        :class:`~memfold.core.errors.AppendFailedError` naming the batch's
         event ids for any other failure (nothing of the batch appended;
         retrying is safe because appends are idempotent by ``event_id``).
         """
@@ -294,7 +294,7 @@ class SQLiteEventLog:
         Only committed events are seen. Reading at or past the end returns
         ``[]``. Stored events of an older schema are upcast on decode; a row
         that decodes to no event is returned as an
-        :class:`~memfold.engine.unreadable.UnreadableRecord` at its offset
+        :class:`~memfold.core.unreadable.UnreadableRecord` at its offset
         (never skipped, never failing the rest of the read).
         """
         self._check_partition(partition)
@@ -326,7 +326,7 @@ class SQLiteEventLog:
 
         The type is a column: the other rows are filtered out in SQL, never
         decoded. A row of ``types`` that decodes to no event is returned as
-        an :class:`~memfold.engine.unreadable.UnreadableRecord`, as by :meth:`read`.
+        an :class:`~memfold.core.unreadable.UnreadableRecord`, as by :meth:`read`.
         """
         self._check_partition(partition)
         check_offsets(start, limit)

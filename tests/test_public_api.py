@@ -8,14 +8,14 @@ import pytest
 
 PUBLIC = {
     "memfold.engine.engine": ["MemoryEngine", "load_policy", "fold_contexts"],
-    "memfold.engine.overrides": ["parse_assignments", "load_file", "apply", "policy_view"],
-    "memfold.streams.namespaces": ["ReplayReport", "ReplayStats", "Namespace", "ReplayFold", "list_namespaces", "drop"],
-    "memfold.engine.events": [
+    "memfold.core.overrides": ["parse_assignments", "load_file", "apply", "policy_view"],
+    "memfold.engine.namespaces": ["ReplayReport", "ReplayStats", "Namespace", "ReplayFold", "list_namespaces", "drop"],
+    "memfold.core.events": [
         "Event", "MessageAppended", "ConversationDeleted", "ConversationReopened", "PRIVATE_FIELDS", "SettingsChanged", "ClockTicked", "SummaryRequested",
         "SummaryProduced", "SummaryFailed", "TopicAssigned", "TopicCompacted", "TopicEvicted", "MessagePayload",
         "ToolCall", "Fact", "EncryptedContent", "UpcasterRegistry", "UPCASTERS", "decode", "json_schemas",
     ],
-    "memfold.engine.errors": [
+    "memfold.core.errors": [
         "MemfoldError", "ValidationError", "UnknownRoleError", "EmptyContentError", "MessageTooLargeError",
         "ConfigError", "EventDecodeError", "UnknownEventTypeError", "UpcastError", "LogError",
         "LogUnavailableError", "AppendFailedError", "ProjectionError", "ProjectionBusyError",
@@ -23,18 +23,18 @@ PUBLIC = {
         "TokenizerUnavailableError", "UnknownReplayError", "ConversationForgottenError", "ErasureIncompleteError",
         "UnknownConversationError", "SqlTimeoutError",
     ],
-    "memfold.engine.ports": [
+    "memfold.core.ports": [
         "EventLog", "Policy", "Summarizer", "Embedder", "ProjectionStore", "MessageSource", "FoldContext",
         "MessageRecord", "ContextPlan", "ContextMessage", "MemoryMessage", "SummaryInput", "SummaryOutput",
     ],
-    "memfold.engine.positions": ["Position", "LogRecord"],
-    "memfold.engine.shapes": ["FORMATS", "Shaped", "shaped", "messages_from"],
-    "memfold.engine.partitioner": ["murmur2", "partition_for"],
-    "memfold.engine.settings": [
+    "memfold.core.positions": ["Position", "LogRecord"],
+    "memfold.core.shapes": ["FORMATS", "Shaped", "shaped", "messages_from"],
+    "memfold.core.partitioner": ["murmur2", "partition_for"],
+    "memfold.core.settings": [
         "Settings", "HierarchicalSettings", "ChunkedSettings", "SlidingWindowSettings", "RollingSettings",
         "TopicsSettings", "SummarizerSettings", "EmbedderSettings", "RetrievalSettings", "POLICY_NAMES",
     ],
-    "memfold.engine.tokens": ["TokenCounter", "counter", "load_encoding"],
+    "memfold.core.tokens": ["TokenCounter", "counter", "load_encoding"],
     "memfold.streams.logs": ["open_log"],
     "memfold.streams.sqlite_log": ["SQLiteEventLog"],
     "memfold.streams.kafka_log": ["KafkaEventLog"],
@@ -67,10 +67,10 @@ def test_public_names_exist(module):
 
 
 def test_errors_form_one_tree():
-    from memfold.engine import errors
+    from memfold.core import errors
 
     roots = [
-        getattr(errors, n) for n in PUBLIC["memfold.engine.errors"]
+        getattr(errors, n) for n in PUBLIC["memfold.core.errors"]
     ]
     assert all(issubclass(cls, errors.MemfoldError) for cls in roots)
     assert issubclass(errors.ValidationError, ValueError)
@@ -84,3 +84,16 @@ def test_every_seed_policy_loads(name):
     assert policy.name == name
     for method in ("initial", "evolve", "decide", "plan"):
         assert callable(getattr(policy, method))
+
+
+def test_the_top_level_package_gives_the_engine_and_the_client():
+    import memfold
+    from memfold import AsyncClient, Client, MemoryEngine
+    from memfold.client import AsyncClient as client_async
+    from memfold.client import Client as client_sync
+    from memfold.engine.engine import MemoryEngine as engine_class
+
+    assert (MemoryEngine, Client, AsyncClient) == (engine_class, client_sync, client_async)
+    assert sorted(memfold.__all__) == ["AsyncClient", "Client", "MemoryEngine"]
+    with pytest.raises(AttributeError):
+        memfold.NoSuchName  # noqa: B018

@@ -14,10 +14,9 @@ for the plan's notes and for operators.
 
 from __future__ import annotations
 
-from memfold.engine.events import SummaryRequested
-from memfold.engine.ports import FoldContext
-
-from .state_codec import FrozenState, replace
+from memfold.core.events import SummaryRequested
+from memfold.core.ports import FoldContext
+from memfold.projections.policies.state_codec import FrozenState, replace
 
 # Enough to explain the recent history in plan notes; the watermark, not these
 # lists, is what makes re-deliveries no-ops, so trimming them is safe.

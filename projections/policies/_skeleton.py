@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from functools import singledispatch
 from typing import Any, ClassVar, TypeVar
 
-from memfold.engine.errors import ConfigError
-from memfold.engine.events import (
+from memfold.core.errors import ConfigError
+from memfold.core.events import (
     ConversationDeleted,
     Fact,
     SummaryFailed,
@@ -25,12 +25,11 @@ from memfold.engine.events import (
     SummaryProducedPayload,
     SummaryRequested,
 )
-from memfold.engine.ports import FoldContext, MemoryMessage, MessageRecord
-from memfold.engine.tokens import MESSAGE_OVERHEAD
+from memfold.core.ports import FoldContext, MemoryMessage, MessageRecord
+from memfold.core.tokens import MESSAGE_OVERHEAD
+from memfold.projections.policies._requests import RequestLedger
+from memfold.projections.policies.state_codec import replace
 from memfold.projections.prompts import render_facts_dated
-
-from ._requests import RequestLedger
-from .state_codec import replace
 
 S = TypeVar("S")
 P = TypeVar("P")

@@ -8,7 +8,7 @@ cut can still fall into, so the list stays bounded.
 
 from __future__ import annotations
 
-from memfold.engine.ports import MessageRecord
+from memfold.core.ports import MessageRecord
 
 ToolGroups = tuple[tuple[int, int], ...]
 

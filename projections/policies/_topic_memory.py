@@ -10,11 +10,10 @@ from typing import Any, Literal
 
 import msgspec
 
-from memfold.engine.events import Fact
-from memfold.engine.settings import TopicsSettings
+from memfold.core.events import Fact
+from memfold.core.settings import TopicsSettings
 from memfold.projections.fact_extraction import retracts, without_bare_copies
-
-from .state_codec import FrozenState
+from memfold.projections.policies.state_codec import FrozenState
 
 DAY = 86400.0
 

@@ -21,15 +21,14 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from memfold.engine.events import Event, SummaryProducedPayload, SummaryRequested
-from memfold.engine.ports import ContextPlan, FoldContext, MemoryMessage, MessageRecord
-from memfold.engine.settings import ChunkedSettings
-from memfold.engine.tokens import MESSAGE_OVERHEAD
+from memfold.core.events import Event, SummaryProducedPayload, SummaryRequested
+from memfold.core.ports import ContextPlan, FoldContext, MemoryMessage, MessageRecord
+from memfold.core.settings import ChunkedSettings
+from memfold.core.tokens import MESSAGE_OVERHEAD
 from memfold.projections.fold import make_request
-
-from ._requests import RequestLedger
-from ._skeleton import SummaryPolicy, memory_message, settings_of
-from .state_codec import FrozenState, replace
+from memfold.projections.policies._requests import RequestLedger
+from memfold.projections.policies._skeleton import SummaryPolicy, memory_message, settings_of
+from memfold.projections.policies.state_codec import FrozenState, replace
 
 SUMMARY_HEADER = "BACKGROUND – PRIOR CONVERSATION SUMMARY (use only if relevant):\n"
 TRUNCATION_MARK = "…"

@@ -12,16 +12,15 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from memfold.engine.events import Event, Fact, SummaryProducedPayload, SummaryRequested
-from memfold.engine.ports import ContextPlan, FoldContext, MemoryMessage, MessageRecord
-from memfold.engine.settings import HierarchicalSettings
+from memfold.core.events import Event, Fact, SummaryProducedPayload, SummaryRequested
+from memfold.core.ports import ContextPlan, FoldContext, MemoryMessage, MessageRecord
+from memfold.core.settings import HierarchicalSettings
 from memfold.projections.fold import make_request
+from memfold.projections.policies import _tool_groups as groups
+from memfold.projections.policies._requests import RequestLedger
+from memfold.projections.policies._skeleton import SummaryPolicy, memory_message, settings_of
+from memfold.projections.policies.state_codec import FrozenState, replace
 from memfold.projections.prompts import render_facts_dated
-
-from . import _tool_groups as groups
-from ._requests import RequestLedger
-from ._skeleton import SummaryPolicy, memory_message, settings_of
-from .state_codec import FrozenState, replace
 
 
 class HierarchicalSummary(FrozenState, kw_only=True):

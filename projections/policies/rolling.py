@@ -18,16 +18,15 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from memfold.engine.events import Event, Fact, SummaryProducedPayload, SummaryRequested
-from memfold.engine.ports import ContextPlan, FoldContext, MessageRecord
-from memfold.engine.settings import RollingSettings
+from memfold.core.events import Event, Fact, SummaryProducedPayload, SummaryRequested
+from memfold.core.ports import ContextPlan, FoldContext, MessageRecord
+from memfold.core.settings import RollingSettings
 from memfold.projections.fold import make_request
+from memfold.projections.policies import _tool_groups as groups
+from memfold.projections.policies._requests import RequestLedger
+from memfold.projections.policies._skeleton import SummaryPolicy, key_facts_message, memory_message, settings_of
+from memfold.projections.policies.state_codec import FrozenState, replace
 from memfold.projections.prompts import without_key_facts
-
-from . import _tool_groups as groups
-from ._requests import RequestLedger
-from ._skeleton import SummaryPolicy, key_facts_message, memory_message, settings_of
-from .state_codec import FrozenState, replace
 
 
 class RollingSummary(FrozenState, kw_only=True):

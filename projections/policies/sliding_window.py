@@ -34,18 +34,17 @@ from datetime import datetime
 from functools import singledispatch
 from typing import Any, ClassVar, Literal
 
-from memfold.engine.events import (
+from memfold.core.events import (
     ConversationDeleted,
     SummaryFailed,
     SummaryProduced,
     SummaryRequested,
 )
-from memfold.engine.ports import ContextPlan, FoldContext, MessageRecord
-from memfold.engine.settings import SlidingWindowSettings
+from memfold.core.ports import ContextPlan, FoldContext, MessageRecord
+from memfold.core.settings import SlidingWindowSettings
 from memfold.projections.fold import make_request, summary_id_for
-
-from ._skeleton import deleted_marker, memory_message
-from .state_codec import FrozenState, replace, to_builtins
+from memfold.projections.policies._skeleton import deleted_marker, memory_message
+from memfold.projections.policies.state_codec import FrozenState, replace, to_builtins
 
 NAME = "sliding_window"
 # Memory rows kept in state (besides the one in force): enough for the seed's

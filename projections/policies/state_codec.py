@@ -5,7 +5,7 @@ Every policy's ``State`` (and the parts it holds) derives from
 ``replace`` on a struct costs a fraction of a pydantic ``model_copy``, and
 encoding or decoding a struct skips validation it does not need (the fold
 made the state; only the projector reads it back). Pydantic values a state
-carries (a :class:`~memfold.engine.events.Fact`, a settings model) are
+carries (a :class:`~memfold.core.events.Fact`, a settings model) are
 encoded as their JSON form and validated back on decode. The projector uses
 only :func:`encode` and :func:`decode`, whatever the policy.
 """

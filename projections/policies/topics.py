@@ -66,8 +66,8 @@ from datetime import datetime
 from functools import singledispatch
 from typing import Any, ClassVar
 
-from memfold.engine.errors import ConfigError
-from memfold.engine.events import (
+from memfold.core.errors import ConfigError
+from memfold.core.events import (
     EVENT_CLASSES,
     ClockTicked,
     ConversationDeleted,
@@ -79,15 +79,13 @@ from memfold.engine.events import (
     TopicCompacted,
     TopicEvicted,
 )
-from memfold.engine.ids import content_hash
-from memfold.engine.ports import ContextPlan, FoldContext, MemoryMessage, MessageRecord
-from memfold.engine.settings import TopicsSettings
+from memfold.core.ids import content_hash
+from memfold.core.ports import ContextPlan, FoldContext, MemoryMessage, MessageRecord
+from memfold.core.settings import TopicsSettings
 from memfold.projections.fact_extraction import retracted_stems
 from memfold.projections.fold import make_request
-from memfold.projections.prompts import parse_key_facts, without_key_facts
-
-from ._skeleton import deleted_marker, key_facts_message, memory_message
-from ._topic_memory import (
+from memfold.projections.policies._skeleton import deleted_marker, key_facts_message, memory_message
+from memfold.projections.policies._topic_memory import (
     DAY,
     MessageRef,
     PendingAudit,
@@ -107,7 +105,8 @@ from ._topic_memory import (
     topic_history,
     topic_rows,
 )
-from .state_codec import replace
+from memfold.projections.policies.state_codec import replace
+from memfold.projections.prompts import parse_key_facts, without_key_facts
 
 __all__ = [
     "DAY", "MessageRef", "PendingAudit", "State", "Topic", "TopicsPolicy", "compaction_cut", "compress_refs",

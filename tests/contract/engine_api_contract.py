@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 from support.waiting import wait_until
 
-from memfold.engine.errors import (
+from memfold.core.errors import (
     AlreadyRetractedError,
     ConversationForgottenError,
     EventConflictError,

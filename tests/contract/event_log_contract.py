@@ -25,8 +25,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memfold.engine.errors import ValidationError
-from memfold.engine.events import (
+from memfold.core.errors import ValidationError
+from memfold.core.events import (
     EVENT_CLASSES,
     ClockTicked,
     ClockTickedPayload,
@@ -58,9 +58,9 @@ from memfold.engine.events import (
     TopicEvictedPayload,
     conversation_key,
 )
-from memfold.engine.partitioner import partition_for
-from memfold.engine.ports import EventLog
-from memfold.engine.positions import LogRecord, Position
+from memfold.core.partitioner import partition_for
+from memfold.core.ports import EventLog
+from memfold.core.positions import LogRecord, Position
 
 T0 = datetime(2026, 3, 1, 9, 30, 15, 123456, tzinfo=UTC)
 MakeLog = Callable[..., EventLog]
@@ -212,7 +212,7 @@ def method_signatures(cls: type) -> dict[str, list[tuple[str, object, object]]]:
 
 
 class EventLogContract:
-    """What every :class:`~memfold.engine.ports.EventLog` backend guarantees. Subclasses provide ``make_log``."""
+    """What every :class:`~memfold.core.ports.EventLog` backend guarantees. Subclasses provide ``make_log``."""
 
     PRESEALED = True  # False for a log that seals itself: it cannot read content sealed with keys it never held
 

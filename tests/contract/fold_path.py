@@ -13,17 +13,17 @@ from pathlib import Path
 
 from support.worker_kit import conversation, interleaved, projection
 
+from memfold.core.events import Event
+from memfold.core.partitioner import partition_for
+from memfold.core.positions import LogRecord, Position
+from memfold.core.settings import POLICY_NAMES, Settings
+from memfold.core.tokens import counter
 from memfold.engine.engine import fold_contexts
-from memfold.engine.events import Event
-from memfold.engine.partitioner import partition_for
-from memfold.engine.positions import LogRecord, Position
-from memfold.engine.settings import POLICY_NAMES, Settings
-from memfold.engine.tokens import counter
+from memfold.engine.runner import Runner
+from memfold.engine.worker import SummarizerWorker
 from memfold.projections.projector import Projector
 from memfold.projections.store import DuckDBProjectionStore
 from memfold.projections.summarizers import build_summarizer
-from memfold.streams.runner import Runner
-from memfold.streams.worker import SummarizerWorker
 
 
 class ListLog:

@@ -14,16 +14,16 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from memfold.core.errors import ProjectionError
+from memfold.core.events import MessageAppended, MessagePayload, SummaryProduced, SummaryRequested
+from memfold.core.ports import ProjectionStore
+from memfold.core.positions import LogRecord, Position
+from memfold.core.settings import Settings
+from memfold.core.tokens import counter
 from memfold.engine.engine import fold_contexts
-from memfold.engine.errors import ProjectionError
-from memfold.engine.events import MessageAppended, MessagePayload, SummaryProduced, SummaryRequested
-from memfold.engine.ports import ProjectionStore
-from memfold.engine.positions import LogRecord, Position
-from memfold.engine.settings import Settings
-from memfold.engine.tokens import counter
+from memfold.engine.worker import answer, build_input
 from memfold.projections.offline_summarizer import OfflineSummarizer
 from memfold.projections.projector import Projector
-from memfold.streams.worker import answer, build_input
 
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
 

@@ -29,9 +29,9 @@ class TestDuckDBProjectionStore(ProjectionStoreContract):
 def test_the_projector_keeps_a_bounded_number_of_conversations_and_folds_the_same(tmp_path: Path) -> None:
     """Fold state evicted from memory reloads from the store: a bound of 2 gives the unbounded projection."""
     from contract.projection_store_contract import records
+    from memfold.core.settings import POLICY_NAMES, Settings
+    from memfold.core.tokens import counter
     from memfold.engine.engine import fold_contexts
-    from memfold.engine.settings import POLICY_NAMES, Settings
-    from memfold.engine.tokens import counter
     from memfold.projections.projector import Projector
 
     policies = fold_contexts(Settings.load(None, policies=POLICY_NAMES))
@@ -59,9 +59,9 @@ def test_the_projector_keeps_a_bounded_number_of_conversations_and_folds_the_sam
 def test_a_read_whose_cursor_was_taken_just_before_a_swap_reads_the_swapped_in_file(tmp_path: Path) -> None:
     """The race of a rebuild's swap: the reader took its cursor, the connection closed, then the query ran."""
     from contract.projection_store_contract import records
+    from memfold.core.settings import Settings
+    from memfold.core.tokens import counter
     from memfold.engine.engine import fold_contexts
-    from memfold.engine.settings import Settings
-    from memfold.engine.tokens import counter
     from memfold.projections.projector import Projector
 
     class SwapsAfterTheCursor(DuckDBProjectionStore):

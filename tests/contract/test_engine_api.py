@@ -23,8 +23,8 @@ from fixtures.memfold_service import LiveService
 
 from contract.engine_api_contract import SETTINGS, EngineApiContract, MemoryApi, Piece, Stored, flat_tool_calls
 from memfold.client import Client, NotFoundError
+from memfold.core.settings import Settings
 from memfold.engine.engine import MemoryEngine
-from memfold.engine.settings import Settings
 from memfold.service.fold_process import RemoteEngine
 
 # One worker under xdist (make test): the module's engine, fold process and service are started once.

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from contract.event_log_contract import EventLogContract, message
-from memfold.engine.keystore import SQLiteKeyStore
-from memfold.engine.sealing import Sealer
-from memfold.engine.unreadable import UnreadableRecord
+from memfold.core.sealing import Sealer
+from memfold.core.unreadable import UnreadableRecord
+from memfold.streams.keystore import SQLiteKeyStore
 from memfold.streams.sealed_log import SealedLog
 from memfold.streams.sqlite_log import SQLiteEventLog
 

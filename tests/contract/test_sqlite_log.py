@@ -22,9 +22,9 @@ from contract.event_log_contract import (
     read_all,
     read_partition,
 )
-from memfold.engine.errors import AppendFailedError, ConfigError, LogCorruptionError, LogUnavailableError
-from memfold.engine.events import MessageAppended, MessagePayload
-from memfold.engine.positions import Position
+from memfold.core.errors import AppendFailedError, ConfigError, LogCorruptionError, LogUnavailableError
+from memfold.core.events import MessageAppended, MessagePayload
+from memfold.core.positions import Position
 from memfold.streams.logs import open_log
 from memfold.streams.sqlite_log import SQLiteEventLog, encode_with_seq
 

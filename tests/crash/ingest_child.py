@@ -11,9 +11,9 @@ The parent SIGKILLs it at a moment of its choosing.
 import sys
 from pathlib import Path
 
+from memfold.cli.ingest import ingest_file
+from memfold.core.settings import Settings
 from memfold.engine.engine import MemoryEngine
-from memfold.engine.ingest import ingest_file
-from memfold.engine.settings import Settings
 
 
 def main() -> None:

@@ -9,10 +9,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from memfold.engine.audit_page import render
-from memfold.engine.cli import main
+from memfold.cli.audit_page import render
+from memfold.cli.main import main
+from memfold.core.settings import Settings
 from memfold.engine.engine import MemoryEngine
-from memfold.engine.settings import Settings
 from memfold.projections.views import VIEWS
 
 T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)

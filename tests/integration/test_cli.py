@@ -107,7 +107,7 @@ def test_busy_projection_gives_a_clear_message(tmp_path):
     try:
         proc = subprocess.run(
             [sys.executable, "-c",
-             "import sys; from memfold.engine.cli import main; sys.exit(main(sys.argv[1:]))",
+             "import sys; from memfold.cli.main import main; sys.exit(main(sys.argv[1:]))",
              "--data-dir", str(data), "context", "c1"],
             capture_output=True, text=True, timeout=60,
         )

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from fixtures.kafka_broker import free_port
 
+from memfold.cli.main import _parser
 from memfold.client import Client
-from memfold.engine.cli import _parser
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -97,7 +97,7 @@ def test_every_command_with_url_and_no_server_fails_in_one_line_and_leaves_the_d
 
 
 def test_the_remote_commands_listed_are_the_cli_s(filled):
-    from memfold.engine.cli_remote import REMOTE as served
+    from memfold.cli.remote import REMOTE as served
 
     assert set(served) == REMOTE and REMOTE < set(commands())
 

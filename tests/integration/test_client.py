@@ -23,7 +23,7 @@ from memfold.client import (
     PermissionDeniedError,
     RateLimitedError,
 )
-from memfold.engine.errors import MemfoldError, ValidationError
+from memfold.core.errors import MemfoldError, ValidationError
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -193,7 +193,7 @@ def test_search_pages_reach_every_conversation_of_the_tenant(service):
 
 def test_an_append_to_a_forgotten_conversation_is_gone_until_reopened(service):
     from memfold.client import ConversationGoneError
-    from memfold.engine.errors import ConversationForgottenError
+    from memfold.core.errors import ConversationForgottenError
 
     with Client(service.url, service.key("client-gone", "admin")) as mf:
         mf.add("g-1", "user", "my card is 4111 1111 1111 1111")
@@ -265,7 +265,7 @@ def test_cli_url_context_json_is_the_embedded_document_in_every_format(service, 
 def test_cli_url_ingest_converts_responses_and_anthropic_lines(service, tmp_path):
     from fixtures.shaped_conversation import ANTHROPIC, RESPONSES
 
-    from memfold.engine.ingest import line_key
+    from memfold.cli.ingest import line_key
 
     key = service.key("cli-ingest-shapes", "admin")
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("MEMFOLD_")},

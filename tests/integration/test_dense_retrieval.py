@@ -14,9 +14,10 @@ import re
 from datetime import UTC, datetime, timedelta
 
 from fixtures.openai_server import server_error
+from support.waiting import wait_until
 
+from memfold.core.settings import Settings
 from memfold.engine.engine import MemoryEngine
-from memfold.engine.settings import Settings
 
 T0 = datetime(2024, 1, 8, 18, 0, tzinfo=UTC)
 SMALL_TALK = ["How was your weekend?", "Pretty quiet, mostly reading.", "Any plans for the evening?",
@@ -105,6 +106,29 @@ def test_vectors_are_made_once_outside_the_fold_and_a_rebuild_keeps_them(tmp_pat
 
         engine.forget("c")
         assert engine.sql("SELECT count(*) FROM dense_vectors")[1] == [(0,)], "forgetting erases the vectors too"
+
+
+def test_a_promote_keeps_a_vector_for_every_message_and_embeds_nothing_twice(tmp_path, openai_server):
+    """Rebuild, promote and adopt share one swap: the vectors are carried over and what lacks one is embedded."""
+    with MemoryEngine(settings(tmp_path, openai_server.url)) as engine:
+        engine.append_many(conversation(40))
+        engine.wait_idle(timeout=60)
+        before = engine.store.dump(("dense_vectors",))
+        calls = len(embedding_inputs(openai_server))
+        engine.replay("wide", overrides={"sliding_window.rolling_window_size": 8})
+        engine.promote("wide")
+        engine.append_many([{"conversation_id": "c", "role": "user", "content": "one more thing after the promote",
+                             "created_at": (T0 + timedelta(days=30)).isoformat()}])
+        engine.wait_idle(timeout=60)
+        wait_until(lambda: engine.sql("SELECT count(*) FROM dense_vectors")[1] == [(41,)], timeout=30,
+                   message="a vector for the message appended after the promote")
+        _, missing = engine.sql("SELECT idx FROM messages m WHERE NOT EXISTS (SELECT 1 FROM dense_vectors v "
+                                "WHERE v.conversation_id = m.conversation_id AND v.idx = m.idx)")
+        assert missing == [], "every message keeps its vector across the promote"
+        after = engine.store.dump(("dense_vectors",))
+        assert all(row in after[table] for table, rows in before.items() for row in rows), "the vectors carried over"
+        new_inputs = [t for batch in embedding_inputs(openai_server)[calls:] for t in batch]
+        assert new_inputs == ["one more thing after the promote"], "the promote embedded nothing again"
 
 
 def test_an_embedder_outage_at_query_time_serves_the_bm25_context(tmp_path, openai_server, caplog):

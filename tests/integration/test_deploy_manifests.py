@@ -237,13 +237,13 @@ def test_compose_and_k8s_agree_on_shared_settings(compose, k8s):
 
 def test_the_image_installs_the_package_the_manifests_run():
     dockerfile = (DEPLOY / "Dockerfile").read_text()
-    for folder in ("engine", "streams", "projections"):
+    for folder in ("memfold", "core", "engine", "streams", "projections", "cli"):
         assert f"COPY {folder} ./{folder}" in dockerfile
     assert "pip install --no-cache-dir ." in dockerfile
     assert re.search(r"^USER 10001$", dockerfile, re.M)
     lines = (DEPLOY / "Dockerfile.dockerignore").read_text().splitlines()
     ignore = [line.strip() for line in lines if line.strip() and not line.startswith("#")]
-    assert ignore[0] == "*" and {"!engine/", "!streams/", "!projections/", "!pyproject.toml"} <= set(ignore)
+    assert ignore[0] == "*" and {"!memfold/", "!core/", "!engine/", "!streams/", "!projections/", "!cli/", "!pyproject.toml"} <= set(ignore)
 
 
 # --------------------------------------------------------------------------- the CLI the manifests run
@@ -270,7 +270,7 @@ MANIFEST_COMMANDS = _manifest_commands()
 
 @pytest.mark.parametrize(("where", "command"), MANIFEST_COMMANDS, ids=[where for where, _ in MANIFEST_COMMANDS])
 def test_the_cli_accepts_every_manifest_command(where, command):
-    from memfold.engine.cli import _parser
+    from memfold.cli.main import _parser
 
     args = _parser().parse_args(command[1:])
     assert args.command == command[1], where

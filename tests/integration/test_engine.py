@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from memfold.core.errors import EmptyContentError, MessageTooLargeError, UnknownRoleError, ValidationError
+from memfold.core.settings import Settings
 from memfold.engine.engine import MemoryEngine
-from memfold.engine.errors import EmptyContentError, MessageTooLargeError, UnknownRoleError, ValidationError
-from memfold.engine.settings import Settings
 
 
 def _engine(tmp_path, **overrides) -> MemoryEngine:
@@ -134,7 +134,7 @@ def test_tenants_are_separate_conversations(tmp_path):
 
 def test_token_counts_are_recorded_at_append_and_read_back_by_every_fold(tmp_path):
     """Counted once, at validation: the log's event carries the count; the fold (live and rebuilt) reads it."""
-    from memfold.engine.events import MessagePayload
+    from memfold.core.events import MessagePayload
 
     with _engine(tmp_path) as engine:
         said = engine.validate({"conversation_id": "c1", "role": "user", "content": "my order number is #48213"})
@@ -166,7 +166,7 @@ def test_a_script_that_never_closes_its_engine_exits_cleanly_and_keeps_what_it_a
 
     script = textwrap.dedent(f"""
         from memfold.engine.engine import MemoryEngine
-        from memfold.engine.settings import Settings
+        from memfold.core.settings import Settings
         engine = MemoryEngine(Settings.load(None, data_dir={str(tmp_path / "data")!r}))
         engine.append_many([{{"conversation_id": "c1", "role": "user", "content": f"order #{{i}} ships Friday"}}
                             for i in range(40)])

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from memfold.core.errors import MemfoldError, ProjectionError, UnknownConversationError, ValidationError
 from memfold.engine.engine import MemoryEngine
-from memfold.engine.errors import MemfoldError, ProjectionError, UnknownConversationError, ValidationError
 
 
 @pytest.fixture(scope="module")

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from fixtures.openai_server import server_error
 
+from memfold.core.events import MessageAppended
+from memfold.core.settings import Settings
 from memfold.engine.engine import MemoryEngine
-from memfold.engine.events import MessageAppended
-from memfold.engine.settings import Settings
 
 
 def _settings(tmp_path, url: str) -> Settings:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from fixtures.openai_server import model_says, server_error
 
+from memfold.core.settings import Settings
 from memfold.engine.engine import MemoryEngine
-from memfold.engine.settings import Settings
 
 
 def _settings(tmp_path, url: str, **summarizer) -> Settings:

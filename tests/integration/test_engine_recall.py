@@ -9,8 +9,8 @@ import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from memfold.core.settings import Settings
 from memfold.engine.engine import MemoryEngine
-from memfold.engine.settings import Settings
 
 MEMFOLD = str(Path(sys.executable).with_name("memfold"))
 T0 = datetime(2024, 1, 8, 18, 0, tzinfo=UTC)

@@ -23,10 +23,10 @@ from pathlib import Path
 
 import pytest
 
+from memfold.cli.ingest import ingest_file, line_key
+from memfold.core.errors import ConversationForgottenError, ErasureIncompleteError
+from memfold.core.settings import Settings
 from memfold.engine.engine import MemoryEngine
-from memfold.engine.errors import ConversationForgottenError, ErasureIncompleteError
-from memfold.engine.ingest import ingest_file, line_key
-from memfold.engine.settings import Settings
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from support.erasure_kit import SETTINGS, files_with, ingest_line, markers, plant  # noqa: E402

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from memfold.core.settings import Settings
 from memfold.engine.engine import MemoryEngine
-from memfold.engine.settings import Settings
 
 MARCH = datetime(2024, 3, 1, 9, 0, tzinfo=UTC)
 APRIL = datetime(2024, 4, 10, 9, 0, tzinfo=UTC)

@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 from fixtures.memfold_service import LiveService
 
+from memfold.core.errors import LogUnavailableError, ProjectionBusyError, UnknownMessageError
+from memfold.core.settings import Settings
 from memfold.engine.engine import MemoryEngine
-from memfold.engine.errors import LogUnavailableError, ProjectionBusyError, UnknownMessageError
-from memfold.engine.settings import Settings
 from memfold.service.context_cache import ContextCache
 from memfold.service.fold_process import MAX_UNREAD_ANSWERS, RemoteEngine
 from memfold.service.schemas import context_body

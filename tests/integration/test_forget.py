@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from memfold.engine.cli import main
+from memfold.cli.main import main
+from memfold.core.errors import ConfigError
+from memfold.core.events import MessageAppended, SummaryProduced
+from memfold.core.settings import Settings
 from memfold.engine.engine import MemoryEngine
-from memfold.engine.errors import ConfigError
-from memfold.engine.events import MessageAppended, SummaryProduced
-from memfold.engine.keystore import SQLiteKeyStore
-from memfold.engine.settings import Settings
+from memfold.streams.keystore import SQLiteKeyStore
 from memfold.streams.sqlite_log import SQLiteEventLog
 
 LOW_TRIGGER = {"policy": "hierarchical", "policies": ("hierarchical",), "hierarchical": {"trigger_message_count": 6, "recent_message_count": 2, "resummarize_every": 2}}
@@ -149,8 +149,8 @@ def test_a_reset_projection_keeps_no_bytes_of_the_tables_it_dropped(tmp_path):
 
 def test_a_summary_that_comes_back_after_the_forget_lands_without_its_text(tmp_path):
     """A summary made while forget ran is sealed with a key made after the erasure: its text must not be projected."""
-    from memfold.engine.events import SummaryProducedPayload, utcnow
-    from memfold.engine.ids import new_event_id
+    from memfold.core.events import SummaryProducedPayload, utcnow
+    from memfold.core.ids import new_event_id
 
     data = tmp_path / "data"
     plant = _plant()
@@ -218,7 +218,7 @@ def test_forget_on_kafka_leaves_no_record_with_the_text(tmp_path, kafka_bootstra
 def test_two_nodes_share_a_kafka_key_store_and_a_forget_on_one_shreds_on_both(tmp_path, kafka_bootstrap):
     import time
 
-    from memfold.engine.sealing import is_shredded
+    from memfold.core.sealing import is_shredded
 
     topic = f"memfold.forget.{uuid.uuid4().hex[:8]}"
     a_dir, b_dir, secret, kept = tmp_path / "a", tmp_path / "b", _plant(), _plant()
@@ -253,8 +253,8 @@ def test_two_nodes_share_a_kafka_key_store_and_a_forget_on_one_shreds_on_both(tm
 
 
 def test_a_node_that_folds_another_process_s_forget_empties_its_text_caches(tmp_path):
-    from memfold.engine.events import ConversationDeleted, ConversationDeletedPayload, utcnow
-    from memfold.engine.ids import new_event_id
+    from memfold.core.events import ConversationDeleted, ConversationDeletedPayload, utcnow
+    from memfold.core.ids import new_event_id
 
     secret = _plant()
     with _engine(tmp_path / "data") as engine:

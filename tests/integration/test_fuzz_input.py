@@ -18,11 +18,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from memfold.cli.ingest import ingest_file, line_event_ids
+from memfold.core.errors import ValidationError
+from memfold.core.settings import Settings
+from memfold.core.validation import MESSAGE_KEYS
 from memfold.engine.engine import MemoryEngine
-from memfold.engine.errors import ValidationError
-from memfold.engine.ingest import ingest_file, line_event_ids
-from memfold.engine.settings import Settings
-from memfold.engine.validation import MESSAGE_KEYS
 
 EXAMPLES = int(os.environ.get("MEMFOLD_FUZZ_EXAMPLES", "40"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import random
 
+from memfold.core.settings import Settings
 from memfold.engine.engine import MemoryEngine
-from memfold.engine.settings import Settings
 
 
 def test_every_tail_answer_equals_the_store_answer(tmp_path):
@@ -33,7 +33,7 @@ def test_every_tail_answer_equals_the_store_answer(tmp_path):
 
 
 def test_a_deleted_conversation_leaves_the_tail(tmp_path):
-    from memfold.engine.events import ConversationDeleted, utcnow
+    from memfold.core.events import ConversationDeleted, utcnow
 
     with MemoryEngine(Settings.load(None, data_dir=tmp_path / "d")) as engine:
         for i in range(5):

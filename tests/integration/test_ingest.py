@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from support.client_engine import stored  # the `engine` fixture comes from the same module (tests/conftest.py)
 
+from memfold.cli.ingest import ingest_file, line_key
+from memfold.core.errors import AppendFailedError, EventConflictError, InputFileError, ValidationError
+from memfold.core.settings import Settings
 from memfold.engine.engine import MemoryEngine
-from memfold.engine.errors import AppendFailedError, EventConflictError, InputFileError, ValidationError
-from memfold.engine.ingest import ingest_file, line_key
-from memfold.engine.settings import Settings
 
 
 def msg(content: str, conversation: str = "c1", **extra) -> str:

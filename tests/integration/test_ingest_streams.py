@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from memfold.core.settings import Settings
 from memfold.engine.engine import MemoryEngine
-from memfold.engine.settings import Settings
 
 MEMFOLD = str(Path(sys.executable).with_name("memfold"))
 
@@ -88,8 +88,8 @@ MEASURE = """
 import json, resource, sys
 from pathlib import Path
 from memfold.engine.engine import MemoryEngine
-from memfold.engine.ingest import ingest_file
-from memfold.engine.settings import Settings
+from memfold.cli.ingest import ingest_file
+from memfold.core.settings import Settings
 
 settings = Settings.load(None, data_dir=Path(sys.argv[1]), max_message_chars=100)
 with MemoryEngine(settings, role="client") as engine:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from memfold.engine.errors import LogUnavailableError
+from memfold.core.errors import LogUnavailableError
 from memfold.streams.kafka_index import OffsetIndex
 
 

@@ -17,10 +17,10 @@ from fixtures.kafka_broker import LOCAL_BROKER, LocalBroker, free_port
 from kafka import KafkaAdminClient, KafkaProducer
 from kafka.admin import ConfigResource, ConfigResourceType
 
-from memfold.engine.errors import AppendFailedError, ConfigError, LogUnavailableError, ValidationError
-from memfold.engine.events import Event, MessageAppended, MessagePayload
-from memfold.engine.partitioner import partition_for
-from memfold.engine.positions import Position
+from memfold.core.errors import AppendFailedError, ConfigError, LogUnavailableError, ValidationError
+from memfold.core.events import Event, MessageAppended, MessagePayload
+from memfold.core.partitioner import partition_for
+from memfold.core.positions import Position
 from memfold.streams.kafka_log import KafkaEventLog
 
 pytestmark = pytest.mark.kafka
@@ -201,7 +201,7 @@ APPENDER = textwrap.dedent(
     """
     import sys
     from datetime import datetime, timezone
-    from memfold.engine.events import MessageAppended, MessagePayload
+    from memfold.core.events import MessageAppended, MessagePayload
     from memfold.streams.kafka_log import KafkaEventLog
 
     bootstrap, topic, name, count = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
@@ -352,7 +352,7 @@ def _produce_without_headers(bootstrap: str, topic: str, event: Event, partition
 
 
 def test_scan_drops_duplicates_and_decodes_a_record_without_its_type_header(make_log, kafka_bootstrap):
-    from memfold.engine.events import SettingsChanged, SettingsChangedPayload
+    from memfold.core.events import SettingsChanged, SettingsChangedPayload
 
     log = make_log(partitions=1)
     change = SettingsChanged(event_id="set-1", tenant_id="_memfold", conversation_id="settings",

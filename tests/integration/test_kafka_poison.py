@@ -8,9 +8,9 @@ from datetime import UTC, datetime
 import pytest
 from kafka import KafkaProducer
 
-from memfold.engine.events import MessageAppended, MessagePayload
-from memfold.engine.partitioner import partition_for
-from memfold.engine.unreadable import UnreadableRecord
+from memfold.core.events import MessageAppended, MessagePayload
+from memfold.core.partitioner import partition_for
+from memfold.core.unreadable import UnreadableRecord
 from memfold.streams.kafka_log import KafkaEventLog
 
 pytestmark = pytest.mark.kafka

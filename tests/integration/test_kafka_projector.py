@@ -16,9 +16,9 @@ import pytest
 from fixtures.kafka_broker import LocalBroker
 from support.worker_kit import SAMPLE, Topic, WorkerProcess, projection, settings_for
 
-from memfold.engine.errors import AppendFailedError, LogUnavailableError
-from memfold.engine.events import MessageAppended, MessagePayload
-from memfold.engine.settings import POLICY_NAMES
+from memfold.core.errors import AppendFailedError, LogUnavailableError
+from memfold.core.events import MessageAppended, MessagePayload
+from memfold.core.settings import POLICY_NAMES
 from memfold.projections.store import DuckDBProjectionStore
 from memfold.streams.kafka_log import KafkaEventLog
 

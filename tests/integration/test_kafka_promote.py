@@ -14,10 +14,10 @@ import uuid
 
 import pytest
 
+from memfold.core.errors import ConfigError
+from memfold.core.settings import Settings
 from memfold.engine.engine import MemoryEngine
-from memfold.engine.errors import ConfigError
-from memfold.engine.settings import Settings
-from memfold.streams.kafka_worker import PartitionWorker
+from memfold.engine.kafka_worker import PartitionWorker
 from memfold.streams.ownership import StaticPartitions
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]

@@ -13,8 +13,8 @@ import pytest
 from kafka import KafkaConsumer, TopicPartition
 from support.talk import talk
 
+from memfold.core.settings import Settings
 from memfold.engine.engine import MemoryEngine
-from memfold.engine.settings import Settings
 from memfold.projections.store import DuckDBProjectionStore
 
 pytestmark = pytest.mark.kafka

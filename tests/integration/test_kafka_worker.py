@@ -30,10 +30,10 @@ from support.worker_kit import (
     settings_for,
 )
 
+from memfold.core.events import MessageAppended
+from memfold.core.settings import Settings
 from memfold.engine.engine import MemoryEngine
-from memfold.engine.events import MessageAppended
-from memfold.engine.settings import Settings
-from memfold.streams.kafka_worker import PartitionWorker
+from memfold.engine.kafka_worker import PartitionWorker
 from memfold.streams.ownership import StaticPartitions
 
 pytestmark = pytest.mark.kafka

@@ -13,7 +13,7 @@ import uuid
 import pytest
 from support.waiting import wait_until
 
-from memfold.engine.keystore import KEY_RECHECK_S, SQLiteKeyStore
+from memfold.streams.keystore import KEY_RECHECK_S, SQLiteKeyStore
 
 SCOPE = "acme/support-4711"
 

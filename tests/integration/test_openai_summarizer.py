@@ -11,16 +11,16 @@ from datetime import UTC, datetime
 import pytest
 from fixtures.openai_server import hang, model_says, rate_limited, reset, server_error
 
-from memfold.engine.errors import (
+from memfold.core.errors import (
     EmbedderError,
     MemfoldError,
     SummarizerError,
     SummarizerOutputError,
     SummarizerTimeoutError,
 )
-from memfold.engine.events import Fact, ToolCall
-from memfold.engine.ports import MessageRecord, SummaryInput
-from memfold.engine.settings import EmbedderSettings, Settings, SummarizerSettings
+from memfold.core.events import Fact, ToolCall
+from memfold.core.ports import MessageRecord, SummaryInput
+from memfold.core.settings import EmbedderSettings, Settings, SummarizerSettings
 from memfold.projections.embedders import OpenAIEmbedder
 from memfold.projections.openai_summarizer import FACTS_SCHEMA, OpenAISummarizer, backoff_delay
 from memfold.projections.prompts import prompt_hash
@@ -101,7 +101,7 @@ def test_a_prompt_over_max_input_tokens_leaves_out_its_oldest_messages(openai_se
     out = make(openai_server, max_input_tokens=3_000).summarize(request)
     assert out.text
     user = openai_server.requests[-1].body["messages"][-1]["content"]
-    from memfold.engine.tokens import counter
+    from memfold.core.tokens import counter
 
     assert counter().count(user) <= 3_000 and "## Previous summary:\nKey facts:\n- x: 1" in user
     assert "[205][assistant]: turn 199" in user and "[6][user]: turn 0:" not in user  # newest kept, oldest left out
@@ -126,7 +126,7 @@ def test_usage_from_the_server_is_recorded(openai_server):
 def test_narrative_is_cut_to_the_token_cap(openai_server):
     openai_server.script(model_says(json.dumps({"facts": [], "narrative": "word " * 300})))
     out = make(openai_server).summarize(facts_request(token_cap=20))
-    from memfold.engine.tokens import counter
+    from memfold.core.tokens import counter
 
     assert 0 < counter().count(out.text) <= 20
 

@@ -33,12 +33,12 @@ def test_wheel_contains_only_memfold_packages_and_runs(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     top = {n.split("/")[0] for n in names}
     assert top == {"memfold", f"{wheel.name.split('-')[0]}-{wheel.name.split('-')[1]}.dist-info"}
-    for package in ("engine", "projections", "projections/policies", "streams", "service", "client", "adapters"):
+    for package in ("core", "cli", "engine", "projections", "projections/policies", "streams", "service", "client", "adapters"):
         assert f"memfold/{package}/__init__.py" in names
-    assert "memfold/engine/data/sample.jsonl" in names
-    assert "memfold/engine/data/sample.truth.json" in names  # `memfold demo` scores recall against it
+    assert "memfold/cli/data/sample.jsonl" in names
+    assert "memfold/cli/data/sample.truth.json" in names  # `memfold demo` scores recall against it
     assert "memfold/service/static/ui.html" in names
-    assert not any(n.startswith("memfold/__init__") for n in names)  # memfold is a namespace, nothing generic
+    assert "memfold/__init__.py" in names  # `from memfold import MemoryEngine, Client`
     assert "console_scripts" in zipfile.ZipFile(wheel).read(
         next(n for n in names if n.endswith("entry_points.txt"))
     ).decode()
@@ -51,7 +51,7 @@ def test_wheel_contains_only_memfold_packages_and_runs(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(target)}
     out = subprocess.run(
         [sys.executable, "-c",
-         "import memfold.engine.cli as c, memfold.streams.sqlite_log, memfold.projections.policies.topics;"
+         "import memfold.cli.main as c, memfold.streams.sqlite_log, memfold.projections.policies.topics;"
          "import memfold.client, memfold.service.app;"
          "print(c.__file__)"],
         check=True, capture_output=True, text=True, env=env, cwd=tmp_path,

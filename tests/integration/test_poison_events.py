@@ -13,11 +13,11 @@ import sqlite3
 
 import pytest
 
+from memfold.cli.ingest import ingest_file
+from memfold.core.partitioner import partition_for
+from memfold.core.settings import Settings
+from memfold.core.unreadable import UnreadableRecord
 from memfold.engine.engine import MemoryEngine
-from memfold.engine.ingest import ingest_file
-from memfold.engine.partitioner import partition_for
-from memfold.engine.settings import Settings
-from memfold.engine.unreadable import UnreadableRecord
 
 BAD_BODIES = {
     # What an older version stored before tool calls were validated: an id that is a number.

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from memfold.engine.events import MessageAppended, MessagePayload
+from memfold.core.events import MessageAppended, MessagePayload
 from memfold.projections.store import DuckDBProjectionStore
 from memfold.streams.logs import open_log
 
@@ -110,9 +110,9 @@ def test_kill_at_random_moments_then_restart_gives_the_same_projection(reference
 
 
 def test_redelivered_records_change_nothing(reference, tmp_path):
+    from memfold.core.settings import POLICY_NAMES, Settings
+    from memfold.core.tokens import counter
     from memfold.engine.engine import fold_contexts
-    from memfold.engine.settings import POLICY_NAMES, Settings
-    from memfold.engine.tokens import counter
     from memfold.projections.projector import Projector
 
     pristine, expected = reference

@@ -9,8 +9,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from fixtures.openai_server import chat_messages_error
 
+from memfold.core.settings import Settings
 from memfold.engine.engine import MemoryEngine
-from memfold.engine.settings import Settings
 
 T0 = datetime(2024, 3, 1, 9, tzinfo=UTC)
 CITIES = ["Paris", "Rome", "Lisbon", "Oslo", "Vienna", "Prague", "Dublin", "Madrid"]

@@ -5,15 +5,15 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from memfold.core.events import MessageAppended
+from memfold.core.settings import POLICY_NAMES, Settings
 from memfold.engine.engine import MemoryEngine
-from memfold.engine.events import MessageAppended
-from memfold.engine.settings import POLICY_NAMES, Settings
 
-SAMPLE = Path(__file__).resolve().parents[2] / "engine" / "data" / "sample.jsonl"
+SAMPLE = Path(__file__).resolve().parents[2] / "cli" / "data" / "sample.jsonl"
 
 
 def _ingest_sample(engine: MemoryEngine) -> None:
-    from memfold.engine.ingest import ingest_file
+    from memfold.cli.ingest import ingest_file
 
     report = ingest_file(engine, SAMPLE, progress=False)
     assert report.accepted > 600 and not report.rejected

@@ -7,11 +7,11 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from memfold.engine.cli import main
+from memfold.cli.main import main
+from memfold.core.errors import UnknownConversationError, ValidationError
+from memfold.core.settings import Settings
 from memfold.engine.engine import MemoryEngine
-from memfold.engine.errors import UnknownConversationError, ValidationError
 from memfold.engine.replay_diff import Question, diff, load_questions
-from memfold.engine.settings import Settings
 from memfold.projections.store import DuckDBProjectionStore
 
 T0 = datetime(2026, 6, 1, 9, 0, tzinfo=UTC)

@@ -11,10 +11,10 @@ import pytest
 from support.talk import talk
 from support.worker_kit import projection
 
-from memfold.engine.cli import main
+from memfold.cli.main import main
+from memfold.core.errors import ConfigError, UnknownReplayError, ValidationError
+from memfold.core.settings import Settings
 from memfold.engine.engine import MemoryEngine
-from memfold.engine.errors import ConfigError, UnknownReplayError, ValidationError
-from memfold.engine.settings import Settings
 from memfold.projections.store import DuckDBProjectionStore
 
 SETTINGS = {"policy": "hierarchical", "policies": ("hierarchical",),
@@ -214,9 +214,9 @@ def test_promote_after_the_log_grew_still_equals_a_fresh_rebuild(live, tmp_path)
 
 def test_summary_inputs_from_folded_messages_equal_inputs_read_from_the_store(tmp_path):
     """A replay builds summary inputs from what it folded (FoldedSource): they must equal the store's, cache keys too."""
+    from memfold.engine.worker import FoldedSource, build_input
     from memfold.projections.projector import Projector
     from memfold.projections.summary_cache import cache_key
-    from memfold.streams.worker import FoldedSource, build_input
 
     engine = MemoryEngine(Settings.load(None, data_dir=tmp_path / "d", **SETTINGS))
     try:

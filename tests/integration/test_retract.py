@@ -6,9 +6,9 @@ import itertools
 
 import pytest
 
+from memfold.core.errors import AlreadyRetractedError, UnknownMessageError, ValidationError
+from memfold.core.settings import Settings
 from memfold.engine.engine import MemoryEngine
-from memfold.engine.errors import AlreadyRetractedError, UnknownMessageError, ValidationError
-from memfold.engine.settings import Settings
 
 SETTINGS = {"policy": "hierarchical", "policies": ("hierarchical",),
             "hierarchical": {"trigger_message_count": 6, "recent_message_count": 2, "resummarize_every": 3}}

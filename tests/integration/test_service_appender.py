@@ -10,9 +10,9 @@ import threading
 
 import pytest
 
+from memfold.core.errors import EventConflictError
+from memfold.core.settings import Settings
 from memfold.engine.engine import MemoryEngine
-from memfold.engine.errors import EventConflictError
-from memfold.engine.settings import Settings
 from memfold.service.appender import GroupAppender
 
 pytestmark = pytest.mark.timeout(60)

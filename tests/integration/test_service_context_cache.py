@@ -64,8 +64,8 @@ def test_cached_context_follows_appends_retractions_and_forget(service):
 
 
 def test_the_cache_knows_a_conversation_exists_until_the_projector_commits_its_deletion(tmp_path):
+    from memfold.core.settings import Settings
     from memfold.engine.engine import MemoryEngine
-    from memfold.engine.settings import Settings
     from memfold.service.context_cache import ContextCache
 
     with MemoryEngine(Settings.load(None, data_dir=tmp_path / "d")) as engine:
@@ -90,8 +90,8 @@ def test_the_cache_knows_a_conversation_exists_until_the_projector_commits_its_d
 
 
 def test_an_answer_outlives_appends_to_other_conversations_of_its_partition(service):
-    from memfold.engine.events import conversation_key
-    from memfold.engine.partitioner import partition_for
+    from memfold.core.events import conversation_key
+    from memfold.core.partitioner import partition_for
 
     def partition(conversation: str) -> int:
         return partition_for(conversation_key("cache-part", conversation), 8)

@@ -179,7 +179,7 @@ def test_what_callers_see_of_messages_summaries_and_counts(service):
             rows = http.get("/v1/conversations/views-1/summaries").json()["summaries"]
             return [s for s in rows if s["status"] == "completed"]
 
-        from memfold.engine.audit_page import render
+        from memfold.cli.audit_page import render
 
         page = render(http.get("/v1/conversations/views-1/audit").json())
         row = re.search(r"<tr><td class='num'>3</td>.*?</tr>", page).group(0)
@@ -218,7 +218,7 @@ def test_forgotten_conversations_refuse_appends_and_forget_again(service):
 
 
 def test_stored_event_ids_of_caller_ids_are_keyed(service):
-    from memfold.engine.ids import content_hash
+    from memfold.core.ids import content_hash
 
     key = service.key("seams-ids", "writer")
     with service.http(key) as http:

@@ -18,7 +18,7 @@ from openai.types.responses import ResponseInputParam
 from pydantic import ConfigDict, TypeAdapter
 
 from memfold.client import AsyncClient, Client, Context, Prompt
-from memfold.engine.errors import ValidationError
+from memfold.core.errors import ValidationError
 
 _STRICT = ConfigDict(extra="forbid")
 
@@ -306,7 +306,7 @@ def test_the_client_prompts_in_each_format_and_keeps_context_compact(service, wr
 
 
 def test_the_audit_page_shows_tool_calls_and_the_tools_name(service, writer, chat):
-    from memfold.engine.audit_page import render
+    from memfold.cli.audit_page import render
 
     with service.http(writer) as http:
         report = http.get(f"/v1/conversations/{chat}/audit").json()

@@ -13,9 +13,9 @@ from fixtures.shaped_conversation import INPUTS, RESPONSES, check_sdk_type
 from openai.types.chat import ChatCompletionMessage, ChatCompletionMessageParam
 from openai.types.responses import ResponseInputItemParam
 
+from memfold.core.errors import ValidationError
+from memfold.core.settings import Settings
 from memfold.engine.engine import MemoryEngine
-from memfold.engine.errors import ValidationError
-from memfold.engine.settings import Settings
 
 SDK_TYPES = {"openai": ChatCompletionMessageParam, "anthropic": MessageParam, "responses": ResponseInputItemParam}
 
@@ -31,7 +31,7 @@ def engine(tmp_path):
 
 def _essence(shaped) -> list:
     """Roles, texts, tool calls (arguments as JSON values) and pairing ids, read back through memfold's own input."""
-    from memfold.engine.shapes import messages_from
+    from memfold.core.shapes import messages_from
 
     items = shaped.messages if shaped.format != "compact" else [
         {k: v for k, v in m.items() if k not in ("kind", "tokens", "index", "occurred_at")} for m in shaped.messages]

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from memfold.core.settings import Settings
 from memfold.engine.engine import MemoryEngine
-from memfold.engine.settings import Settings
 from memfold.projections.policies.sliding_window import window_range
 
 N = 400

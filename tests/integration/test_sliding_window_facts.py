@@ -10,8 +10,8 @@ names them in a small context whose current message asks for none of them; with
 
 from __future__ import annotations
 
+from memfold.core.settings import Settings
 from memfold.engine.engine import MemoryEngine
-from memfold.engine.settings import Settings
 
 OPENING = [
     ("user", "Hi, I'm Dana Whitfield. My order ORD-58213 arrived with a cracked screen."),

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from memfold.engine.events import MessageAppended, MessagePayload
-from memfold.engine.positions import Position
+from memfold.core.events import MessageAppended, MessagePayload
+from memfold.core.positions import Position
 from memfold.streams.sqlite_log import SQLiteEventLog
 
 PARTITIONS = 4
@@ -26,7 +26,7 @@ _CHILD = textwrap.dedent(
     """
     import json, os, sys, time
     from datetime import datetime, timedelta, timezone
-    from memfold.engine.events import ClockTicked, ClockTickedPayload, MessageAppended, MessagePayload
+    from memfold.core.events import ClockTicked, ClockTickedPayload, MessageAppended, MessagePayload
     from memfold.streams.sqlite_log import SQLiteEventLog
 
     T0 = datetime(2026, 3, 1, tzinfo=timezone.utc)

@@ -8,15 +8,15 @@ from datetime import UTC, datetime
 
 import pytest
 
+from memfold.core.events import MessageAppended, MessagePayload
+from memfold.core.partitioner import partition_for
+from memfold.core.ports import SummaryInput, SummaryOutput
+from memfold.core.settings import Settings
 from memfold.engine.engine import fold_contexts
-from memfold.engine.events import MessageAppended, MessagePayload
-from memfold.engine.partitioner import partition_for
-from memfold.engine.ports import SummaryInput, SummaryOutput
-from memfold.engine.settings import Settings
+from memfold.engine.worker import SummarizerWorker
 from memfold.projections.fold import make_request
 from memfold.projections.store import DuckDBProjectionStore
 from memfold.streams.sqlite_log import SQLiteEventLog
-from memfold.streams.worker import SummarizerWorker
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

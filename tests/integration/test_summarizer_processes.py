@@ -11,17 +11,17 @@ from pathlib import Path
 
 import pytest
 
+from memfold.cli.ingest import ingest_file
+from memfold.core.errors import SummarizerError
+from memfold.core.events import SummaryRequested
+from memfold.core.settings import POLICY_NAMES, Settings
 from memfold.engine.engine import MemoryEngine
-from memfold.engine.errors import SummarizerError
-from memfold.engine.events import SummaryRequested
-from memfold.engine.ingest import ingest_file
-from memfold.engine.settings import POLICY_NAMES, Settings
+from memfold.engine.worker import build_input
 from memfold.projections.offline_summarizer import OfflineSummarizer
 from memfold.projections.summarizer_processes import ProcessSummarizer
 from memfold.service.fold_process import FOLD_NICE
-from memfold.streams.worker import build_input
 
-SAMPLE = Path(__file__).resolve().parents[2] / "engine" / "data" / "sample.jsonl"
+SAMPLE = Path(__file__).resolve().parents[2] / "cli" / "data" / "sample.jsonl"
 
 
 def _alive(pid: int) -> bool:

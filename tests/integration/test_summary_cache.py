@@ -10,9 +10,9 @@ import duckdb
 import pytest
 from fixtures.openai_server import server_error
 
-from memfold.engine.errors import SummarizerError
-from memfold.engine.ports import MessageRecord, SummaryInput
-from memfold.engine.settings import Settings, SummarizerSettings
+from memfold.core.errors import SummarizerError
+from memfold.core.ports import MessageRecord, SummaryInput
+from memfold.core.settings import Settings, SummarizerSettings
 from memfold.projections.offline_summarizer import OfflineSummarizer
 from memfold.projections.openai_summarizer import OpenAISummarizer
 from memfold.projections.summarizers import build_summarizer

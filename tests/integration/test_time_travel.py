@@ -6,11 +6,11 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from memfold.engine.cli import main
+from memfold.cli.main import main
+from memfold.core.errors import ValidationError
+from memfold.core.positions import Position
+from memfold.core.settings import Settings
 from memfold.engine.engine import MemoryEngine
-from memfold.engine.errors import ValidationError
-from memfold.engine.positions import Position
-from memfold.engine.settings import Settings
 
 T0 = datetime(2026, 5, 4, 8, 0, tzinfo=UTC)
 SETTINGS = {

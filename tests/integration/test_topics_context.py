@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from memfold.core.settings import Settings
 from memfold.engine.engine import MemoryEngine
-from memfold.engine.settings import Settings
 
 # Four unrelated topics (the local hash embedder keeps them apart), then a fifth question.
 TALK = [

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from support.client_engine import stored  # the `engine` fixture comes from the same module (tests/conftest.py)
 
-from memfold.engine.errors import ValidationError
-from memfold.engine.events import ToolCall
+from memfold.core.errors import ValidationError
+from memfold.core.events import ToolCall
 
 
 @pytest.mark.parametrize("call", [

@@ -6,9 +6,9 @@ import threading
 
 from support.talk import talk
 
-from memfold.engine.cli import main
+from memfold.cli.main import main
+from memfold.core.settings import Settings
 from memfold.engine.engine import MemoryEngine
-from memfold.engine.settings import Settings
 
 SETTINGS = {"policy": "hierarchical", "policies": ("hierarchical", "rolling"),
             "hierarchical": {"trigger_message_count": 6, "recent_message_count": 2, "resummarize_every": 3}}
@@ -73,7 +73,7 @@ def test_rebuild_swaps_in_a_projection_built_beside_and_reads_never_see_it_empty
 
 
 def test_a_difference_prints_each_row_cut_to_a_readable_width():
-    from memfold.streams.replay import DESCRIBE_WIDTH, Difference
+    from memfold.engine.replay import DESCRIBE_WIDTH, Difference
 
     state = ("default", "c1", "sliding_window", '{"memories": [' + ", ".join(['{"ordinal": 1}'] * 400) + "]}")
     text = Difference("policy_state", [state], [("default", "c1", "sliding_window", "{}")]).describe()
@@ -87,7 +87,7 @@ def test_a_difference_prints_each_row_cut_to_a_readable_width():
 def test_a_projection_folded_by_other_fold_rules_is_folded_again_and_a_read_refuses_it(tmp_path, caplog):
     import pytest
 
-    from memfold.engine.errors import ConfigError
+    from memfold.core.errors import ConfigError
     from memfold.projections.fold import FOLD_VERSION
 
     settings = Settings.load(None, data_dir=tmp_path / "d", **SETTINGS)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from memfold.core.settings import Settings
 from memfold.engine.engine import MemoryEngine
-from memfold.engine.settings import Settings
 
 
 @pytest.fixture()

@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from memfold.cli.ingest import line_key
+from memfold.core.settings import Settings
 from memfold.engine.engine import MemoryEngine
-from memfold.engine.ingest import line_key
-from memfold.engine.settings import Settings
 from memfold.projections.store import DuckDBProjectionStore
 
 CHILD = Path(__file__).resolve().parents[1] / "crash" / "ingest_child.py"

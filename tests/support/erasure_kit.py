@@ -93,9 +93,9 @@ def files_with(roots: list[Path], needles: dict[str, str]) -> dict[str, list[str
 
 def _forget(data: str, settings_file: str, conversation: str) -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from memfold.core.errors import MemfoldError
+    from memfold.core.settings import Settings
     from memfold.engine.engine import MemoryEngine
-    from memfold.engine.errors import MemfoldError
-    from memfold.engine.settings import Settings
 
     overrides = json.loads(Path(settings_file).read_text())
     with MemoryEngine(Settings.load(None, data_dir=Path(data), **overrides)) as engine:

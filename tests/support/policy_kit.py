@@ -13,10 +13,10 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from memfold.engine.events import Event, SummaryRequested, ToolCall
-from memfold.engine.ids import content_hash
-from memfold.engine.ports import FoldContext, MessageRecord
-from memfold.engine.tokens import counter
+from memfold.core.events import Event, SummaryRequested, ToolCall
+from memfold.core.ids import content_hash
+from memfold.core.ports import FoldContext, MessageRecord
+from memfold.core.tokens import counter
 from memfold.projections import fold
 
 COUNT = counter()

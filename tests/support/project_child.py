@@ -12,13 +12,13 @@ import os
 import signal
 import sys
 
+from memfold.core.settings import POLICY_NAMES, Settings
+from memfold.core.tokens import counter
 from memfold.engine.engine import fold_contexts
-from memfold.engine.settings import POLICY_NAMES, Settings
-from memfold.engine.tokens import counter
+from memfold.engine.runner import Runner
 from memfold.projections.projector import Projector
 from memfold.projections.store import DuckDBProjectionStore
 from memfold.streams.logs import open_log
-from memfold.streams.runner import Runner
 
 
 class CrashingStore(DuckDBProjectionStore):

@@ -24,13 +24,13 @@ import duckdb
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from kafka.errors import KafkaError
 
+from memfold.core.events import Event, MessageAppended, MessagePayload, SummaryRequested, ToolCall
+from memfold.core.settings import POLICY_NAMES, Settings
 from memfold.engine.engine import MemoryEngine
-from memfold.engine.events import Event, MessageAppended, MessagePayload, SummaryRequested, ToolCall
-from memfold.engine.settings import POLICY_NAMES, Settings
 from memfold.streams.kafka_log import KafkaEventLog
 
 MEMFOLD = str(Path(sys.executable).with_name("memfold"))
-SAMPLE = Path(__file__).resolve().parents[2] / "engine" / "data" / "sample.jsonl"
+SAMPLE = Path(__file__).resolve().parents[2] / "cli" / "data" / "sample.jsonl"
 T0 = datetime(2026, 5, 1, 9, 0, tzinfo=UTC)
 WAIT_S = 120  # an upper bound for "the workers are idle" on a loaded machine; never reached when all is well
 # Columns that measure a run (durations), locate it in one log (offsets) or say how an answer was

@@ -7,9 +7,9 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memfold.engine.events import ToolCall
-from memfold.engine.ports import ContextPlan, MemoryMessage, MessageRecord
-from memfold.engine.tokens import counter
+from memfold.core.events import ToolCall
+from memfold.core.ports import ContextPlan, MemoryMessage, MessageRecord
+from memfold.core.tokens import counter
 from memfold.projections.context import assemble, take_last, tool_groups
 
 COUNT = counter().count

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from memfold.engine.errors import ConfigError
-from memfold.engine.settings import EmbedderSettings, Settings
+from memfold.core.errors import ConfigError
+from memfold.core.settings import EmbedderSettings, Settings
 from memfold.projections.embedders import (
     LocalHashEmbedder,
     SentenceTransformerEmbedder,

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memfold.engine import events as ev
-from memfold.engine.errors import EventDecodeError, UnknownEventTypeError, UpcastError
-from memfold.engine.events import (
+from memfold.core import events as ev
+from memfold.core.errors import EventDecodeError, UnknownEventTypeError, UpcastError
+from memfold.core.events import (
     EVENT_CLASSES,
     Event,
     MessageAppended,

@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memfold.engine.ports import MessageRecord
-from memfold.engine.tokens import counter
+from memfold.core.ports import MessageRecord
+from memfold.core.tokens import counter
 from memfold.projections.excerpt import LIGHT_WORDS, NOUN_WILL_AFTER, condense, excerpt
 
 COUNT = counter().count

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from memfold.engine.events import ToolCall
-from memfold.engine.ports import MessageRecord
-from memfold.engine.tokens import counter
+from memfold.core.events import ToolCall
+from memfold.core.ports import MessageRecord
+from memfold.core.tokens import counter
 from memfold.projections.excerpt import EXCERPT_OVER, excerpt
 
 COUNT = counter().count

@@ -12,9 +12,9 @@ from datetime import UTC, datetime
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memfold.engine.events import Fact, ToolCall
-from memfold.engine.ports import MessageRecord, SummaryInput
-from memfold.engine.tokens import counter
+from memfold.core.events import Fact, ToolCall
+from memfold.core.ports import MessageRecord, SummaryInput
+from memfold.core.tokens import counter
 from memfold.projections.fact_extraction import FactBook, extract_facts
 from memfold.projections.offline_summarizer import RULES_VERSION, OfflineSummarizer
 
@@ -1066,7 +1066,7 @@ def test_same_input_same_output_across_processes_and_hash_seeds():
     script = (
         "import json, sys; sys.path[:0] = [sys.argv[1]];"
         "from test_offline_summarizer import REFUND_CHAT, SUMMARIZER;"
-        "from memfold.engine.ports import SummaryInput;"
+        "from memfold.core.ports import SummaryInput;"
         "out = [SUMMARIZER.summarize(SummaryInput(policy='p', kind=k, messages=REFUND_CHAT, token_cap=200)) for k in ('facts', 'text')];"
         "print(json.dumps([[o.text, [f.model_dump(mode='json') for f in o.facts], o.prompt_hash] for o in out]))"
     )

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from memfold.engine import overrides as ov
-from memfold.engine.errors import ValidationError
-from memfold.engine.settings import Settings
+from memfold.core import overrides as ov
+from memfold.core.errors import ValidationError
+from memfold.core.settings import Settings
 
 
 def test_assignments_parse_json_values_and_keep_text():

@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 from kafka.partitioner.default import DefaultPartitioner
 from kafka.partitioner.default import murmur2 as kafka_python_murmur2
 
-from memfold.engine.events import conversation_key
-from memfold.engine.partitioner import murmur2, partition_for
+from memfold.core.events import conversation_key
+from memfold.core.partitioner import murmur2, partition_for
 
 # org.apache.kafka.common.utils.UtilsTest#testMurmur2
 KAFKA_KNOWN = [

@@ -19,9 +19,9 @@ from support.policy_kit import (
     scripted_reply,
 )
 
-from memfold.engine.events import ConversationDeleted, SummaryRequested, ToolCall
-from memfold.engine.ports import MessageRecord
-from memfold.engine.settings import ChunkedSettings
+from memfold.core.events import ConversationDeleted, SummaryRequested, ToolCall
+from memfold.core.ports import MessageRecord
+from memfold.core.settings import ChunkedSettings
 from memfold.projections import fold
 from memfold.projections.policies import state_codec
 from memfold.projections.policies.chunked import SUMMARY_HEADER, ChunkedPolicy, ChunkedState

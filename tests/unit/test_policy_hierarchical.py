@@ -21,8 +21,8 @@ from support.policy_kit import (
     scripted_reply,
 )
 
-from memfold.engine.errors import ConfigError
-from memfold.engine.events import (
+from memfold.core.errors import ConfigError
+from memfold.core.events import (
     ClockTicked,
     ClockTickedPayload,
     ConversationDeleted,
@@ -32,8 +32,8 @@ from memfold.engine.events import (
     SummaryRequested,
     ToolCall,
 )
-from memfold.engine.ports import FoldContext, MessageRecord
-from memfold.engine.settings import HierarchicalSettings, RollingSettings
+from memfold.core.ports import FoldContext, MessageRecord
+from memfold.core.settings import HierarchicalSettings, RollingSettings
 from memfold.projections import fold
 from memfold.projections.policies import state_codec
 from memfold.projections.policies.hierarchical import HierarchicalPolicy, HierarchicalState

@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 from support.policy_kit import Messages, fold_context
 
+from memfold.core.ports import ContextPlan, SummaryInput
+from memfold.core.settings import POLICY_SETTINGS
 from memfold.engine.engine import load_policy, log_budget_decisions
-from memfold.engine.ports import ContextPlan, SummaryInput
-from memfold.engine.settings import POLICY_SETTINGS
+from memfold.engine.worker import answer
 from memfold.projections import fold, policies
 from memfold.projections.embedders import LocalHashEmbedder
 from memfold.projections.offline_summarizer import OfflineSummarizer
-from memfold.streams.worker import answer
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 msg = Messages(T0, lambda i, role: f"{role} {i}: the invoice #{1000 + i} is due on March {i % 28 + 1} " + "word " * 60)

@@ -20,9 +20,9 @@ from support.policy_kit import (
     scripted_reply,
 )
 
-from memfold.engine.events import ConversationDeleted, Fact, SummaryRequested, ToolCall
-from memfold.engine.ports import MessageRecord
-from memfold.engine.settings import RollingSettings
+from memfold.core.events import ConversationDeleted, Fact, SummaryRequested, ToolCall
+from memfold.core.ports import MessageRecord
+from memfold.core.settings import RollingSettings
 from memfold.projections import fold
 from memfold.projections.policies import state_codec
 from memfold.projections.policies.rolling import RollingPolicy, RollingState

@@ -10,7 +10,7 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 from support.policy_kit import FoldDriver, context_builder, id_step, record, requests_of, scripted_reply
 
-from memfold.engine.events import (
+from memfold.core.events import (
     ClockTicked,
     ClockTickedPayload,
     ConversationDeleted,
@@ -18,8 +18,8 @@ from memfold.engine.events import (
     SummaryRequested,
     ToolCall,
 )
-from memfold.engine.ports import MessageRecord
-from memfold.engine.settings import SlidingWindowSettings
+from memfold.core.ports import MessageRecord
+from memfold.core.settings import SlidingWindowSettings
 from memfold.projections import fold
 from memfold.projections.policies import sliding_window as sw
 from memfold.projections.policies import state_codec

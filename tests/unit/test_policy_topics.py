@@ -14,8 +14,8 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 from support.policy_kit import FoldDriver, fold_context, id_step, record, requests_of, scripted_reply
 
-from memfold.engine.errors import ConfigError
-from memfold.engine.events import (
+from memfold.core.errors import ConfigError
+from memfold.core.events import (
     ClockTicked,
     ClockTickedPayload,
     ConversationDeleted,
@@ -26,9 +26,9 @@ from memfold.engine.events import (
     TopicCompacted,
     TopicEvicted,
 )
-from memfold.engine.ports import FoldContext, MessageRecord
-from memfold.engine.settings import TopicsSettings
-from memfold.engine.tokens import MESSAGE_OVERHEAD
+from memfold.core.ports import FoldContext, MessageRecord
+from memfold.core.settings import TopicsSettings
+from memfold.core.tokens import MESSAGE_OVERHEAD
 from memfold.projections import fold
 from memfold.projections.policies import state_codec
 from memfold.projections.policies import topics as tp

@@ -5,8 +5,8 @@ from __future__ import annotations
 import hashlib
 from datetime import UTC, datetime
 
-from memfold.engine.events import Fact, ToolCall
-from memfold.engine.ports import MessageRecord, SummaryInput
+from memfold.core.events import Fact, ToolCall
+from memfold.core.ports import MessageRecord, SummaryInput
 from memfold.projections import prompts
 from memfold.projections.prompts import (
     group_turns,

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memfold.engine.events import Fact
-from memfold.engine.ports import MessageRecord
+from memfold.core.events import Fact
+from memfold.core.ports import MessageRecord
 from memfold.projections import fact_extraction
 from memfold.projections.fact_extraction import FactBook, read_message
 

@@ -8,9 +8,9 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memfold.engine.events import ToolCall
-from memfold.engine.ports import ContextPlan, MemoryMessage, MessageRecord
-from memfold.engine.tokens import MESSAGE_OVERHEAD, counter
+from memfold.core.events import ToolCall
+from memfold.core.ports import ContextPlan, MemoryMessage, MessageRecord
+from memfold.core.tokens import MESSAGE_OVERHEAD, counter
 from memfold.projections import retrieval
 from memfold.projections.context import LEAD_SHARES, assemble, cap_digests, date_prefix, fit_memory
 from memfold.projections.excerpt import EXCERPT_TOKENS
@@ -603,7 +603,7 @@ def test_a_topics_key_facts_share_the_digests_cap_and_go_last_the_asked_one_kept
 
 def test_a_memory_message_trimmed_to_its_header_is_dropped_whole():
     """topics at a small budget: "Earlier topics of this conversation:" over no topic says nothing."""
-    from memfold.engine.ports import ContextMessage
+    from memfold.core.ports import ContextMessage
 
     def message(text: str, kind: str) -> ContextMessage:
         return ContextMessage("system", text, kind, COUNT(text) + MESSAGE_OVERHEAD)
@@ -620,7 +620,7 @@ def test_a_memory_message_trimmed_to_its_header_is_dropped_whole():
 
 def test_a_digest_trimmed_from_its_end_keeps_no_heading_over_nothing():
     """A window summary cut to its first lines: "Messages:" and a date line with their statements gone go too."""
-    from memfold.engine.ports import ContextMessage
+    from memfold.core.ports import ContextMessage
 
     text = ("[Previous context: Key facts:\n- order_id: #18066 (msg 221)\n- refund_amount: 293.45 EUR (msg 221)\n"
             "Summary: The user (Mira Adeyemi) has a problem with order #18066.\nMessages:\n[2025-02-04]\n"

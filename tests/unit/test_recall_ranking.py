@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from memfold.engine.ports import MessageRecord
+from memfold.core.ports import MessageRecord
 from memfold.projections import retrieval
 from memfold.projections.retrieval import USER_BOOST, SearchIndex, asks
 

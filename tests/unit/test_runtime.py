@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from memfold.engine.runtime import GC_THRESHOLDS, SERVICE_SWITCH_INTERVAL, tune_gc, tune_switch_interval
+from memfold.core.runtime import GC_THRESHOLDS, SERVICE_SWITCH_INTERVAL, tune_gc, tune_switch_interval
 
 
 @pytest.fixture

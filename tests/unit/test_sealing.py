@@ -6,8 +6,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from memfold.engine.errors import ConversationForgottenError, EventDecodeError, KeyStoreError
-from memfold.engine.events import (
+from memfold.core.errors import ConversationForgottenError, EventDecodeError, KeyStoreError
+from memfold.core.events import (
     PRIVATE_FIELDS,
     Fact,
     MessageAppended,
@@ -23,8 +23,8 @@ from memfold.engine.events import (
     TopicAssignedPayload,
     decode,
 )
-from memfold.engine.keystore import SQLiteKeyStore
-from memfold.engine.sealing import Sealer, is_shredded
+from memfold.core.sealing import Sealer, is_shredded
+from memfold.streams.keystore import SQLiteKeyStore
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -128,8 +128,8 @@ def test_content_sealed_in_the_first_form_still_reads(sealer):
 
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-    from memfold.engine.events import EncryptedContent
-    from memfold.engine.sealing import ALGORITHM, _aad
+    from memfold.core.events import EncryptedContent
+    from memfold.core.sealing import ALGORITHM, _aad
 
     message, summary = _message("a", "first form"), _summary("a")
     key_id, key = sealer.keys.active_keys(["default/a"])["default/a"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from datetime import UTC, datetime, timedelta
 
-from memfold.engine.ports import MessageRecord
+from memfold.core.ports import MessageRecord
 from memfold.projections import retrieval
 from memfold.projections.retrieval import SearchIndex
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import logging
 from datetime import UTC, datetime
 
-from memfold.engine import overrides as ov
-from memfold.engine.events import MessageAppended, MessagePayload, SettingsChanged, SettingsChangedPayload
-from memfold.engine.settings import Settings
+from memfold.core import overrides as ov
+from memfold.core.events import MessageAppended, MessagePayload, SettingsChanged, SettingsChangedPayload
+from memfold.core.settings import Settings
 from memfold.engine.settings_follow import (
     SETTINGS_CONVERSATION,
     SETTINGS_TENANT,

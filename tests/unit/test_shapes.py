@@ -8,10 +8,10 @@ import pytest
 from fixtures.shaped_conversation import ANTHROPIC, INPUTS, OPENAI, RESPONSES
 from openai.types.chat import ChatCompletionMessage
 
-from memfold.engine.errors import ValidationError
-from memfold.engine.ports import ContextMessage
-from memfold.engine.shapes import FORMATS, canonical_openai, messages_from, shaped
-from memfold.engine.validation import validate_message
+from memfold.core.errors import ValidationError
+from memfold.core.ports import ContextMessage
+from memfold.core.shapes import FORMATS, canonical_openai, messages_from, shaped
+from memfold.core.validation import validate_message
 
 CONV = {"conversation_id": "c1"}
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from memfold.engine.ports import MessageRecord
-from memfold.engine.tokens import MESSAGE_OVERHEAD, TokenCounter
+from memfold.core.ports import MessageRecord
+from memfold.core.tokens import MESSAGE_OVERHEAD, TokenCounter
 from memfold.projections.salience import statements_of
 
 

@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memfold.engine.events import Fact, ToolCall
-from memfold.engine.ports import MessageRecord, SummaryInput
+from memfold.core.events import Fact, ToolCall
+from memfold.core.ports import MessageRecord, SummaryInput
 from memfold.projections.summary_cache import cache_key, key_material
 
 T = datetime(2025, 3, 1, 9, 30, tzinfo=UTC)
@@ -77,7 +77,7 @@ def _reference_plain(value):
 
 
 def _reference_material(request: SummaryInput) -> bytes:
-    from memfold.engine.ids import canonical_json
+    from memfold.core.ids import canonical_json
 
     content = _reference_plain(request)
     if not request.keep_facts:

@@ -9,7 +9,7 @@ import pytest
 from support.benchmarks import BENCH
 from support.benchmarks import load as _load
 
-from memfold.engine.events import ROLES, MessagePayload
+from memfold.core.events import ROLES, MessagePayload
 
 synth = _load("synth")
 DOMAINS = tuple(synth.domains.DOMAINS)
@@ -210,8 +210,8 @@ def test_score_maps_keys():
 
 
 def test_bundled_sample_matches_its_generator(tmp_path):
-    """engine/data/sample.jsonl is exactly what the command in engine/data/README.md writes."""
-    data = BENCH.parent / "engine" / "data"
+    """cli/data/sample.jsonl is exactly what the command in cli/data/README.md writes."""
+    data = BENCH.parent / "cli" / "data"
     assert synth.main(["--preset", "sample", "--seed", "4711", "--out", str(tmp_path / "sample.jsonl")]) == 0
     assert (tmp_path / "sample.jsonl").read_bytes() == (data / "sample.jsonl").read_bytes()
     assert (tmp_path / "sample.truth.json").read_bytes() == (data / "sample.truth.json").read_bytes()

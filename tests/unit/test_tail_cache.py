@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from memfold.engine.ports import MessageRecord
+from memfold.core.ports import MessageRecord
 from memfold.projections.tail import TailCache
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import dataclasses
 from datetime import UTC, datetime
 
-from memfold.engine.events import Fact
-from memfold.engine.ports import MessageRecord, SummaryInput
+from memfold.core.events import Fact
+from memfold.core.ports import MessageRecord, SummaryInput
 from memfold.projections.openai_summarizer import text_facts
 from memfold.projections.prompts import parse_key_facts
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memfold.engine.tokens import TokenCounter
+from memfold.core.tokens import TokenCounter
 
 TOKENS = TokenCounter()
 # Pieces that meet at a line break in tiktoken's split pattern: letters, digits, contractions,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from memfold.engine.errors import TokenizerUnavailableError
-from memfold.engine.tokens import TokenCounter, load_encoding
+from memfold.core.errors import TokenizerUnavailableError
+from memfold.core.tokens import TokenCounter, load_encoding
 
 
 def test_cl100k_base_is_loaded_by_the_first_count_not_by_the_counter():

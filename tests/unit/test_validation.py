@@ -7,8 +7,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from memfold.engine.errors import EmptyContentError, MessageTooLargeError, UnknownRoleError, ValidationError
-from memfold.engine.validation import MAX_DEPTH, validate_message
+from memfold.core.errors import EmptyContentError, MessageTooLargeError, UnknownRoleError, ValidationError
+from memfold.core.validation import MAX_DEPTH, validate_message
 
 
 def check(message, **kw):
@@ -145,7 +145,7 @@ def test_the_token_count_is_recorded_at_append_when_the_encoding_is_named() -> N
 
 
 def test_a_tool_call_instance_meets_the_same_checks_as_an_object():
-    from memfold.engine.events import ToolCall
+    from memfold.core.events import ToolCall
 
     built = ToolCall.model_construct(id=5, name="f", arguments="{}")  # no validation at all
     with pytest.raises(ValidationError) as info:
@@ -162,7 +162,7 @@ def test_a_tool_call_instance_meets_the_same_checks_as_an_object():
 
 
 def test_a_conversation_id_may_hold_a_slash_but_not_the_segment_the_http_api_reads_as_a_message():
-    from memfold.engine.validation import validate_message
+    from memfold.core.validation import validate_message
 
     ok = validate_message({"conversation_id": "team/alice", "role": "user", "content": "hi"}, max_chars=100,
                           max_tokens=100, count_tokens=len)

@@ -13,7 +13,7 @@ from functools import lru_cache
 from importlib.util import find_spec
 from typing import TYPE_CHECKING
 
-from .errors import TokenizerUnavailableError
+from memfold.core.errors import TokenizerUnavailableError
 
 if TYPE_CHECKING:
     import tiktoken

@@ -21,10 +21,10 @@ from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
-from memfold.engine.errors import MemfoldError, SummarizerError, SummarizerTimeoutError
-from memfold.engine.events import Event, Fact, SummaryRequested
-from memfold.engine.partitioner import partition_for
-from memfold.engine.ports import (
+from memfold.core.errors import MemfoldError, SummarizerError, SummarizerTimeoutError
+from memfold.core.events import Event, Fact, SummaryRequested
+from memfold.core.partitioner import partition_for
+from memfold.core.ports import (
     EventLog,
     MessageRecord,
     MessageSource,
@@ -33,7 +33,7 @@ from memfold.engine.ports import (
     SummaryInput,
     SummaryOutput,
 )
-from memfold.engine.settings import Settings
+from memfold.core.settings import Settings
 from memfold.projections.fold import failed, produced
 
 log = logging.getLogger("memfold.worker")
@@ -320,6 +320,11 @@ class SummarizerWorker:
         """True when nothing is queued or running."""
         with self._cond:
             return not self._queue and not self._busy
+
+    def use(self, inputs: Any, settings: Settings) -> None:
+        """Build later summary inputs from ``inputs`` (messages and base summaries) under ``settings``."""
+        self.messages = self.summaries = inputs
+        self.settings = settings
 
     def start(self) -> None:
         """Start the dispatcher thread (and the call pool when ``concurrency`` > 1)."""

@@ -1,6 +1,6 @@
 """The ``memfold`` commands about a conversation's memory over time: forget, reopen (and audit, time travel).
 
-Kept apart from :mod:`memfold.engine.cli` so the general commands stay small;
+Kept apart from :mod:`memfold.cli.main` so the general commands stay small;
 :func:`add_commands` registers the sub-parsers and ``COMMANDS`` maps them.
 """
 
@@ -35,12 +35,12 @@ def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
 
 
 def cmd_forget(args: argparse.Namespace) -> int:
-    from .cli import _engine
-    from .errors import ValidationError
+    from memfold.cli.main import _engine
+    from memfold.core.errors import ValidationError
 
     if not args.conversation.strip():
         raise ValidationError("conversation is required and must not be blank", field="conversation")
-    from .render import terminal_safe
+    from memfold.cli.render import terminal_safe
 
     with _engine(args, read_only=False) as engine:
         position = engine.forget(args.conversation, tenant_id=args.tenant, reason=args.reason)
@@ -51,8 +51,8 @@ def cmd_forget(args: argparse.Namespace) -> int:
 
 def cmd_reopen(args: argparse.Namespace) -> int:
     """Start a forgotten conversation again: appends to it are accepted from now on, under a new data key."""
-    from .cli import _engine
-    from .render import terminal_safe
+    from memfold.cli.main import _engine
+    from memfold.cli.render import terminal_safe
 
     with _engine(args, read_only=False) as engine:
         position = engine.reopen(args.conversation, tenant_id=args.tenant)
@@ -62,7 +62,7 @@ def cmd_reopen(args: argparse.Namespace) -> int:
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
-    from .cli import _catch_up, _engine
+    from memfold.cli.main import _catch_up, _engine
 
     with _engine(args) as engine:
         _catch_up(engine)
@@ -74,11 +74,11 @@ def show_audit(report: dict[str, Any], args: argparse.Namespace) -> int:
     """Write the audit page (``--html``), then print the report as JSON or as lines; return 0. Local and remote alike."""
     from pathlib import Path
 
-    from .cli import _print_json
-    from .render import terminal_safe
+    from memfold.cli.main import _print_json
+    from memfold.cli.render import terminal_safe
 
     if args.html:
-        from .audit_page import render
+        from memfold.cli.audit_page import render
 
         Path(args.html).write_text(render(report), encoding="utf-8")
     if args.json:
@@ -91,7 +91,7 @@ def show_audit(report: dict[str, Any], args: argparse.Namespace) -> int:
 
 
 def _print_audit(report: dict[str, Any]) -> None:
-    from .render import print_table, terminal_safe
+    from memfold.cli.render import print_table, terminal_safe
 
     def print(line: str) -> None:  # noqa: A001 - every line below shows stored values
         sys.stdout.write(terminal_safe(line) + "\n")
@@ -127,7 +127,7 @@ def _print_audit(report: dict[str, Any]) -> None:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     """Exit 0 when the live projection equals a replay with the live settings, 1 (each difference printed) if not."""
-    from .cli import _engine
+    from memfold.cli.main import _engine
 
     with _engine(args) as engine:
         diffs = engine.verify(args.conversation, tenant_id=args.tenant)
@@ -135,7 +135,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if not diffs:
         print(f"verified: the live projection of {scope} is exactly what the log folds to")
         return 0
-    from .render import terminal_safe
+    from memfold.cli.render import terminal_safe
 
     for d in diffs:
         print(terminal_safe(d.describe()))
@@ -147,8 +147,8 @@ def parse_as_of(text: str):
     """Return the :class:`Position` (``PARTITION:OFFSET``) or aware ``datetime`` (ISO-8601) ``text`` names."""
     from datetime import datetime
 
-    from .errors import ValidationError
-    from .positions import Position
+    from memfold.core.errors import ValidationError
+    from memfold.core.positions import Position
 
     part, sep, offset = text.partition(":")
     if sep and part.isdigit() and offset.isdigit():
@@ -166,9 +166,8 @@ def parse_as_of(text: str):
 
 def print_views(args: argparse.Namespace) -> int:
     """Print the documented SQL views (``memfold sql --views``): name, description, definition with --json."""
+    from memfold.cli.main import _print_json
     from memfold.projections.views import VIEWS
-
-    from .cli import _print_json
 
     if getattr(args, "json", False):
         _print_json([{"name": v.name, "description": v.doc, "sql": " ".join(v.sql.split())} for v in VIEWS])

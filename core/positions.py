@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .errors import ValidationError
-from .events import Event
+from memfold.core.errors import ValidationError
+from memfold.core.events import Event
 
 
 @dataclass(frozen=True, order=True, slots=True)

@@ -23,8 +23,8 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from .errors import ConfigError
-from .ids import content_hash
+from memfold.core.errors import ConfigError
+from memfold.core.ids import content_hash
 
 POLICY_NAMES = ("hierarchical", "chunked", "sliding_window", "rolling", "topics")
 

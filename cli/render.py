@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.text import Text
 
-    from .ports import ContextMessage
+    from memfold.core.ports import ContextMessage
 
 
 def make_console() -> Console:

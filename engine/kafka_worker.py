@@ -1,7 +1,7 @@
 """The distributed worker loop (``memfold worker``): the embedded pipeline over the partitions this worker owns.
 
 A worker is the same runner, projector, policies and summarizer pool as
-embedded mode, over the Kafka :class:`~memfold.engine.ports.EventLog`; the
+embedded mode, over the Kafka :class:`~memfold.core.ports.EventLog`; the
 only addition is :mod:`partition ownership <memfold.streams.ownership>`.
 The loop, in one thread:
 
@@ -24,11 +24,10 @@ import threading
 import time
 from typing import Any
 
-from memfold.engine.errors import MemfoldError
-
-from .ownership import PartitionOwnership
-from .runner import Runner
-from .worker import SummarizerWorker
+from memfold.core.errors import MemfoldError
+from memfold.engine.runner import Runner
+from memfold.engine.worker import SummarizerWorker
+from memfold.streams.ownership import PartitionOwnership
 
 log = logging.getLogger("memfold.worker")
 

@@ -41,11 +41,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from .errors import EventConflictError, InputFileError, MemfoldError, ValidationError
-from .events import MessageAppended, replaced, same_message
-from .positions import Position
-from .shapes import messages_from
-from .unreadable import UnreadableRecord
+from memfold.core.errors import EventConflictError, InputFileError, MemfoldError, ValidationError
+from memfold.core.events import MessageAppended, replaced, same_message
+from memfold.core.positions import Position
+from memfold.core.shapes import messages_from
+from memfold.core.unreadable import UnreadableRecord
 
 # A line longer than this is rejected without being parsed: content is
 # limited in characters (<= 4 bytes each), metadata and tool calls add at most this much.

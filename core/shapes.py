@@ -1,6 +1,6 @@
 """Message shapes users already have: OpenAI chat, Anthropic Messages, OpenAI Responses items, and memfold's compact form.
 
-One canonical form inside (the keys :mod:`memfold.engine.validation` takes:
+One canonical form inside (the keys :mod:`memfold.core.validation` takes:
 ``role``, ``content`` a string, ``name``, ``tool_calls`` as flat
 ``{"id", "name", "arguments"}``, ``tool_call_id``); this module converts to it
 (:func:`messages_from`, :func:`canonical_openai`) and from it
@@ -21,10 +21,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .errors import ValidationError
+from memfold.core.errors import ValidationError
 
 if TYPE_CHECKING:
-    from .ports import ContextMessage
+    from memfold.core.ports import ContextMessage
 
 FORMATS = ("openai", "anthropic", "responses", "compact")
 INPUT_FORMATS = FORMATS[:3]

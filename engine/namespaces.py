@@ -37,17 +37,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from memfold.engine.errors import ConfigError, UnknownReplayError, ValidationError
-from memfold.engine.events import Event, SummaryProduced, SummaryRequested
-from memfold.engine.ports import EventLog, FoldContext, Policy, Summarizer
-from memfold.engine.positions import LogRecord, Position
-from memfold.engine.settings import Settings
-from memfold.engine.tokens import TokenCounter
+from memfold.core.errors import ConfigError, UnknownReplayError, ValidationError
+from memfold.core.events import Event, SummaryProduced, SummaryRequested
+from memfold.core.ports import EventLog, FoldContext, Policy, Summarizer
+from memfold.core.positions import LogRecord, Position
+from memfold.core.settings import Settings
+from memfold.core.tokens import TokenCounter
+from memfold.engine.worker import FoldedSource, answer, answerers, build_input
 from memfold.projections.fold import FOLD_VERSION, failed
 from memfold.projections.projector import Projector
 from memfold.projections.store import DuckDBProjectionStore
-
-from .worker import FoldedSource, answer, answerers, build_input
 
 SIDE = 1 << 20  # the projection's partition number for side-log partition p is SIDE + p
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")

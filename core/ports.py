@@ -14,8 +14,8 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from pydantic import BaseModel
 
-from .events import Event, Fact, SummaryRequested, ToolCall
-from .positions import LogRecord, Position
+from memfold.core.events import Event, Fact, SummaryRequested, ToolCall
+from memfold.core.positions import LogRecord, Position
 
 # --------------------------------------------------------------------------- the log
 
@@ -39,7 +39,7 @@ class EventLog(Protocol):
         """Append ``events`` in order; return the position of each, in the same order.
 
         The log assigns ``seq`` (an event's own ``seq`` is ignored). On failure
-        raise :class:`~memfold.engine.errors.AppendFailedError` naming the
+        raise :class:`~memfold.core.errors.AppendFailedError` naming the
         events that were not stored; never report an unacknowledged event as stored.
         """
         ...
@@ -148,7 +148,7 @@ class ContextMessage:
         """Return the compact annotated form: role, content, kind, tokens (+ index, occurred_at, name, tool fields when set).
 
         Tool calls are the flat ``{"id", "name", "arguments"}`` alias; for a
-        model call use :meth:`as_openai` or :func:`memfold.engine.shapes.shaped`.
+        model call use :meth:`as_openai` or :func:`memfold.core.shapes.shaped`.
         """
         out: dict[str, Any] = {"role": self.role, "content": self.content, "kind": self.kind, "tokens": self.tokens}
         if self.index is not None:
@@ -277,6 +277,14 @@ class Summarizer(Protocol):
 
     def summarize(self, request: SummaryInput) -> SummaryOutput: ...
 
+    def drop_text_caches(self) -> None:
+        """Forget every conversation text kept for speed (erasure calls it); a no-op where none is kept."""
+        ...
+
+    def close(self) -> None:
+        """Release what the summarizer holds (worker processes, HTTP connections); idempotent."""
+        ...
+
 
 class Embedder(Protocol):
     """Maps texts to unit-length vectors of ``dimensions`` floats."""
@@ -311,7 +319,7 @@ class ProjectionStore(Protocol):
     def apply(self, changes: Any, positions: Mapping[int, int]) -> None:
         """Write the projector's row ``changes`` and advance ``positions`` (partition -> next offset) in ONE transaction.
 
-        On failure raise :class:`~memfold.engine.errors.ProjectionError` and
+        On failure raise :class:`~memfold.core.errors.ProjectionError` and
         leave the store exactly as before the call.
         """
         ...
@@ -350,6 +358,54 @@ class ProjectionStore(Protocol):
 
     def outcome(self, request_id: str) -> str | None:
         """Return the status of one summary request (as :meth:`outcomes`), or None when the request is unknown."""
+        ...
+
+    def close(self) -> None: ...
+
+
+KEY_BYTES = 32  # AES-256
+# How stale a process's cached keys may be for unsealing: a key another process destroyed stops
+# unsealing here within this time. Sealing always checks first.
+KEY_RECHECK_S = 0.1
+
+
+@runtime_checkable
+class KeyStore(Protocol):
+    """Where data keys live. Keys are never logged, exported or put in a projection."""
+
+    def active_keys(self, scopes: Sequence[str]) -> dict[str, tuple[str, bytes]]:
+        """Return ``{scope: (key_id, key)}`` to seal new content, creating keys (durably) for new scopes.
+
+        A forgotten scope (every key destroyed, not reopened since) is left
+        out of the answer: nothing new may be sealed in it, so the caller
+        refuses the content (or, for a late derived event, drops its text).
+        """
+        ...
+
+    def status(self, scope: str) -> str:
+        """Return ``"live"`` (a key to seal with), ``"forgotten"`` (keys destroyed, not reopened) or ``"unknown"``."""
+        ...
+
+    def reopen(self, scope: str) -> bool:
+        """Give a forgotten scope a new key (durably); return False when it was not forgotten (nothing done).
+
+        Content sealed before stays shredded; content sealed from now on is readable.
+        """
+        ...
+
+    def key(self, key_id: str) -> bytes | None:
+        """Return the key ``key_id`` names, or None once destroyed.
+
+        Raises :class:`KeyStoreError` for a key this store never held (a node
+        pointed at the wrong key store must not mistake content for erased).
+        """
+        ...
+
+    def destroy(self, scope: str) -> int:
+        """Destroy every key of ``scope`` durably; return how many were live. Idempotent.
+
+        The scope is forgotten from then on (see :meth:`active_keys`) until :meth:`reopen`.
+        """
         ...
 
     def close(self) -> None: ...

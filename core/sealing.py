@@ -1,6 +1,6 @@
 """Seal and unseal event content with per-conversation data keys (AES-256-GCM, ``cryptography``).
 
-What is sealed: every field of :data:`~memfold.engine.events.PRIVATE_FIELDS`,
+What is sealed: every field of :data:`~memfold.core.events.PRIVATE_FIELDS`,
 what a user supplied or a policy derived from it (a message's content, name,
 metadata, tool calls and their ids, embedding; a summary's text and facts; a
 topic's title; the reasons of retractions and failed summaries). The sealed
@@ -25,8 +25,8 @@ from collections.abc import Sequence
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from .errors import ConversationForgottenError, EventDecodeError
-from .events import (
+from memfold.core.errors import ConversationForgottenError, EventDecodeError
+from memfold.core.events import (
     EVENT_CLASSES,
     PRIVATE_FIELDS,
     EncryptedContent,
@@ -38,7 +38,7 @@ from .events import (
     replaced,
     unchecked,
 )
-from .keystore import KeyStore
+from memfold.core.ports import KeyStore
 
 ALGORITHM = "AES-256-GCM"
 NONCE_BYTES = 12

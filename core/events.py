@@ -9,7 +9,7 @@ moving a class cannot break an old log.
 Reading goes through :func:`decode`: an event written at an older
 ``schema_version`` is upcast (dict → dict, one version at a time) through the
 :class:`UpcasterRegistry`; a newer version or an unknown type raises a
-:class:`~memfold.engine.errors.EventDecodeError` subclass. Events are never
+:class:`~memfold.core.errors.EventDecodeError` subclass. Events are never
 silently dropped and stored events are never rewritten.
 """
 
@@ -24,8 +24,8 @@ import pydantic
 import pydantic_core
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
 
-from . import wire
-from .errors import EventDecodeError, UnknownEventTypeError, UpcastError, ValidationError
+from memfold.core import wire
+from memfold.core.errors import EventDecodeError, UnknownEventTypeError, UpcastError, ValidationError
 
 _M = TypeVar("_M", bound=BaseModel)
 ROLES = ("user", "assistant", "system", "tool")
@@ -281,7 +281,7 @@ class Event(_Frozen):
     def encode(self) -> str:
         """Return the canonical JSON text of this event (what the log stores).
 
-        Raises :class:`~memfold.engine.errors.ValidationError` naming the event
+        Raises :class:`~memfold.core.errors.ValidationError` naming the event
         when it cannot be JSON (a lone surrogate, NaN in metadata): events
         built through the validation boundary never do, events built by hand may.
         """

@@ -49,8 +49,10 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from . import cli_diff, cli_memory, cli_replay
-from .errors import (
+from memfold.cli import diff as cli_diff
+from memfold.cli import memory as cli_memory
+from memfold.cli import replay as cli_replay
+from memfold.core.errors import (
     ConfigError,
     ConversationForgottenError,
     ErasureIncompleteError,
@@ -59,7 +61,7 @@ from .errors import (
     ProjectionBusyError,
     ValidationError,
 )
-from .shapes import FORMATS, INPUT_FORMATS, shaped
+from memfold.core.shapes import FORMATS, INPUT_FORMATS, shaped
 
 
 class UsageError(Exception):
@@ -221,7 +223,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     Run as the ``memfold`` command (``argv`` None), a command that folds the
     whole log (:data:`_BULK`) tunes its process's garbage collector
-    (:func:`~memfold.engine.runtime.tune_gc`).
+    (:func:`~memfold.core.runtime.tune_gc`).
     """
     if argv is None:
         # Files this process creates (DuckDB's WAL, replay namespaces, exports) hold plaintext or keys:
@@ -231,13 +233,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = _parser().parse_args(argv)
         if argv is None and args.command in _BULK:
-            from .runtime import tune_gc
+            from memfold.core.runtime import tune_gc
 
             tune_gc()
         flag = "--url" if args.url else "MEMFOLD_URL"
         args.url = args.url or os.environ.get("MEMFOLD_URL") or None
         if args.url:
-            from .cli_remote import REMOTE, run_remote
+            from memfold.cli.remote import REMOTE, run_remote
 
             if args.command not in REMOTE:
                 raise UsageError(
@@ -276,7 +278,7 @@ def _one_line(text: str) -> str:
 
 
 def _fail(message: str, code: int) -> int:
-    from .render import terminal_safe
+    from memfold.cli.render import terminal_safe
 
     print(f"memfold: {terminal_safe(_one_line(message))}", file=sys.stderr)
     return code
@@ -286,7 +288,7 @@ def _fail(message: str, code: int) -> int:
 
 
 def _settings(args: argparse.Namespace, **extra: Any):
-    from .settings import Settings
+    from memfold.core.settings import Settings
 
     overrides: dict[str, Any] = {"data_dir": Path(args.data_dir), **extra}
     if args.log:
@@ -308,7 +310,8 @@ def _engine(args: argparse.Namespace, *, writing: bool = False, read_only: bool 
     """
     if read_only is None:
         read_only = not writing
-    from .engine import LOG_BINDING, MemoryEngine, _bind_log
+    from memfold.engine.builders import LOG_BINDING, bind_log
+    from memfold.engine.engine import MemoryEngine
 
     settings = _settings(args)
     kafka = (settings.log or "").startswith("kafka://")
@@ -320,7 +323,7 @@ def _engine(args: argparse.Namespace, *, writing: bool = False, read_only: bool 
             f"no memfold data in {settings.data_dir}: append or ingest first, or pass --data-dir "
             "(env MEMFOLD_DATA_DIR) for the data dir you mean"
         )
-    settings = _bind_log(settings)
+    settings = bind_log(settings)
     role = "embedded"
     if settings.log_url().startswith("kafka://"):
         role = "client" if writing else "projector"
@@ -329,7 +332,7 @@ def _engine(args: argparse.Namespace, *, writing: bool = False, read_only: bool 
 
 def _require_conversation(engine, conversation_id: str, tenant_id: str) -> None:
     """Raise a one-line error when the projection has no such conversation (a typo, another tenant)."""
-    from .errors import UnknownConversationError
+    from memfold.core.errors import UnknownConversationError
 
     if engine.store.conversation(tenant_id, conversation_id) is None:
         raise UnknownConversationError(
@@ -386,7 +389,7 @@ SHOWN_REJECTIONS = 20
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
-    from .ingest import check_readable, ingest_file
+    from memfold.cli.ingest import check_readable, ingest_file
 
     path = Path(args.file)
     check_readable(path)  # before the data dir is opened: a typo creates nothing
@@ -404,7 +407,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     finally:
         if errors is not None:
             errors.close()
-    from .render import terminal_safe
+    from memfold.cli.render import terminal_safe
 
     for rejection in report.rejected[:SHOWN_REJECTIONS]:
         print(f"memfold: line {rejection.line} rejected: {terminal_safe(_one_line(rejection.reason))}", file=sys.stderr)
@@ -462,7 +465,7 @@ def cmd_context(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(shaped(args.format, messages, conversation_id=args.conversation).as_dict())
     else:
-        from .render import print_context
+        from memfold.cli.render import print_context
 
         print_context(messages, title=f"context for {args.tenant}/{args.conversation}", budget=args.budget)
     return 0
@@ -486,7 +489,7 @@ def cmd_history(args: argparse.Namespace) -> int:
             ]
         )
     else:
-        from .render import history_line
+        from memfold.cli.render import history_line
 
         for m in history:
             print(history_line(m.index, m.role, m.content))
@@ -501,7 +504,7 @@ def cmd_summaries(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(rows)
     else:
-        from .render import print_summaries
+        from memfold.cli.render import print_summaries
 
         print_summaries(rows)
     return 0
@@ -517,7 +520,7 @@ def cmd_sql(args: argparse.Namespace) -> int:
     settings = _settings(args)
     path = settings.projection_path()
     if args.replay:
-        from memfold.streams.namespaces import Namespace, check_name, replays_dir
+        from memfold.engine.namespaces import Namespace, check_name, replays_dir
 
         space = Namespace.open(replays_dir(settings.data_dir) / check_name(args.replay))
         space.refuse_stale()
@@ -537,14 +540,14 @@ def cmd_sql(args: argparse.Namespace) -> int:
         w.writerow(columns)
         w.writerows([[_jsonable(v) for v in r] for r in rows])
     else:
-        from .render import print_table
+        from memfold.cli.render import print_table
 
         print_table(columns, rows)
     return 0
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
-    from .events import json_schemas
+    from memfold.core.events import json_schemas
 
     _print_json(json_schemas())
     return 0
@@ -565,9 +568,10 @@ def cmd_project(args: argparse.Namespace) -> int:
     import signal
     import threading
 
-    from .engine import MemoryEngine, _bind_log
+    from memfold.engine.builders import bind_log
+    from memfold.engine.engine import MemoryEngine
 
-    settings = _bind_log(_settings(args))
+    settings = bind_log(_settings(args))
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -598,11 +602,11 @@ def cmd_worker(args: argparse.Namespace) -> int:
     import logging.config
     import signal
 
-    from memfold.streams.kafka_worker import PartitionWorker, logging_config, peak_rss_mb
+    from memfold.engine.builders import bind_log
+    from memfold.engine.engine import MemoryEngine
+    from memfold.engine.kafka_worker import PartitionWorker, logging_config, peak_rss_mb
 
-    from .engine import MemoryEngine, _bind_log
-
-    settings = _bind_log(_settings(args))
+    settings = bind_log(_settings(args))
     if not settings.log_url().startswith("kafka://"):
         raise ValidationError("the worker runs on a Kafka log: pass --log kafka://HOST:PORT", field="log")
     fixed = _partition_list(args.partitions) if args.partitions else None
@@ -667,19 +671,18 @@ def _ownership(args: argparse.Namespace, settings, engine, fixed: list[int] | No
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from .demo import run_demo
+    from memfold.cli.demo import run_demo
 
     return run_demo(Path(args.data_dir), budget=args.budget, config=args.config)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    from memfold.engine.builders import bind_log
     from memfold.service.limits import Limits
     from memfold.service.server import serve
 
-    from .engine import _bind_log
-
     limits = Limits(max_body_bytes=args.max_body_bytes, max_batch=args.max_batch, rate=args.rate, burst=args.burst)
-    serve(_bind_log(_settings(args)), host=args.host, port=args.port, limits=limits, log_level=args.log_level,
+    serve(bind_log(_settings(args)), host=args.host, port=args.port, limits=limits, log_level=args.log_level,
           fold_process=not args.fold_in_process)
     return 0
 
@@ -702,7 +705,7 @@ def cmd_keys(args: argparse.Namespace) -> int:
             _print_json([{"key_id": k.key_id, "tenant_id": k.tenant_id, "role": k.role, "name": k.name,
                           "created_at": k.created_at, "revoked_at": k.revoked_at} for k in keys])
         else:
-            from .render import print_table
+            from memfold.cli.render import print_table
 
             print_table(["key_id", "tenant", "role", "name", "created", "revoked"],
                         [(k.key_id, k.tenant_id, k.role, k.name or "", k.created_at, k.revoked_at or "") for k in keys])

@@ -25,11 +25,11 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 
-from memfold.engine.errors import MemfoldError, ProjectionLagTimeout
-from memfold.engine.events import SummaryRequested
-from memfold.engine.partitioner import partition_for
-from memfold.engine.ports import EventLog, ProjectionStore
-from memfold.engine.positions import Position
+from memfold.core.errors import MemfoldError, ProjectionLagTimeout
+from memfold.core.events import SummaryRequested
+from memfold.core.partitioner import partition_for
+from memfold.core.ports import EventLog, ProjectionStore
+from memfold.core.positions import Position
 from memfold.projections.projector import Projector
 
 log = logging.getLogger("memfold.runner")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .positions import Position
+from memfold.core.positions import Position
 
 
 @dataclass(frozen=True)
@@ -12,7 +12,7 @@ class UnreadableRecord:
     """Stands *at* ``position`` for a stored record no event type decodes (older version, a bug, bytes written by hand).
 
     A log's ``read`` returns it as the ``event`` of that position's
-    :class:`~memfold.engine.positions.LogRecord`; it is no event (no event
+    :class:`~memfold.core.positions.LogRecord`; it is no event (no event
     type names it, nothing appends it) and folds nothing. The projector
     records it in the ``poison_events`` table and moves past it.
     ``tenant_id`` / ``conversation_id`` / ``event_id`` are what the log

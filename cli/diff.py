@@ -21,8 +21,8 @@ def add_commands(command: Callable[..., argparse.ArgumentParser], positive_int: 
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
-    from .cli import _engine, _print_json
-    from .replay_diff import load_questions
+    from memfold.cli.main import _engine, _print_json
+    from memfold.engine.replay_diff import load_questions
 
     questions = load_questions(args.questions) if args.questions else ()
     with _engine(args) as engine:
@@ -37,7 +37,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 def _print(result, *, facts: bool) -> None:
     """Print two rows per conversation (live, then the replay with its fact changes) and the totals."""
-    from .render import print_table
+    from memfold.cli.render import print_table
 
     def cells(label: str, versions: str, side: dict, delta: str) -> list:
         row = [label, versions, side["facts"], delta, side["context_tokens"]]

@@ -2,14 +2,14 @@
 
 Every check an input can fail is made here, before the message joins a
 batch, so that nothing later (encoding, the log's transaction, a fold) can
-fail on it. Each failure is a :class:`~memfold.engine.errors.ValidationError`
+fail on it. Each failure is a :class:`~memfold.core.errors.ValidationError`
 whose ``field`` names the offending key (``metadata.a.b``, ``tool_calls[1].id``)
 and whose ``line`` is the input line, when there is one.
 
 What is checked (README "What happens to bad input" lists the same):
 
 - shape: an OpenAI chat message, first made canonical by
-  :func:`memfold.engine.shapes.canonical_openai` (``tool_calls`` as
+  :func:`memfold.core.shapes.canonical_openai` (``tool_calls`` as
   ``{"id", "type": "function", "function": {...}}``, ``content`` as a list of
   text parts, the SDK's null ``refusal``/``audio``/... keys), then a JSON
   object whose keys are all in :data:`MESSAGE_KEYS`;
@@ -39,9 +39,9 @@ from typing import Any
 
 import pydantic
 
-from .errors import EmptyContentError, MessageTooLargeError, UnknownRoleError, ValidationError
-from .events import ROLES, MessageAppended, MessagePayload, ToolCall, utcnow
-from .shapes import canonical_openai
+from memfold.core.errors import EmptyContentError, MessageTooLargeError, UnknownRoleError, ValidationError
+from memfold.core.events import ROLES, MessageAppended, MessagePayload, ToolCall, utcnow
+from memfold.core.shapes import canonical_openai
 
 MESSAGE_KEYS = (
     "conversation_id", "role", "content", "tenant_id", "event_id", "model_variant", "metadata", "importance",
@@ -183,7 +183,7 @@ def _validate(message, max_chars, max_tokens, count_tokens, line, event_id, enco
 
 
 def _new_id() -> str:
-    from .ids import new_event_id
+    from memfold.core.ids import new_event_id
 
     return new_event_id()
 

@@ -2,7 +2,7 @@
 
 Every conversation (``tenant/conversation``, its *scope*) gets a random
 256-bit data key the first time content of it is written; message, summary
-and fact content in the log is sealed with it (:mod:`memfold.engine.sealing`).
+and fact content in the log is sealed with it (:mod:`memfold.core.sealing`).
 Forgetting a conversation destroys its keys, which makes that content
 unreadable everywhere the log was copied, without rewriting the immutable log.
 
@@ -21,58 +21,10 @@ import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Protocol, runtime_checkable
 
-from .errors import KeyStoreError
-from .sqlite_wal import enable_wal
-
-KEY_BYTES = 32  # AES-256
-# How stale a process's cached keys may be for unsealing: a key another process destroyed stops
-# unsealing here within this time. Sealing always checks first.
-KEY_RECHECK_S = 0.1
-
-
-@runtime_checkable
-class KeyStore(Protocol):
-    """Where data keys live. Keys are never logged, exported or put in a projection."""
-
-    def active_keys(self, scopes: Sequence[str]) -> dict[str, tuple[str, bytes]]:
-        """Return ``{scope: (key_id, key)}`` to seal new content, creating keys (durably) for new scopes.
-
-        A forgotten scope (every key destroyed, not reopened since) is left
-        out of the answer: nothing new may be sealed in it, so the caller
-        refuses the content (or, for a late derived event, drops its text).
-        """
-        ...
-
-    def status(self, scope: str) -> str:
-        """Return ``"live"`` (a key to seal with), ``"forgotten"`` (keys destroyed, not reopened) or ``"unknown"``."""
-        ...
-
-    def reopen(self, scope: str) -> bool:
-        """Give a forgotten scope a new key (durably); return False when it was not forgotten (nothing done).
-
-        Content sealed before stays shredded; content sealed from now on is readable.
-        """
-        ...
-
-    def key(self, key_id: str) -> bytes | None:
-        """Return the key ``key_id`` names, or None once destroyed.
-
-        Raises :class:`KeyStoreError` for a key this store never held (a node
-        pointed at the wrong key store must not mistake content for erased).
-        """
-        ...
-
-    def destroy(self, scope: str) -> int:
-        """Destroy every key of ``scope`` durably; return how many were live. Idempotent.
-
-        The scope is forgotten from then on (see :meth:`active_keys`) until :meth:`reopen`.
-        """
-        ...
-
-    def close(self) -> None: ...
-
+from memfold.core.errors import KeyStoreError
+from memfold.core.ports import KEY_BYTES, KEY_RECHECK_S, KeyStore
+from memfold.core.sqlite_wal import enable_wal
 
 _DDL = """CREATE TABLE IF NOT EXISTS data_keys (
     key_id TEXT PRIMARY KEY, scope TEXT NOT NULL, key BLOB,

@@ -2,7 +2,7 @@
 
 Nearly every event a projector reads is a message, and validating one with
 pydantic costs several times what msgspec needs to parse it into typed
-structs. :func:`memfold.engine.events.decode` tries these first and builds
+structs. :func:`memfold.core.events.decode` tries these first and builds
 the pydantic event from the result without validating it again; anything
 they reject (another type or version, a value outside a constraint, a
 form pydantic accepts in lax mode) takes the pydantic path, which decides.

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .errors import ValidationError
+from memfold.core.errors import ValidationError
 
 
 def run_remote(args: argparse.Namespace) -> int:
@@ -36,7 +36,7 @@ def run_remote(args: argparse.Namespace) -> int:
 
 
 def _usage(message: str) -> Exception:
-    from .cli import UsageError
+    from memfold.cli.main import UsageError
 
     return UsageError(message)
 
@@ -53,13 +53,13 @@ def _check_tenant(client, args: argparse.Namespace) -> None:
 
 
 def _print_json(value: Any) -> None:
-    from .cli import _print_json as print_json
+    from memfold.cli.main import _print_json as print_json
 
     print_json(value)
 
 
 def _say(line: str) -> None:
-    from .render import terminal_safe
+    from memfold.cli.render import terminal_safe
 
     print(terminal_safe(line))
 
@@ -81,9 +81,8 @@ def _context(client, args) -> int:
         _print_json(_context_document(client, args, query))
         return 0
     context = client.context(args.conversation, budget=args.budget, query=query, policy=args.policy, as_of=args.as_of)
-    from memfold.engine.ports import ContextMessage
-
-    from .render import print_context
+    from memfold.cli.render import print_context
+    from memfold.core.ports import ContextMessage
 
     messages = [ContextMessage(role=m.role, content=m.content, kind=m.kind, tokens=m.tokens) for m in context.messages]
     print_context(messages, title=f"context for {args.conversation} ({client.url})", budget=args.budget)
@@ -97,7 +96,7 @@ def _context_document(client, args, query: str | None) -> dict[str, Any]:
     format the service's shaped read (:meth:`Client.prompt`), so messages and
     annotations are the service's own, not converted here.
     """
-    from .shapes import Shaped
+    from memfold.core.shapes import Shaped
 
     fmt = getattr(args, "format", "openai")
     if fmt == "compact":
@@ -128,7 +127,7 @@ def _history(client, args) -> int:
     if args.json:
         _print_json([m.model_dump(mode="json") for m in messages])
     else:
-        from .render import history_line
+        from memfold.cli.render import history_line
 
         for m in messages:
             print(history_line(m.index, m.role, m.content))
@@ -140,7 +139,7 @@ def _summaries(client, args) -> int:
     if args.json:
         _print_json(rows)
     else:
-        from .render import print_summaries
+        from memfold.cli.render import print_summaries
 
         print_summaries(rows)
     return 0
@@ -148,7 +147,7 @@ def _summaries(client, args) -> int:
 
 def _sql(client, args) -> int:
     if args.views:  # the documented views are part of this memfold, not of the data
-        from .cli_memory import print_views
+        from memfold.cli.memory import print_views
 
         return print_views(args)
     if args.replay:
@@ -165,7 +164,7 @@ def _sql(client, args) -> int:
         w.writerow(result.columns)
         w.writerows(result.rows)
     else:
-        from .render import print_table
+        from memfold.cli.render import print_table
 
         print_table(result.columns, result.rows)
     return 0
@@ -173,8 +172,7 @@ def _sql(client, args) -> int:
 
 def _forget(client, args) -> int:
     from memfold.client import ApiError
-
-    from .errors import ErasureIncompleteError
+    from memfold.core.errors import ErasureIncompleteError
 
     if not args.conversation.strip():
         raise ValidationError("conversation is required and must not be blank", field="conversation")
@@ -197,7 +195,7 @@ def _reopen(client, args) -> int:
 
 
 def _audit(client, args) -> int:
-    from .cli_memory import show_audit
+    from memfold.cli.memory import show_audit
 
     return show_audit(client.audit(args.conversation), args)
 
@@ -215,7 +213,7 @@ def _verify(client, args) -> int:
 
 
 def _replay(client, args) -> int:
-    from .overrides import load_file, parse_assignments
+    from memfold.core.overrides import load_file, parse_assignments
 
     overrides = parse_assignments(args.assignments)
     if args.settings:
@@ -247,7 +245,7 @@ def _replays(client, args) -> int:
     if not rows:
         _say(f"no replays at {client.url}")
         return 0
-    from .render import print_table
+    from memfold.cli.render import print_table
 
     print_table(["name", "settings", "status", "job", "created"],
                 [(r["name"], r.get("settings_hash"), r.get("status"), (r.get("job") or {}).get("state"),
@@ -272,7 +270,7 @@ def _diff(client, args) -> int:
     """Print the service's diff as JSON (``--json`` or not: the table is drawn from the local result only)."""
     questions = None
     if args.questions:
-        from .replay_diff import load_questions
+        from memfold.engine.replay_diff import load_questions
 
         questions = [{"conversation_id": q.conversation_id, "question": q.question, "answer": q.answer}
                      for q in load_questions(args.questions)]
@@ -284,10 +282,10 @@ class _RemoteIngest:
     """One ``memfold --url ingest`` run: the lines of a JSONL file sent per conversation in batches.
 
     A line is converted from ``--format`` as embedded ingest converts it
-    (:func:`~memfold.engine.shapes.messages_from`; an ``anthropic`` line may
+    (:func:`~memfold.core.shapes.messages_from`; an ``anthropic`` line may
     hold several messages) and sent in the canonical form. A message's ``id``
     is its line's ``event_id`` when it gives one, else
-    :func:`~memfold.engine.ingest.line_key` of (source, bytes, occurrence),
+    :func:`~memfold.cli.ingest.line_key` of (source, bytes, occurrence),
     the k-th (k >= 1) message of a line that holds several the same plus
     ``#k``: the keys embedded ingest derives its event ids from, so a re-run
     (or a run after an embedded one) stores nothing twice. Ids the
@@ -335,7 +333,7 @@ class _RemoteIngest:
 
         Raises :class:`ValidationError` for a line ``--format`` cannot convert.
         """
-        from .shapes import messages_from
+        from memfold.core.shapes import messages_from
 
         # openai lines are sent as they are: the service makes them canonical (the flat alias included)
         out = [row] if self.format == "openai" else messages_from(self.format, [row])
@@ -436,9 +434,8 @@ class _RemoteIngest:
 
     def run(self, path: Path) -> None:
         """Read ``path`` and send every line; stop at the first bad line with ``--strict``."""
+        from memfold.cli.ingest import line_key
         from memfold.client import ServiceUnavailableError
-
-        from .ingest import line_key
 
         source = self.args.source or path.name
         seen: dict[bytes, int] = {}
@@ -464,9 +461,9 @@ class _RemoteIngest:
 
 def _ingest(client, args) -> int:
     """Ingest a JSONL file through the service; the report and exit codes are a local ingest's."""
-    from .cli import SHOWN_REJECTIONS, _one_line, refuse_errors_on_input
-    from .ingest import check_readable
-    from .render import terminal_safe
+    from memfold.cli.ingest import check_readable
+    from memfold.cli.main import SHOWN_REJECTIONS, _one_line, refuse_errors_on_input
+    from memfold.cli.render import terminal_safe
 
     path = Path(args.file)
     check_readable(path)

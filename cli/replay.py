@@ -1,6 +1,6 @@
 """The ``memfold`` commands for replay namespaces: replay, replays, drop, promote.
 
-Kept apart from :mod:`memfold.engine.cli`; :func:`add_commands` registers
+Kept apart from :mod:`memfold.cli.main`; :func:`add_commands` registers
 the sub-parsers and ``COMMANDS`` maps them. ``replay`` reads the global
 ``--policy`` as the replay's read policy (the live data dir is opened with
 its own settings).
@@ -15,7 +15,7 @@ from typing import Any
 
 
 def _positive_int(text: str) -> int:
-    from .cli import _positive_int as parse
+    from memfold.cli.main import _positive_int as parse
 
     return parse(text)
 
@@ -43,8 +43,8 @@ def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from .cli import _engine
-    from .overrides import load_file, parse_assignments
+    from memfold.cli.main import _engine
+    from memfold.core.overrides import load_file, parse_assignments
 
     overrides = parse_assignments(args.assignments)
     if args.settings:
@@ -60,7 +60,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if args.json:
         from dataclasses import asdict
 
-        from .cli import _print_json
+        from memfold.cli.main import _print_json
 
         _print_json({**{k: v for k, v in asdict(report).items() if k != "path"}, "path": str(report.path)})
         return 0
@@ -103,7 +103,7 @@ def _progress(enabled: bool) -> _Progress:
 
 
 def cmd_replays(args: argparse.Namespace) -> int:
-    from .cli import _engine, _print_json
+    from memfold.cli.main import _engine, _print_json
 
     with _engine(args) as engine:
         ends = engine.log.end_positions()
@@ -123,7 +123,7 @@ def cmd_replays(args: argparse.Namespace) -> int:
     if not rows:
         print("no replays (create one with `memfold replay --name NAME --set KEY=VALUE`)")
         return 0
-    from .render import print_table
+    from memfold.cli.render import print_table
 
     print_table(["name", "policy", "settings", "status", "position", "lag", "created"],
                 [(r["name"], r["policy"], r["settings_hash"], r["status"], r["position"], r["lag"], r["created_at"])
@@ -132,7 +132,7 @@ def cmd_replays(args: argparse.Namespace) -> int:
 
 
 def cmd_drop(args: argparse.Namespace) -> int:
-    from .cli import _engine
+    from memfold.cli.main import _engine
 
     with _engine(args) as engine:
         path = engine.drop_replay(args.name)
@@ -141,7 +141,7 @@ def cmd_drop(args: argparse.Namespace) -> int:
 
 
 def cmd_promote(args: argparse.Namespace) -> int:
-    from .cli import _engine
+    from memfold.cli.main import _engine
 
     with _engine(args, read_only=False) as engine:
         position = engine.promote(args.name)

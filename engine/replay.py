@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from memfold.engine.ports import EventLog, FoldContext, Policy
-from memfold.engine.tokens import TokenCounter
+from memfold.core.ports import EventLog, FoldContext, Policy
+from memfold.core.tokens import TokenCounter
 from memfold.projections.projector import Projector
 from memfold.projections.store import DuckDBProjectionStore
 

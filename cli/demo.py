@@ -11,8 +11,8 @@ from pathlib import Path
 from rich.rule import Rule
 from rich.table import Table
 
-from .errors import ConfigError
-from .render import make_console
+from memfold.cli.render import make_console
+from memfold.core.errors import ConfigError
 
 console = make_console()
 MARKER = ".memfold-demo"
@@ -21,7 +21,7 @@ DEMO_TENANT = "acme"
 
 
 def _sample() -> tuple[Path, dict]:
-    data = resources.files("memfold.engine") / "data"
+    data = resources.files("memfold.cli") / "data"
     sample = Path(str(data / "sample.jsonl"))
     truth_path = Path(str(data / "sample.truth.json"))
     truth = json.loads(truth_path.read_text()) if truth_path.is_file() else {}
@@ -59,12 +59,11 @@ def _present(value: str, messages) -> bool:
 
 def run_demo(data_dir: Path, *, budget: int = 600, config: str | None = None) -> int:
     """Run the demo in ``data_dir`` (default ``.memfold-demo``); return the exit code."""
+    from memfold.cli.ingest import ingest_file
+    from memfold.cli.render import print_context, print_table
+    from memfold.core.settings import POLICY_NAMES, Settings
+    from memfold.engine.engine import MemoryEngine
     from memfold.projections.context import take_last
-
-    from .engine import MemoryEngine
-    from .ingest import ingest_file
-    from .render import print_context, print_table
-    from .settings import POLICY_NAMES, Settings
 
     if data_dir == Path(".memfold"):
         data_dir = Path(".memfold-demo")

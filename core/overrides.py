@@ -18,9 +18,9 @@ from typing import Any
 
 import pydantic
 
-from .errors import InputFileError, ValidationError
-from .ids import content_hash
-from .settings import POLICY_NAMES, POLICY_SETTINGS, Settings
+from memfold.core.errors import InputFileError, ValidationError
+from memfold.core.ids import content_hash
+from memfold.core.settings import POLICY_NAMES, POLICY_SETTINGS, Settings
 
 TOP_KEYS = ("policy", "policies", "tenant_policies")
 
