@@ -8,6 +8,7 @@ composition root (``MemoryEngine``, the CLI) picks concrete ones.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, ClassVar, Protocol, runtime_checkable
@@ -270,6 +271,28 @@ class SummaryOutput:
         return not self.facts and not self.text.strip()
 
 
+@runtime_checkable
+class PolicyTables(Protocol):
+    """A policy that keeps rows of tables of its own (memories, topics) beside its state.
+
+    ``holds_topics``: its summaries hold one topic's facts each (the projector
+    tracks which); ``retractions`` of its state are what the user took back.
+    """
+
+    holds_topics: ClassVar[bool]
+
+    def rows(self, state: Any) -> dict[str, list[dict[str, Any]]]: ...
+
+
+@runtime_checkable
+class KeepsAppended(Protocol):
+    """A log that can hand the events this process appended to its next read, undecoded (the SQLite log)."""
+
+    def keep_appended(self, limit: int) -> None:
+        """Keep up to ``limit`` of the events appended from now on for the next read (0: none)."""
+        ...
+
+
 class Summarizer(Protocol):
     """Turns a :class:`SummaryInput` into a :class:`SummaryOutput`, or raises a ``SummarizerError``."""
 
@@ -277,12 +300,31 @@ class Summarizer(Protocol):
 
     def summarize(self, request: SummaryInput) -> SummaryOutput: ...
 
+    def identity(self, request: SummaryInput) -> tuple[str, str]:
+        """Return ``(model, prompt hash)`` this summarizer answers ``request`` with, before calling it (cache key)."""
+        ...
+
     def drop_text_caches(self) -> None:
         """Forget every conversation text kept for speed (erasure calls it); a no-op where none is kept."""
         ...
 
     def close(self) -> None:
         """Release what the summarizer holds (worker processes, HTTP connections); idempotent."""
+        ...
+
+
+@runtime_checkable
+class CachedSummarizer(Protocol):
+    """A summarizer with a cache in front: every hit of a batch in one query, new entries in one transaction."""
+
+    name: str
+
+    def lookup(self, inputs: Sequence[SummaryInput]) -> list[tuple[str, SummaryOutput | None]]:
+        """Return ``(cache key, cached output or None)`` for each input, in order."""
+        ...
+
+    def batched(self) -> AbstractContextManager[None]:
+        """Within the block, new cache entries are written in one transaction at its end."""
         ...
 
 

@@ -124,6 +124,8 @@ class MemoryEngine:
         self._parts = parts
         self._folds = parts.folds
         self._follower, self._following = parts.follower, None
+        self._batch_listeners = [self._on_erasure, *builders.dense_listeners(self.dense)]
+        self._switch_listeners: list[Callable[[Any], None]] = []
         self.switching = threading.RLock()  # held while the settings change (promote, following the log)
         self._rebuilding = False  # a rebuild's beside file is in use: not a leftover
         self._embedder = None
@@ -132,6 +134,15 @@ class MemoryEngine:
         self._read_contexts: dict[tuple[str, str], FoldContext] = {}
         self._last_plan: tuple[Any, FoldContext, ContextPlan] | None = None  # see _read_plan
         self._closed = False
+
+    def add_batch_listener(self, listener: Callable[[Any], None]) -> None:
+        """Call ``listener`` with the changes of every batch the projection commits, under any settings to come."""
+        self._batch_listeners.append(listener)
+        self.projector.listeners.append(listener)
+
+    def add_switch_listener(self, listener: Callable[[Any], None]) -> None:
+        """Call ``listener`` with the new projector after each settings switch (promote, adopt, rebuild)."""
+        self._switch_listeners.append(listener)
 
     @property
     def policies(self) -> dict[str, tuple[Policy, FoldContext]]:
@@ -650,6 +661,52 @@ class MemoryEngine:
         _check_search(kinds, limit)
         return self.projector.search.rank((tenant_id, conversation_id), query, kinds=kinds, policy=policy, limit=limit)
 
+    def conversation(self, conversation_id: str, *, tenant_id: str = "default") -> dict[str, Any] | None:
+        """Return the conversation's projection row (counts, times, ``deleted``), or None if never written."""
+        _check_reading(conversation_id, tenant_id)
+        return self.store.conversation(tenant_id, conversation_id)
+
+    def conversations(self, *, tenant_id: str = "default", limit: int = 100, offset: int = 0) -> list[dict[str, Any]]:
+        """Return a page of the tenant's live conversations, most recently active first."""
+        return self.store.conversation_page(tenant_id, limit, offset)
+
+    def conversation_ids(self, *, tenant_id: str = "default", after: str = "", limit: int = 100) -> list[str]:
+        """Return up to ``limit`` ids of the tenant's live conversations after ``after``, in id order (a search's pages)."""
+        return self.store.conversation_ids_after(tenant_id, after, limit)
+
+    def messages(self, conversation_id: str, *, tenant_id: str = "default", start: int = 0,
+                 limit: int | None = None) -> list[MessageRecord]:
+        """Return the conversation's stored messages from index ``start``, at most ``limit``, oldest first."""
+        _check_reading(conversation_id, tenant_id)
+        return self.store.messages(tenant_id, conversation_id, start, None if limit is None else start + limit - 1)
+
+    def search_messages(self, conversation_id: str, query: str, *, tenant_id: str = "default",
+                        limit: int = 10) -> list[tuple[float, MessageRecord]]:
+        """Return ``(score, message)`` for the conversation's messages best matching ``query`` (BM25), best first."""
+        key = (tenant_id, conversation_id)
+        ranked = self.projector.search.rank(key, query, limit=limit)
+        found = {m.index: m for m in self.projector.search.messages_at(key, sorted(h.idx for h in ranked))}
+        return [(h.score, found[h.idx]) for h in ranked if h.idx in found]
+
+    def tenant_sql(self, tenant_id: str, query: str, limit: int,
+                   timeout_s: float = 10.0) -> tuple[list[str], list[list[Any]], bool]:
+        """Run one read-only ``query`` over ``tenant_id``'s tables only; return (columns, rows, truncated).
+
+        What ``POST /v1/sql`` runs for a tenant's admin key: see
+        :func:`memfold.projections.tenant_sql.run_tenant_sql`.
+        """
+        from memfold.projections.tenant_sql import run_tenant_sql
+
+        return run_tenant_sql(self.store, tenant_id, query, limit, timeout_s)
+
+    def progress(self) -> tuple[dict[int, int], dict[int, int]]:
+        """Return the log's end positions and the projection's, per partition (their gap is the projection's lag)."""
+        return self.log.end_positions(), self.store.position()
+
+    def summary_counts(self) -> dict[str, tuple[int, float]]:
+        """Return ``{status: (summary requests, total latency ms)}`` of the projection."""
+        return self.store.summary_status_counts()
+
     def history(self, conversation_id: str, *, tenant_id: str = "default") -> list[MessageRecord]:
         """Return every message of a conversation as stored, oldest first."""
         _check_reading(conversation_id, tenant_id)
@@ -1021,14 +1078,15 @@ class MemoryEngine:
         batch on. Readers in flight finish with the old fold contexts (every
         policy name stays resolvable).
         """
-        folds = builders.build_folds(settings, self.store, self.counter,
-                                     [self._on_erasure, *builders.dense_listeners(self.dense)])
+        folds = builders.build_folds(settings, self.store, self.counter, self._batch_listeners)
         self._folds = folds
         self.runner.projector = folds.projector
         self.worker.use(folds.inputs, folds.settings)
         self.settings = settings
         # Every row may have changed: caches keyed by partition progress (the service's) drop what they hold.
-        self.runner.on_committed(self.store.position())
+        self.runner.committed(self.store.position())
+        for listener in self._switch_listeners:
+            listener(folds.projector)
 
     def _fold_beside(self, name: str, store=None):
         """Fold the log up to its end into ``store`` (a fresh beside file if None)."""

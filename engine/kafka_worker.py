@@ -72,15 +72,7 @@ class PartitionWorker:
         self.idle_poll = idle_poll
         self._stop = threading.Event()
         self._uncommitted: dict[int, int] = {}
-        # Chain, never replace: a hook installed earlier (the service's context
-        # cache) must still see every commit.
-        previous = runner.on_committed
-
-        def committed(positions: dict[int, int]) -> None:
-            previous(positions)
-            self._note(positions)
-
-        runner.on_committed = committed
+        runner.add_commit_listener(self._note)
 
     def stop(self) -> None:
         """Ask the loop to end after the step in progress (safe from a signal handler)."""

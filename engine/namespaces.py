@@ -26,7 +26,6 @@ projection.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -43,7 +42,7 @@ from memfold.core.ports import EventLog, FoldContext, Policy, Summarizer
 from memfold.core.positions import LogRecord, Position
 from memfold.core.settings import Settings
 from memfold.core.tokens import TokenCounter
-from memfold.engine.worker import FoldedSource, answer, answerers, build_input
+from memfold.engine.worker import FoldedSource, answer, answerers, batched, build_input
 from memfold.projections.fold import FOLD_VERSION, failed
 from memfold.projections.projector import Projector
 from memfold.projections.store import DuckDBProjectionStore
@@ -325,14 +324,13 @@ class ReplayFold:
         newest: dict[tuple[str, str, str, str | None], SummaryRequested] = {}
         for r in requests:
             newest[_lane(r)] = r
-        name = getattr(self.summarizer, "name", "")
+        name = self.summarizer.name
         winners = [r for r in requests if newest[_lane(r)] is r]
         inputs = [build_input(r, self.inputs, self.inputs, self.settings) for r in winners]
         by = dict(zip((r.event_id for r in winners), answerers(self.summarizer, inputs)))  # cache hits in one query
         given = dict(zip((r.event_id for r in winners), inputs))
         outcomes: list[Event] = []
-        batched = getattr(self.summarizer, "batched", None)  # new cache entries in one transaction
-        with batched() if batched is not None else contextlib.nullcontext():
+        with batched(self.summarizer):  # new cache entries in one transaction
             for r in requests:
                 winner = newest[_lane(r)]
                 if winner is not r:

@@ -73,7 +73,8 @@ class Runner:
     ``emit_requests`` False makes a read replica: decided requests are folded
     but never appended (the worker owning the partition appends them).
     ``on_requests`` receives open requests of owned, caught-up partitions;
-    ``on_committed`` the positions (partition -> next offset) of each commit.
+    ``on_committed`` the positions (partition -> next offset) of each commit,
+    as does every listener added with :meth:`add_commit_listener`.
     """
 
     def __init__(
@@ -93,7 +94,7 @@ class Runner:
         self.store = store
         self.projector = projector
         self.on_requests = on_requests
-        self.on_committed = on_committed
+        self._commit_listeners: list[Callable[[dict[int, int]], None]] = [on_committed]
         self.batch_size = batch_size
         self.poll_interval = poll_interval
         self.emit_requests = emit_requests
@@ -111,6 +112,15 @@ class Runner:
         self.last_error: BaseException | None = None
         self._seen: dict[str, SummaryRequested] = {}
         self.folded = 0
+
+    def add_commit_listener(self, listener: Callable[[dict[int, int]], None]) -> None:
+        """Call ``listener`` with the positions of every later commit (after the ones added before it)."""
+        self._commit_listeners.append(listener)
+
+    def committed(self, positions: dict[int, int]) -> None:
+        """Tell every commit listener that the store now holds ``positions``."""
+        for listener in self._commit_listeners:
+            listener(positions)
 
     # ----------------------------------------------------------------- ownership
 
@@ -202,7 +212,7 @@ class Runner:
                 for r in records:
                     if isinstance(r.event, SummaryRequested):
                         self._seen[r.event.event_id] = r.event
-            self.on_committed(positions)
+            self.committed(positions)
         finally:
             with self._progress:
                 self._committing_from = None

@@ -25,6 +25,7 @@ from memfold.core.errors import MemfoldError, SummarizerError, SummarizerTimeout
 from memfold.core.events import Event, Fact, SummaryRequested
 from memfold.core.partitioner import partition_for
 from memfold.core.ports import (
+    CachedSummarizer,
     EventLog,
     MessageRecord,
     MessageSource,
@@ -171,14 +172,14 @@ def answer(request: SummaryRequested, summary_input: SummaryInput, summarizer: S
         return failed(
             request, reason=str(exc) or type(exc).__name__, error_type=type(exc).__name__,
             retryable=isinstance(exc, SummarizerTimeoutError) or exc.retry_after is not None,
-            summarizer=getattr(summarizer, "name", ""), latency_ms=latency,
+            summarizer=summarizer.name, latency_ms=latency,
         )
     except Exception as exc:  # a bug in an adapter must cost one summary, not the worker
         latency = int((time.perf_counter() - started) * 1000)
         log.exception("summarizer crashed on request %s", request.event_id)
         return failed(
             request, reason=f"summarizer crashed: {exc!r}", error_type=type(exc).__name__,
-            summarizer=getattr(summarizer, "name", ""), latency_ms=latency,
+            summarizer=summarizer.name, latency_ms=latency,
         )
     latency = int((time.perf_counter() - started) * 1000)
     # Policies do not log (a replay would repeat it); a summarization is logged here, where it runs.
@@ -193,7 +194,7 @@ def answer(request: SummaryRequested, summary_input: SummaryInput, summarizer: S
                "tokens_in": out.tokens_in, "tokens_out": out.tokens_out, "cached": out.cached},
     )
     return produced(
-        request, text=out.text, facts=tuple(out.facts), summarizer=getattr(summarizer, "name", "unknown"),
+        request, text=out.text, facts=tuple(out.facts), summarizer=summarizer.name,
         model=out.model, prompt_hash=out.prompt_hash, tokens_in=out.tokens_in, tokens_out=out.tokens_out,
         latency_ms=0 if out.cached else latency, cached=out.cached,
     )
@@ -224,10 +225,15 @@ class _Missed:
 
 def answerers(summarizer: Summarizer, inputs: list[SummaryInput]) -> list[Summarizer]:
     """Return who answers each input: with the summary cache, every hit read in one query; else ``summarizer``."""
-    lookup = getattr(summarizer, "lookup", None)
-    if lookup is None:
+    if not isinstance(summarizer, CachedSummarizer):
         return [summarizer] * len(inputs)
-    return [_Missed(summarizer, key) if hit is None else Known(summarizer.name, hit) for key, hit in lookup(inputs)]
+    return [_Missed(summarizer, key) if hit is None else Known(summarizer.name, hit)
+            for key, hit in summarizer.lookup(inputs)]
+
+
+def batched(summarizer: Summarizer) -> contextlib.AbstractContextManager[None]:
+    """Return a block in which ``summarizer``'s new cache entries are written in one transaction (if it caches)."""
+    return summarizer.batched() if isinstance(summarizer, CachedSummarizer) else contextlib.nullcontext()
 
 
 class SummarizerWorker:
@@ -392,7 +398,7 @@ class SummarizerWorker:
             newest[_lane(r)] = r
         self._record([
             failed(r, reason=f"superseded by {newest[_lane(r)].payload.request_id}", error_type="Superseded",
-                   summarizer=getattr(self.summarizer, "name", ""))
+                   summarizer=self.summarizer.name)
             for r in open_ if newest[_lane(r)] is not r
         ])
         todo = list(newest.values())
@@ -423,8 +429,7 @@ class SummarizerWorker:
             return None if self._stop else answer(*job)
 
         ready = _InOrder(self._record, self.flush_after_s)
-        batched = getattr(self.summarizer, "batched", None)
-        with batched() if batched is not None else contextlib.nullcontext():
+        with batched(self.summarizer):
             if self._pool is not None and sum(not isinstance(j[2], Known) for j in jobs) > 1:
                 for future in [self._pool.submit(one, job) for job in jobs]:
                     try:

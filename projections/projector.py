@@ -29,7 +29,7 @@ from memfold.core.events import (
     SummaryRequested,
     TopicEvicted,
 )
-from memfold.core.ports import FoldContext, MessageRecord, Policy
+from memfold.core.ports import FoldContext, MessageRecord, Policy, PolicyTables
 from memfold.core.positions import LogRecord
 from memfold.core.sealing import is_shredded
 from memfold.core.tokens import MESSAGE_OVERHEAD, TokenCounter
@@ -82,6 +82,8 @@ class Projector:
         self.store = store
         self.max_conversations = max_conversations
         self.policies = policies
+        # Policies with tables of their own (PolicyTables): their rows after each batch, and whether they hold topics.
+        self._tables = {name: impl for name, (impl, _) in policies.items() if isinstance(impl, PolicyTables)}
         self.counter = counter
         self.tail = TailCache()
         self.search = retrieval.SearchIndex(store.search_rows, store.messages)
@@ -250,7 +252,7 @@ class Projector:
                     # A conversation the store has never seen has no facts and no topics yet: a query
                     # each would ask for nothing (one per conversation, a tenth of a replay's time).
                     self._facts.setdefault(skey, {})
-                    if getattr(impl, "holds_topics", False):
+                    if name in self._tables and self._tables[name].holds_topics:
                         self._holdings.setdefault(skey, ({}, set()))
 
     def _active_facts(self, policy: str, tenant_id: str, conversation_id: str) -> dict[tuple[str, str], list[str | None]]:
@@ -378,9 +380,9 @@ class Projector:
         for key in touched_states:
             state = self._states[key]
             ch.policy_states[key] = state_codec.encode(state)
-            rows = getattr(self.policies[key[0]][0], "rows", None)
-            if rows is not None:
-                new_rows = rows(state)
+            tables = self._tables.get(key[0])
+            if tables is not None:
+                new_rows = tables.rows(state)
                 if self._rows.get(key) != new_rows:  # most events leave a policy's rows as they were
                     ch.policy_rows[key] = self._rows[key] = new_rows
         return ch, positions, decided

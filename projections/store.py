@@ -848,6 +848,31 @@ class DuckDBProjectionStore:
         return held, evicted
 
     @_read_again_after_a_swap
+    def conversation_page(self, tenant_id: str, limit: int, offset: int) -> list[dict[str, Any]]:
+        """Return a page of the tenant's live conversations, most recently active first (retracted messages not counted)."""
+        _, rows = self.query(
+            "SELECT c.conversation_id, c.message_count - coalesce(r.retracted, 0), c.token_count, c.first_at, c.last_at "
+            "FROM conversations c LEFT JOIN (SELECT conversation_id, count(*) AS retracted FROM messages "
+            "WHERE tenant_id = ? AND retracted GROUP BY conversation_id) r USING (conversation_id) "
+            "WHERE c.tenant_id = ? AND NOT coalesce(c.deleted, false) ORDER BY c.last_at DESC, c.conversation_id "
+            "LIMIT ? OFFSET ?",
+            [tenant_id, tenant_id, limit, offset],
+        )
+        keys = ("conversation_id", "message_count", "token_count", "first_at", "last_at")
+        return [dict(zip(keys, r)) for r in rows]
+
+    def conversation_ids_after(self, tenant_id: str, after: str, limit: int) -> list[str]:
+        """Return up to ``limit`` ids of the tenant's live conversations after ``after``, in id order."""
+        _, rows = self.query(
+            "SELECT conversation_id FROM conversations WHERE tenant_id = ? AND NOT coalesce(deleted, false) "
+            "AND conversation_id > ? ORDER BY conversation_id LIMIT ?", [tenant_id, after, limit])
+        return [r[0] for r in rows]
+
+    def summary_status_counts(self) -> dict[str, tuple[int, float]]:
+        """Return ``{status: (summaries, total latency ms)}`` over every summary request."""
+        _, rows = self.query("SELECT status, count(*), coalesce(sum(latency_ms), 0) FROM summaries GROUP BY status")
+        return {status: (count, latency) for status, count, latency in rows}
+
     def query(self, sql: str, params: Sequence[Any] | None = None) -> tuple[list[str], list[tuple[Any, ...]]]:
         """Run ``sql`` and return (column names, rows). Driver errors become :class:`ProjectionError`."""
         cur = self.connection

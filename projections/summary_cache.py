@@ -216,11 +216,8 @@ class CachingSummarizer:
 
     def identity(self, request: SummaryInput) -> tuple[str, str]:
         """Return (model, prompt_hash) of the inner summarizer for ``request`` ("" when it cannot tell)."""
-        describe = getattr(self.inner, "identity", None)
-        if callable(describe):
-            model, phash = describe(request)
-            return str(model), str(phash)
-        return request.model or "", ""
+        model, phash = self.inner.identity(request)
+        return str(model), str(phash)
 
     def key(self, request: SummaryInput) -> str:
         """Return the cache key of ``request``."""

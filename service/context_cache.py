@@ -17,7 +17,7 @@ projected, so a route that waited (``?wait=true``, retract, forget) also
 bumps the partitions it wrote: a read after it never gets an answer from
 before it. Replacing the whole projection (a promoted replay) calls
 :meth:`clear`; so does a settings switch, which gives the engine a new
-projector (the runner's ``on_committed`` hook notices and listens to it).
+projector and tells the listeners it registered (``add_switch_listener``).
 
 When the fold runs in a process of its own (:mod:`.fold_process`), the
 versions are bumped from that process's note of each committed batch,
@@ -62,24 +62,9 @@ def touched_by(changes) -> dict[tuple[str, str], bool]:
 
 
 def follow_projector(engine, listener: Callable, on_switch: Callable[[Any], None]) -> None:
-    """Add ``listener`` to the engine's projector, and to each new one a settings switch gives it.
-
-    ``switch_settings`` replaces the projector; the runner's ``on_committed``
-    hook notices after the new one's first commit, adds ``listener`` to it and
-    calls ``on_switch(projector)``.
-    """
-    current = [engine.projector]
-    current[0].listeners.append(listener)
-    previous = engine.runner.on_committed
-
-    def committed(positions: dict[int, int]) -> None:
-        previous(positions)
-        if engine.projector is not current[0]:
-            current[0] = engine.projector
-            current[0].listeners.append(listener)
-            on_switch(current[0])
-
-    engine.runner.on_committed = committed
+    """Have ``listener`` hear every committed batch, and ``on_switch(projector)`` every settings switch."""
+    engine.add_batch_listener(listener)
+    engine.add_switch_listener(on_switch)
 
 
 class ContextCache:

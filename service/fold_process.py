@@ -14,8 +14,9 @@ cannot share the file with the service; it moves out instead:
   and the appends: :class:`RemoteEngine` is a ``client`` engine (validates
   and appends to the log; the SQLite log takes appends from several
   processes, each a ``BEGIN IMMEDIATE`` transaction) that hands every other
-  call (context, summaries, audit, SQL, replays, forget, ...) to the fold
-  process by its attribute path, e.g. ``store.conversation``.
+  call to the fold process as one of :data:`OPERATIONS`, a fixed table of
+  the engine API's method names (context, summaries, audit, SQL, replays,
+  forget, ...). Nothing else of the engine is reachable from outside it.
 
 On an event channel of their own the fold process sends, after each
 committed batch, the conversations it touched (the context cache's
@@ -44,7 +45,6 @@ exits.
 from __future__ import annotations
 
 import contextlib
-import functools
 import itertools
 import logging
 import multiprocessing
@@ -109,8 +109,16 @@ def _decode_error(module: str, name: str, message: str, attrs: dict[str, Any]) -
 # (every few events, at most READS_FIRST_WAIT_S each time). Calls that wait for the fold themselves
 # (wait_for, forget, retract, a context read with a lazy wait) or may run long (SQL, replays, a context read
 # that loads a conversation from the store) are not among them.
-READS_FIRST = frozenset({"context", "summaries", "store.conversation", "store.messages", "projector.search.rank",
-                         "projector.search.messages_at"})
+READS_FIRST = frozenset({"context", "prompt", "summaries", "conversation", "messages", "history", "search",
+                         "search_messages"})
+
+# The engine API the fold process answers: MemoryEngine methods, called by name. A name not in it is refused.
+OPERATIONS = frozenset({
+    "append_message", "append_many", "audit", "context", "conversation", "conversation_ids", "conversations",
+    "diff_replay", "drop_replay", "erasure_pending", "forget", "history", "messages", "plan", "progress", "prompt",
+    "promote", "rebuild", "reopen", "replay", "replays", "retract", "search", "search_messages", "sql",
+    "summaries", "summary_counts", "tenant_sql", "verify", "wait_for", "wait_idle",
+})
 READS_FIRST_WAIT_S = 0.02
 
 
@@ -227,7 +235,6 @@ def _fold_main(settings: Settings, address: str, authkey: bytes) -> None:
     from memfold.core.runtime import tune_gc, tune_switch_interval
     from memfold.engine.engine import MemoryEngine
     from memfold.service.context_cache import follow_projector, touched_by
-    from memfold.service.sql import run_tenant_sql
 
     parent = os.getppid()
     if FOLD_NICE:
@@ -258,7 +265,6 @@ def _fold_main(settings: Settings, address: str, authkey: bytes) -> None:
     engine.projector.pause = reads.pause
 
     shapes = _ReadShapes()
-    services: dict[str, Callable] = {"tenant_sql": functools.partial(run_tenant_sql, engine.store)}
 
     def projected(changes) -> None:
         touched = touched_by(changes)
@@ -275,13 +281,7 @@ def _fold_main(settings: Settings, address: str, authkey: bytes) -> None:
         send_event(hello())
 
     follow_projector(engine, projected, switched)
-    previous = engine.runner.on_committed
-
-    def committed(positions: dict[int, int]) -> None:
-        previous(positions)
-        send_event(("applied", positions))
-
-    engine.runner.on_committed = committed
+    engine.runner.add_commit_listener(lambda positions: send_event(("applied", positions)))
     send_event(hello())
     closing = threading.Event()
 
@@ -303,10 +303,10 @@ def _fold_main(settings: Settings, address: str, authkey: bytes) -> None:
                 args = [_called_back(conn, a) for a in args]
                 kwargs = {k: _called_back(conn, v) for k, v in kwargs.items()}
                 try:
-                    target = services[path] if path in services else _resolve(engine, path)
-                    if not callable(target):
-                        result = target
-                    elif path in READS_FIRST and (path != "context" or _in_memory(engine, args, kwargs)):
+                    if path not in OPERATIONS:
+                        raise LookupError(f"{path!r} is not an operation of the fold process")
+                    target = getattr(engine, path)
+                    if path in READS_FIRST and (path != "context" or _in_memory(engine, args, kwargs)):
                         with reads.reading():
                             result = target(*args, **kwargs)
                     else:
@@ -355,14 +355,6 @@ def _fold_main(settings: Settings, address: str, authkey: bytes) -> None:
         listener.close()
         with contextlib.suppress(OSError):
             events.close()
-
-
-def _resolve(engine, path: str) -> Any:
-    """Return ``engine.<path>`` (``store.conversation``: the store's method)."""
-    target: Any = engine
-    for part in path.split("."):
-        target = getattr(target, part)
-    return target
 
 
 def _in_memory(engine, args: tuple, kwargs: dict) -> bool:
@@ -551,7 +543,7 @@ class FoldProcess:
     # --------------------------------------------------------------- calls
 
     def call(self, path: str, args: tuple = (), kwargs: dict | None = None) -> Any:
-        """Call ``engine.<path>(*args, **kwargs)`` in the fold process and return its answer (or raise its error)."""
+        """Call operation ``path`` (:data:`OPERATIONS`) in the fold process and return its answer (or raise its error)."""
         if self._closed:
             raise LogUnavailableError("the engine is closed")
         return self._call(path, args, kwargs or {})
@@ -605,43 +597,11 @@ class FoldProcess:
         return reply[1]
 
 
-class _Remote:
-    """``engine.store``, ``engine.projector.search``, ...: attribute paths called in the fold process.
-
-    A method is called as usual; a plain value is read by calling its path
-    too (``engine.store.path()``). Used as a value instead (truth, equality,
-    iteration, a number, a file path), it raises ``TypeError`` saying so,
-    rather than passing for a value it is not.
-    """
-
-    def __init__(self, fold: FoldProcess, path: str):
-        self._fold = fold
-        self._path = path
-
-    def __getattr__(self, name: str) -> _Remote:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return _Remote(self._fold, f"{self._path}.{name}")
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self._fold.call(self._path, args, kwargs)
-
-    def __repr__(self) -> str:
-        return f"<engine.{self._path} in the fold process>"
-
-    def _not_a_value(self, *_: Any) -> Any:
-        raise TypeError(f"engine.{self._path} lives in the fold process: call engine.{self._path}() to read its value")
-
-    __bool__ = __iter__ = __len__ = __contains__ = __int__ = __float__ = __index__ = __fspath__ = _not_a_value
-    __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = _not_a_value
-    __hash__ = None  # type: ignore[assignment]  # an equality that raises has no hash
-
-
 class RemoteEngine:
     """The engine as the service's routes see it when the fold runs in its own process.
 
     Validation and appends run here (a ``client`` engine on the same log);
-    every other call goes to the fold process by its attribute path.
+    every other call is one of :data:`OPERATIONS`, answered by the fold process.
     ``settings`` are the fold process's, kept current when they switch (a
     promote).
     """
@@ -663,9 +623,6 @@ class RemoteEngine:
         except BaseException:
             self.local.close()
             raise
-        self.store = _Remote(self.fold, "store")
-        self.projector = _Remote(self.fold, "projector")
-        self.runner = _Remote(self.fold, "runner")
 
     def _settings_changed(self, settings: Settings) -> None:
         self.settings = settings
@@ -723,11 +680,6 @@ class RemoteEngine:
         self._settings_changed(self.fold.call("hello")[1])  # the caller reads the new settings next
         return position
 
-    def tenant_sql(self, tenant_id: str, query: str, limit: int,
-                   timeout_s: float = 10.0) -> tuple[list[str], list[list[Any]], bool]:
-        """:func:`.sql.run_tenant_sql` over the fold process's store."""
-        return self.fold.call("tenant_sql", (tenant_id, query, limit, timeout_s))
-
     def keyed_event_id(self, *args: Any, **kwargs: Any) -> str:
         # Here, not in the fold process: an append names every message this way, and this process's
         # engine shares the key store (it seals what it appends).
@@ -740,9 +692,15 @@ class RemoteEngine:
         self.fold.close()
         self.local.close()
 
-    # --------------------------------------------------------------- there
 
-    def __getattr__(self, name: str) -> _Remote:
-        if name.startswith("_"):
-            raise AttributeError(name)
-        return _Remote(self.fold, name)
+def _forwarded(name: str) -> Callable[..., Any]:
+    def call(self: RemoteEngine, *args: Any, **kwargs: Any) -> Any:
+        return self.fold.call(name, args, kwargs)
+
+    call.__name__ = call.__qualname__ = name
+    call.__doc__ = f"``MemoryEngine.{name}``, computed in the fold process."
+    return call
+
+
+for _name in sorted(OPERATIONS - set(vars(RemoteEngine))):
+    setattr(RemoteEngine, _name, _forwarded(_name))

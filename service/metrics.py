@@ -57,15 +57,11 @@ class _ProjectionCollector:
 
     def collect(self):
         engine = self.engine
-        ends = engine.log.end_positions()
-        applied = engine.store.position()
+        ends, applied = engine.progress()
         lag = GaugeMetricFamily("memfold_projector_lag_events", "Events in the log not yet in the projection.")
         lag.add_metric([], sum(max(0, end - applied.get(p, 0)) for p, end in ends.items()))
         yield lag
-        _, rows = engine.store.query(
-            "SELECT status, count(*), coalesce(sum(latency_ms), 0) FROM summaries GROUP BY status"
-        )
-        by_status = {status: (count, latency) for status, count, latency in rows}
+        by_status = engine.summary_counts()
         queue = GaugeMetricFamily("memfold_summary_queue", "Summary requests still processing (no outcome yet).")
         queue.add_metric([], by_status.get("processing", (0, 0))[0])
         yield queue

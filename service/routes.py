@@ -18,7 +18,6 @@ import json
 import re
 import time
 from datetime import datetime
-from functools import partial
 from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Path, Query, Request
@@ -95,7 +94,7 @@ def event_id_for(engine, tenant_id: str, conversation_id: str, message_id: str) 
 
 def existing(request: Request, tenant_id: str, conversation_id: str) -> dict[str, Any]:
     """Return the conversation's row, or raise 404 (the same answer for another tenant's and a missing one)."""
-    row = services(request).engine.store.conversation(tenant_id, conversation_id)
+    row = services(request).engine.conversation(conversation_id, tenant_id=tenant_id)
     if row is None or row.get("deleted"):
         raise UnknownConversationError(f"no conversation {conversation_id!r}", field="conversation_id")
     return row
@@ -188,16 +187,8 @@ def list_conversations(
     request: Request, key: Reader, limit: int = Query(100, ge=1, le=1000), offset: int = Query(0, ge=0),
 ) -> ConversationsResponse:
     """List the tenant's conversations, most recently active first; ``message_count`` leaves retracted messages out."""
-    _, rows = services(request).engine.store.query(
-        "SELECT c.conversation_id, c.message_count - coalesce(r.retracted, 0), c.token_count, c.first_at, c.last_at "
-        "FROM conversations c LEFT JOIN (SELECT conversation_id, count(*) AS retracted FROM messages "
-        "WHERE tenant_id = ? AND retracted GROUP BY conversation_id) r USING (conversation_id) "
-        "WHERE c.tenant_id = ? AND NOT coalesce(c.deleted, false) ORDER BY c.last_at DESC, c.conversation_id "
-        "LIMIT ? OFFSET ?",
-        [key.tenant_id, key.tenant_id, limit, offset],
-    )
-    keys = ("conversation_id", "message_count", "token_count", "first_at", "last_at")
-    return ConversationsResponse(conversations=[dict(zip(keys, r)) for r in rows])
+    rows = services(request).engine.conversations(tenant_id=key.tenant_id, limit=limit, offset=offset)
+    return ConversationsResponse(conversations=rows)
 
 
 @router.get("/conversations/{conversation_id:path}/messages", response_model=MessagesResponse, tags=["messages"])
@@ -208,7 +199,7 @@ def list_messages(
 ) -> MessagesResponse:
     """Return the stored messages of a conversation, oldest first."""
     existing(request, key.tenant_id, conversation_id)
-    records = services(request).engine.store.messages(key.tenant_id, conversation_id, start, start + limit - 1)
+    records = services(request).engine.messages(conversation_id, tenant_id=key.tenant_id, start=start, limit=limit)
     out = []
     for m in records:
         metadata = dict(m.metadata or {})
@@ -319,7 +310,7 @@ def _render_context(request: Request, tenant: str, conversation_id: str, budget:
     svc = services(request)
 
     def stored() -> bool:
-        row = svc.engine.store.conversation(tenant, conversation_id)
+        row = svc.engine.conversation(conversation_id, tenant_id=tenant)
         return row is not None and not row.get("deleted")
 
     if not svc.contexts.exists(tenant, conversation_id, stored):  # a DuckDB point query only the first time
@@ -445,20 +436,16 @@ def search(request: Request, body: SearchRequest, key: Reader) -> SearchResponse
         ids = body.conversation_ids
     else:
         after = _after(body.cursor)
-        _, rows = engine.store.query(
-            "SELECT conversation_id FROM conversations WHERE tenant_id = ? AND NOT coalesce(deleted, false) "
-            "AND conversation_id > ? ORDER BY conversation_id LIMIT ?", [key.tenant_id, after, body.conversations + 1])
-        ids = [r[0] for r in rows[: body.conversations]]
-        if len(rows) > body.conversations:
+        found = engine.conversation_ids(tenant_id=key.tenant_id, after=after, limit=body.conversations + 1)
+        ids = found[: body.conversations]
+        if len(found) > body.conversations:
             next_cursor = _cursor(ids[-1])
     hits = []
     for conversation_id in dict.fromkeys(ids):
-        if engine.store.conversation(key.tenant_id, conversation_id) is None:
+        if engine.conversation(conversation_id, tenant_id=key.tenant_id) is None:
             continue
-        index_key = (key.tenant_id, conversation_id)
-        ranked = engine.projector.search.rank(index_key, body.query, limit=body.limit)
-        found = {m.index: m for m in engine.projector.search.messages_at(index_key, sorted(h.idx for h in ranked))}
-        hits += [(h.score, conversation_id, found[h.idx]) for h in ranked if h.idx in found]
+        hits += [(score, conversation_id, m) for score, m in
+                 engine.search_messages(conversation_id, body.query, tenant_id=key.tenant_id, limit=body.limit)]
     hits.sort(key=lambda h: -h[0])
     return SearchResponse(query=body.query, next_cursor=next_cursor, conversations=len(ids), hits=[
         {"conversation_id": c, "index": m.index, "role": m.role, "content": m.content, "occurred_at": m.occurred_at,
@@ -486,11 +473,6 @@ def _after(cursor: str | None) -> str:
              responses={403: {"model": ErrorResponse}, 408: {"model": ErrorResponse}})
 def run_sql(request: Request, body: SqlRequest, key: Admin) -> SqlResponse:
     """Run one read-only statement over the tenant's tables (conversations, messages, summaries, facts, events)."""
-    from memfold.service.sql import run_tenant_sql
-
-    engine = services(request).engine
-    remote = getattr(engine, "tenant_sql", None)  # the fold process's store (fold_process.RemoteEngine)
     timeout = services(request).limits.sql_timeout_s
-    columns, rows, truncated = (remote or partial(run_tenant_sql, engine.store))(key.tenant_id, body.query, body.limit,
-                                                                                timeout)
+    columns, rows, truncated = services(request).engine.tenant_sql(key.tenant_id, body.query, body.limit, timeout)
     return SqlResponse(columns=columns, rows=rows, truncated=truncated)

@@ -33,6 +33,7 @@ def serve(settings: Settings, *, host: str = "127.0.0.1", port: int = 8080, limi
     """
     import uvicorn
 
+    from memfold.core.ports import KeepsAppended
     from memfold.core.runtime import tune_gc, tune_switch_interval
     from memfold.engine.engine import MemoryEngine
     from memfold.service.app import close_app, create_app
@@ -52,9 +53,8 @@ def serve(settings: Settings, *, host: str = "127.0.0.1", port: int = 8080, limi
         engine = RemoteEngine(settings)
     else:
         engine = MemoryEngine(settings, role="projector" if kafka else "embedded")
-        keep = getattr(engine.log, "keep_appended", None)  # the SQLite log: its projector here reads what was appended
-        if keep is not None:
-            keep(RECENT_LIMIT)
+        if isinstance(engine.log, KeepsAppended):  # the SQLite log: its projector here reads what was appended
+            engine.log.keep_appended(RECENT_LIMIT)
     app = None
     try:
         app = create_app(engine, ApiKeyStore(settings.data_dir), limits)

@@ -9,11 +9,10 @@ sealed event (see :func:`memfold.core.sealing.is_shredded`) after.
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from typing import Any
 
 from memfold.core.errors import EventDecodeError
 from memfold.core.events import Event
-from memfold.core.ports import EventLog
+from memfold.core.ports import EventLog, KeepsAppended
 from memfold.core.positions import LogRecord, Position
 from memfold.core.sealing import Sealer
 from memfold.core.unreadable import UnreadableRecord
@@ -69,15 +68,17 @@ class SealedLog:
     def find(self, event_ids: Sequence[str]) -> dict[str, Position]:
         return self.inner.find(event_ids)
 
+    def keep_appended(self, limit: int) -> None:
+        """Have the wrapped log keep what is appended for its next read, where it can (:class:`KeepsAppended`)."""
+        if isinstance(self.inner, KeepsAppended):
+            self.inner.keep_appended(limit)
+
     def close(self) -> None:
         """Close the inner log and the key store."""
         try:
             self.inner.close()
         finally:
             self.sealer.keys.close()
-
-    def __getattr__(self, name: str) -> Any:  # backend extras (topic, bootstrap, ...) stay reachable
-        return getattr(self.inner, name)
 
 
 def sealed(log: EventLog, keystore: str | None) -> tuple[EventLog, Sealer | None]:

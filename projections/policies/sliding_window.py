@@ -294,6 +294,7 @@ class SlidingWindowPolicy:
 
     name: ClassVar[str] = NAME
     State: ClassVar[type[State]] = State
+    holds_topics: ClassVar[bool] = False
 
     def initial(self, tenant_id: str, conversation_id: str) -> State:
         """Return the state of a conversation with no messages."""

@@ -24,7 +24,7 @@ from memfold.core.errors import LogUnavailableError, ProjectionBusyError, Unknow
 from memfold.core.settings import Settings
 from memfold.engine.engine import MemoryEngine
 from memfold.service.context_cache import ContextCache
-from memfold.service.fold_process import MAX_UNREAD_ANSWERS, RemoteEngine
+from memfold.service.fold_process import MAX_UNREAD_ANSWERS, OPERATIONS, RemoteEngine
 from memfold.service.schemas import context_body
 
 TURNS = [
@@ -68,7 +68,7 @@ def test_remote_answers_equal_an_in_process_engine_on_the_same_data_dir(tmp_path
         policy = remote.settings.policy
         served = remote.context("c1", budget=300, query="order number", policy=policy)
         summaries = remote.summaries("c1")
-        stored = remote.store.messages("default", "c1", 0, 29)
+        stored = remote.messages("c1", limit=30)
     finally:
         remote.close()
     assert [m.index for m in stored] == list(range(30))
@@ -87,15 +87,17 @@ def test_errors_keep_their_class_and_fields(remote):
     assert "no-such-event" in str(caught.value)
 
 
-def test_a_value_in_the_fold_process_is_read_by_calling_it_never_passes_for_one(remote):
-    assert remote.store.path() == remote.settings.data_dir / "projections.duckdb"
-    with pytest.raises(TypeError, match=r"call engine\.store\.path\(\) to read its value"):
-        bool(remote.store.path)
-    with pytest.raises(TypeError):
-        _ = remote.store.path == remote.settings.data_dir / "projections.duckdb"
-    with pytest.raises(TypeError):
-        Path(remote.store.path)
-    assert "fold process" in repr(remote.store.path)
+def test_only_the_named_operations_reach_the_fold_process(remote):
+    """The serving process calls the engine API by name; nothing else of the engine is reachable from it."""
+    assert not hasattr(remote, "store") and not hasattr(remote, "projector") and not hasattr(remote, "runner")
+    for name in OPERATIONS:
+        assert callable(getattr(remote, name)), name
+        assert callable(getattr(MemoryEngine, name)), f"{name} is not a method of the engine API"
+    with pytest.raises(LookupError, match="'store.path' is not an operation of the fold process"):
+        remote.fold.call("store.path")
+    _append(remote, "c9", TURNS[:2])
+    remote.wait_idle()
+    assert remote.conversation("c9")["message_count"] == 2
 
 
 def test_a_replays_progress_is_called_back_in_this_process(remote):
@@ -176,7 +178,7 @@ def test_a_killed_fold_process_is_started_again_and_loses_nothing(remote):
             assert time.monotonic() < deadline, "the fold process did not come back"
             time.sleep(0.2)
     remote.wait_idle(60)
-    messages = remote.store.messages("default", "c1", 0, 100)
+    messages = remote.messages("c1", limit=101)
     assert [m.index for m in messages] == list(range(10))
     assert [m.event_id for m in messages[5:]] == [e.event_id for e in events]
 
@@ -198,7 +200,7 @@ def test_appends_wait_while_the_fold_is_too_far_behind_and_are_never_refused(tmp
             os.kill(remote.fold._process.pid, signal.SIGCONT)
         assert held >= 1.0  # it waited (a lower bound only: a slow machine cannot fail it)
         remote.wait_for(max(first + second))
-        assert remote.store.conversation("default", "c1")["message_count"] == 11  # nothing refused, nothing lost
+        assert remote.conversation("c1")["message_count"] == 11  # nothing refused, nothing lost
     finally:
         remote.close()
 

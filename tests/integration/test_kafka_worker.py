@@ -192,14 +192,14 @@ class _FailingFirst(_RecordingPartitions):
         return super().committed(positions)
 
 
-def test_worker_chains_the_commit_hook_it_finds(kafka_bootstrap, tmp_path):
+def test_a_commit_listener_added_before_the_worker_still_hears_every_commit(kafka_bootstrap, tmp_path):
     """A hook installed on the runner before the worker (the service's context cache does so) still sees each commit."""
     settings = Settings.load(None, data_dir=tmp_path / "worker", log=f"kafka://{kafka_bootstrap}", topic=new_topic(),
                              partitions=2)
     client = MemoryEngine(settings.model_copy(update={"data_dir": tmp_path / "client"}), role="client")
     engine = MemoryEngine(settings, role="worker")
     earlier: dict[int, int] = {}
-    engine.runner.on_committed = earlier.update
+    engine.runner.add_commit_listener(earlier.update)
     ownership = _RecordingPartitions(2)
     loop = PartitionWorker(engine.runner, engine.worker, ownership, commit_interval=0.0)
     thread = threading.Thread(target=loop.run, name="test-worker", daemon=True)
