@@ -6,6 +6,8 @@ import argparse
 import dataclasses
 from collections.abc import Callable
 
+from memfold.cli.common import open_engine, print_json
+
 
 def add_commands(command: Callable[..., argparse.ArgumentParser], positive_int: Callable[[str], int]) -> None:
     """Add ``diff`` with ``command`` (the CLI's ``add_parser`` with the common options)."""
@@ -21,15 +23,14 @@ def add_commands(command: Callable[..., argparse.ArgumentParser], positive_int: 
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
-    from memfold.cli.main import _engine, _print_json
     from memfold.engine.replay_diff import load_questions
 
     questions = load_questions(args.questions) if args.questions else ()
-    with _engine(args) as engine:
+    with open_engine(args) as engine:
         result = engine.diff_replay(args.name, args.conversation, tenant_id=args.tenant, budget=args.budget,
                                     questions=questions)
     if args.json:
-        _print_json(result.as_dict())
+        print_json(result.as_dict())
         return 0
     _print(result, facts=args.facts)
     return 0

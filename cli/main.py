@@ -1,7 +1,7 @@
 """The ``memfold`` command line: append, ingest, context, history, summaries, sql, schema, demo, serve, keys.
 
-Replay namespaces (replay, replays, drop, promote) are in cli_replay.py; memory over time (forget,
-reopen, verify, audit) in cli_memory.py.
+Replay namespaces (replay, replays, drop, promote) are in replay.py; memory over time (forget,
+reopen, verify, audit) in memory.py; what the commands share in common.py.
 
 ``--url`` (env ``MEMFOLD_URL``) runs the commands the HTTP API serves
 against a running ``memfold serve`` instead of a data dir (see
@@ -40,18 +40,28 @@ import csv
 import functools
 import json
 import os
-import re
 import sys
 import time
 from collections.abc import Sequence
-from datetime import date, datetime
-from decimal import Decimal
 from pathlib import Path
-from typing import Any
 
 from memfold.cli import diff as cli_diff
 from memfold.cli import memory as cli_memory
 from memfold.cli import replay as cli_replay
+from memfold.cli.common import (
+    SHOWN_REJECTIONS,
+    UsageError,
+    catch_up,
+    jsonable,
+    one_line,
+    open_engine,
+    positive_float,
+    positive_int,
+    print_json,
+    refuse_errors_on_input,
+    require_conversation,
+    settings_of,
+)
 from memfold.core.errors import (
     ConfigError,
     ConversationForgottenError,
@@ -64,33 +74,9 @@ from memfold.core.errors import (
 from memfold.core.shapes import FORMATS, INPUT_FORMATS, shaped
 
 
-class UsageError(Exception):
-    """A command line argparse refused; printed as one line, exit code 2."""
-
-
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # argparse prints usage and exits; memfold says one line
         raise UsageError(f"{message} (see `{self.prog} --help`)")
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text} must be at least 1")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"{text} must be a number above 0")
-    return value
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -124,7 +110,7 @@ def _parser() -> argparse.ArgumentParser:
 
     i = command("ingest", help="ingest a JSONL file, one message per line")
     i.add_argument("file")
-    i.add_argument("--batch-size", type=_positive_int, default=2000)
+    i.add_argument("--batch-size", type=positive_int, default=2000)
     i.add_argument("--no-wait", action="store_true", help="return once the events are in the log")
     i.add_argument("--quiet", action="store_true", help="no progress bar")
     i.add_argument("--strict", action="store_true", help="stop at the first bad line; nothing after it is written")
@@ -137,7 +123,7 @@ def _parser() -> argparse.ArgumentParser:
 
     c = command("context", help="print the assembled context for the next model call")
     c.add_argument("conversation")
-    c.add_argument("--budget", type=_positive_int, default=None, help="token budget (default: no limit)")
+    c.add_argument("--budget", type=positive_int, default=None, help="token budget (default: no limit)")
     c.add_argument("--query", default=None, help="what to recall older messages for (default: the current user message)")
     c.add_argument("--tenant", default="default")
     c.add_argument("--as-of", default=None, metavar="POSITION|TIME",
@@ -173,23 +159,23 @@ def _parser() -> argparse.ArgumentParser:
 
     pj = command("project", help="run a projector node: fold the log into this data dir's DuckDB replica")
     pj.add_argument("--until-caught-up", action="store_true", help="exit once the replica has caught up")
-    pj.add_argument("--status-every", type=_positive_float, default=10.0, help="seconds between status lines")
+    pj.add_argument("--status-every", type=positive_float, default=10.0, help="seconds between status lines")
 
     w = command("worker", help="run a distributed-mode worker: fold + summarize the Kafka partitions it owns")
     w.add_argument("--partitions", default=None,
                    help="a fixed partition list such as 0,1,2 (default: share the topic through a consumer group)")
     w.add_argument("--group", default=None, help="consumer group id (default memfold-worker.TOPIC)")
-    w.add_argument("--session-timeout", type=_positive_float, default=10.0,
+    w.add_argument("--session-timeout", type=positive_float, default=10.0,
                    help="seconds before a dead worker's partitions go to the others (default 10)")
-    w.add_argument("--commit-interval", type=_positive_float, default=1.0, help="seconds between advisory offset commits")
+    w.add_argument("--commit-interval", type=positive_float, default=1.0, help="seconds between advisory offset commits")
     w.add_argument("--log-level", default="INFO", help="DEBUG, INFO (default), WARNING")
-    w.add_argument("--connect-timeout", type=_positive_float, default=15.0, help="seconds to wait for the broker at start")
+    w.add_argument("--connect-timeout", type=positive_float, default=15.0, help="seconds to wait for the broker at start")
 
     d = command("demo", help="ingest the bundled sample and show what memfold keeps")
-    d.add_argument("--budget", type=_positive_int, default=600)
+    d.add_argument("--budget", type=positive_int, default=600)
     cli_memory.add_commands(command)
     cli_replay.add_commands(command)
-    cli_diff.add_commands(command, _positive_int)
+    cli_diff.add_commands(command, positive_int)
 
     sv = command("serve", help="serve this data dir over HTTP (API keys, /docs, /metrics, /ui)")
     sv.add_argument("--host", default="127.0.0.1")
@@ -270,107 +256,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:  # the data dir or an output file: permissions, a full disk
         return _fail(f"error: {exc.filename or ''}: {exc.strerror or exc}".replace(": : ", ": "), 1)
     except Exception as exc:  # a bug: still one line, and what to report
-        return _fail(f"internal error ({type(exc).__name__}: {_one_line(str(exc))}); please report it", 1)
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
+        return _fail(f"internal error ({type(exc).__name__}: {one_line(str(exc))}); please report it", 1)
 
 
 def _fail(message: str, code: int) -> int:
     from memfold.cli.render import terminal_safe
 
-    print(f"memfold: {terminal_safe(_one_line(message))}", file=sys.stderr)
+    print(f"memfold: {terminal_safe(one_line(message))}", file=sys.stderr)
     return code
 
 
 # --------------------------------------------------------------------------- helpers
 
 
-def _settings(args: argparse.Namespace, **extra: Any):
-    from memfold.core.settings import Settings
-
-    overrides: dict[str, Any] = {"data_dir": Path(args.data_dir), **extra}
-    if args.log:
-        overrides["log"] = args.log
-    if args.policy:
-        overrides["policy"] = args.policy
-    return Settings.load(args.config, **overrides)
-
-
-def _engine(args: argparse.Namespace, *, writing: bool = False, read_only: bool | None = None):
-    """Open the engine in the role the log calls for.
-
-    SQLite log: embedded (everything in this process). Kafka log: commands
-    that write are clients (append and return once the broker acknowledged);
-    commands that read are projector nodes (catch the local replica up, then read).
-    A read (``read_only``, default: not ``writing``) never changes what the
-    data dir keeps: a data dir that does not exist, or a policy or settings
-    it was not built with, is an error.
-    """
-    if read_only is None:
-        read_only = not writing
-    from memfold.engine.builders import LOG_BINDING, bind_log
-    from memfold.engine.engine import MemoryEngine
-
-    settings = _settings(args)
-    kafka = (settings.log or "").startswith("kafka://")
-    # A projector node's or worker's data dir has no events.sqlite: its log.json names the Kafka log it replicates.
-    bound = (settings.data_dir / LOG_BINDING).is_file()
-    has_log = bound or (settings.data_dir / "events.sqlite").is_file()
-    if read_only and not kafka and not has_log and settings.log is None:
-        raise ConfigError(
-            f"no memfold data in {settings.data_dir}: append or ingest first, or pass --data-dir "
-            "(env MEMFOLD_DATA_DIR) for the data dir you mean"
-        )
-    settings = bind_log(settings)
-    role = "embedded"
-    if settings.log_url().startswith("kafka://"):
-        role = "client" if writing else "projector"
-    return MemoryEngine(settings, role=role, policy_changes="refuse" if read_only else "rebuild")
-
-
-def _require_conversation(engine, conversation_id: str, tenant_id: str) -> None:
-    """Raise a one-line error when the projection has no such conversation (a typo, another tenant)."""
-    from memfold.core.errors import UnknownConversationError
-
-    if engine.store.conversation(tenant_id, conversation_id) is None:
-        raise UnknownConversationError(
-            f"no conversation {conversation_id!r} for tenant {tenant_id!r} in {engine.settings.data_dir}; "
-            "list them with: memfold sql \"SELECT tenant_id, conversation_id FROM conversations\"",
-            field="conversation",
-        )
-
-
-def _catch_up(engine) -> None:
-    engine.runner.run_once()
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, (datetime, date)):
-        return value.isoformat()
-    if isinstance(value, Decimal):
-        return float(value)
-    if isinstance(value, (bytes, bytearray)):
-        return value.hex()
-    return value
-
-
-# What json.dumps(ensure_ascii=False) leaves raw although a terminal acts on it: DEL, C1 controls, bidi controls.
-_JSON_UNSAFE = re.compile("[\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
-
-
-def _print_json(value: Any) -> None:
-    """Print ``value`` as indented JSON, every control character escaped (``\\u001b``, ``\\u009b``)."""
-    text = json.dumps(value, ensure_ascii=False, indent=2, default=_jsonable)
-    sys.stdout.write(_JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text) + "\n")
-
-
 # --------------------------------------------------------------------------- commands
 
 
 def cmd_append(args: argparse.Namespace) -> int:
-    with _engine(args, writing=True) as engine:
+    with open_engine(args, writing=True) as engine:
         position = engine.append_message(
             args.conversation, args.role, args.content, tenant_id=args.tenant, model_variant=args.model_variant,
             importance=args.importance, tool_call_id=args.tool_call_id,
@@ -379,13 +282,10 @@ def cmd_append(args: argparse.Namespace) -> int:
             engine.wait_for(position)
             engine.wait_idle()
         if args.json:
-            _print_json({"partition": position.partition, "offset": position.offset})
+            print_json({"partition": position.partition, "offset": position.offset})
         else:
             print(f"appended to {args.tenant}/{args.conversation} at {position}")
     return 0
-
-
-SHOWN_REJECTIONS = 20
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
@@ -396,7 +296,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     refuse_errors_on_input(args.errors, args.file)  # before "w" truncates it
     errors = _open_errors_file(args.errors)
     try:
-        with _engine(args, writing=True) as engine:
+        with open_engine(args, writing=True) as engine:
             report = ingest_file(engine, path, batch_size=args.batch_size, progress=not args.quiet,
                                  strict=args.strict, resume=args.resume, source=args.source, format=args.format)
             if not args.no_wait and engine.role == "embedded" and not report.log_failed:
@@ -410,7 +310,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     from memfold.cli.render import terminal_safe
 
     for rejection in report.rejected[:SHOWN_REJECTIONS]:
-        print(f"memfold: line {rejection.line} rejected: {terminal_safe(_one_line(rejection.reason))}", file=sys.stderr)
+        print(f"memfold: line {rejection.line} rejected: {terminal_safe(one_line(rejection.reason))}", file=sys.stderr)
     hidden = len(report.rejected) - SHOWN_REJECTIONS
     if hidden > 0:
         where = f"all are in {args.errors}" if args.errors else "--errors FILE writes all as JSONL"
@@ -425,24 +325,8 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         f"{conflicts} in {report.seconds:.2f}s ({rate:,.0f} messages/s)"
     )
     if report.stopped:
-        print(f"memfold: {_one_line(report.stopped)}", file=sys.stderr)
+        print(f"memfold: {one_line(report.stopped)}", file=sys.stderr)
     return report.exit_code
-
-
-def refuse_errors_on_input(errors: str | None, file: str) -> None:
-    """Raise :class:`UsageError` when ``--errors`` names the input itself (same inode: a link, ``/dev/stdin``).
-
-    Opening it for writing would truncate the input before a line was read.
-    """
-    if errors is None:
-        return
-    try:
-        same = os.path.samefile(errors, file)
-    except OSError:  # the errors file does not exist yet: it cannot be the input
-        return
-    if same:
-        raise UsageError(f"--errors {errors} is the input file {file}; writing rejections there would erase "
-                         "the input: give another file")
 
 
 def _open_errors_file(name: str | None):
@@ -455,15 +339,15 @@ def _open_errors_file(name: str | None):
 
 
 def cmd_context(args: argparse.Namespace) -> int:
-    with _engine(args) as engine:
-        _catch_up(engine)
-        _require_conversation(engine, args.conversation, args.tenant)
+    with open_engine(args) as engine:
+        catch_up(engine)
+        require_conversation(engine, args.conversation, args.tenant)
         as_of = cli_memory.parse_as_of(args.as_of) if args.as_of else None
         messages = engine.context(
             args.conversation, budget=args.budget, query=args.query, tenant_id=args.tenant, as_of=as_of
         )
     if args.json:
-        _print_json(shaped(args.format, messages, conversation_id=args.conversation).as_dict())
+        print_json(shaped(args.format, messages, conversation_id=args.conversation).as_dict())
     else:
         from memfold.cli.render import print_context
 
@@ -472,12 +356,12 @@ def cmd_context(args: argparse.Namespace) -> int:
 
 
 def cmd_history(args: argparse.Namespace) -> int:
-    with _engine(args) as engine:
-        _catch_up(engine)
-        _require_conversation(engine, args.conversation, args.tenant)
+    with open_engine(args) as engine:
+        catch_up(engine)
+        require_conversation(engine, args.conversation, args.tenant)
         history = engine.history(args.conversation, tenant_id=args.tenant)
     if args.json:
-        _print_json(
+        print_json(
             [
                 {
                     "index": m.index, "seq": m.seq, "role": m.role, "content": m.content, "tokens": m.tokens,
@@ -497,12 +381,12 @@ def cmd_history(args: argparse.Namespace) -> int:
 
 
 def cmd_summaries(args: argparse.Namespace) -> int:
-    with _engine(args) as engine:
-        _catch_up(engine)
-        _require_conversation(engine, args.conversation, args.tenant)
+    with open_engine(args) as engine:
+        catch_up(engine)
+        require_conversation(engine, args.conversation, args.tenant)
         rows = engine.summaries(args.conversation, tenant_id=args.tenant, policy=args.policy)
     if args.json:
-        _print_json(rows)
+        print_json(rows)
     else:
         from memfold.cli.render import print_summaries
 
@@ -517,7 +401,7 @@ def cmd_sql(args: argparse.Namespace) -> int:
         return cli_memory.print_views(args)
     if not args.query:
         raise ValidationError("give a SQL query, or --views to list the documented views", field="query")
-    settings = _settings(args)
+    settings = settings_of(args)
     path = settings.projection_path()
     if args.replay:
         from memfold.engine.namespaces import Namespace, check_name, replays_dir
@@ -526,19 +410,19 @@ def cmd_sql(args: argparse.Namespace) -> int:
         space.refuse_stale()
         path = space.store_path
     else:
-        with _engine(args) as engine:  # bring the projection up to date, then release the writer lock
-            _catch_up(engine)
+        with open_engine(args) as engine:  # bring the projection up to date, then release the writer lock
+            catch_up(engine)
     store = DuckDBProjectionStore(path, read_only=True)
     try:
         columns, rows = store.query(args.query)
     finally:
         store.close()
     if args.json:
-        _print_json([dict(zip(columns, r)) for r in rows])
+        print_json([dict(zip(columns, r)) for r in rows])
     elif args.csv:
         w = csv.writer(sys.stdout)
         w.writerow(columns)
-        w.writerows([[_jsonable(v) for v in r] for r in rows])
+        w.writerows([[jsonable(v) for v in r] for r in rows])
     else:
         from memfold.cli.render import print_table
 
@@ -549,12 +433,12 @@ def cmd_sql(args: argparse.Namespace) -> int:
 def cmd_schema(args: argparse.Namespace) -> int:
     from memfold.core.events import json_schemas
 
-    _print_json(json_schemas())
+    print_json(json_schemas())
     return 0
 
 
 def cmd_rebuild(args: argparse.Namespace) -> int:
-    with _engine(args, read_only=False) as engine:  # the command that adds a policy or applies new settings
+    with open_engine(args, read_only=False) as engine:  # the command that adds a policy or applies new settings
         started = time.perf_counter()
         engine.rebuild()
         events = engine.sql("SELECT count(*) FROM events")[1][0][0]
@@ -571,7 +455,7 @@ def cmd_project(args: argparse.Namespace) -> int:
     from memfold.engine.builders import bind_log
     from memfold.engine.engine import MemoryEngine
 
-    settings = bind_log(_settings(args))
+    settings = bind_log(settings_of(args))
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -606,7 +490,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from memfold.engine.engine import MemoryEngine
     from memfold.engine.kafka_worker import PartitionWorker, logging_config, peak_rss_mb
 
-    settings = bind_log(_settings(args))
+    settings = bind_log(settings_of(args))
     if not settings.log_url().startswith("kafka://"):
         raise ValidationError("the worker runs on a Kafka log: pass --log kafka://HOST:PORT", field="log")
     fixed = _partition_list(args.partitions) if args.partitions else None
@@ -682,7 +566,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from memfold.service.server import serve
 
     limits = Limits(max_body_bytes=args.max_body_bytes, max_batch=args.max_batch, rate=args.rate, burst=args.burst)
-    serve(bind_log(_settings(args)), host=args.host, port=args.port, limits=limits, log_level=args.log_level,
+    serve(bind_log(settings_of(args)), host=args.host, port=args.port, limits=limits, log_level=args.log_level,
           fold_process=not args.fold_in_process)
     return 0
 
@@ -694,7 +578,7 @@ def cmd_keys(args: argparse.Namespace) -> int:
     if args.keys_command == "create":
         key, secret = store.create(args.tenant, args.role, args.name)
         if args.json:
-            _print_json({"key": secret, "key_id": key.key_id, "tenant_id": key.tenant_id, "role": key.role})
+            print_json({"key": secret, "key_id": key.key_id, "tenant_id": key.tenant_id, "role": key.role})
         else:
             print(secret)
             print(f"key {key.key_id}: tenant {key.tenant_id}, role {key.role} (the key is shown once; store it now)",
@@ -702,7 +586,7 @@ def cmd_keys(args: argparse.Namespace) -> int:
     elif args.keys_command == "list":
         keys = store.list()
         if args.json:
-            _print_json([{"key_id": k.key_id, "tenant_id": k.tenant_id, "role": k.role, "name": k.name,
+            print_json([{"key_id": k.key_id, "tenant_id": k.tenant_id, "role": k.role, "name": k.name,
                           "created_at": k.created_at, "revoked_at": k.revoked_at} for k in keys])
         else:
             from memfold.cli.render import print_table

@@ -11,6 +11,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from memfold.cli.common import catch_up, open_engine, print_json
+
 
 def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
     """Add this module's sub-commands with ``command`` (the CLI's ``add_parser`` with the common options)."""
@@ -35,14 +37,13 @@ def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
 
 
 def cmd_forget(args: argparse.Namespace) -> int:
-    from memfold.cli.main import _engine
     from memfold.core.errors import ValidationError
 
     if not args.conversation.strip():
         raise ValidationError("conversation is required and must not be blank", field="conversation")
     from memfold.cli.render import terminal_safe
 
-    with _engine(args, read_only=False) as engine:
+    with open_engine(args, read_only=False) as engine:
         position = engine.forget(args.conversation, tenant_id=args.tenant, reason=args.reason)
     print(terminal_safe(f"forgot {args.tenant}/{args.conversation} (ConversationDeleted at {position}; "
                         "data key destroyed)"))
@@ -51,10 +52,9 @@ def cmd_forget(args: argparse.Namespace) -> int:
 
 def cmd_reopen(args: argparse.Namespace) -> int:
     """Start a forgotten conversation again: appends to it are accepted from now on, under a new data key."""
-    from memfold.cli.main import _engine
     from memfold.cli.render import terminal_safe
 
-    with _engine(args, read_only=False) as engine:
+    with open_engine(args, read_only=False) as engine:
         position = engine.reopen(args.conversation, tenant_id=args.tenant)
     at = f" at {position}" if position is not None else ""
     print(terminal_safe(f"reopened {args.tenant}/{args.conversation}{at}; its forgotten history stays erased"))
@@ -62,10 +62,9 @@ def cmd_reopen(args: argparse.Namespace) -> int:
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
-    from memfold.cli.main import _catch_up, _engine
 
-    with _engine(args) as engine:
-        _catch_up(engine)
+    with open_engine(args) as engine:
+        catch_up(engine)
         report = engine.audit(args.conversation, tenant_id=args.tenant)
     return show_audit(report, args)
 
@@ -74,7 +73,6 @@ def show_audit(report: dict[str, Any], args: argparse.Namespace) -> int:
     """Write the audit page (``--html``), then print the report as JSON or as lines; return 0. Local and remote alike."""
     from pathlib import Path
 
-    from memfold.cli.main import _print_json
     from memfold.cli.render import terminal_safe
 
     if args.html:
@@ -82,7 +80,7 @@ def show_audit(report: dict[str, Any], args: argparse.Namespace) -> int:
 
         Path(args.html).write_text(render(report), encoding="utf-8")
     if args.json:
-        _print_json(report)
+        print_json(report)
     else:
         _print_audit(report)
         if args.html:
@@ -127,9 +125,8 @@ def _print_audit(report: dict[str, Any]) -> None:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     """Exit 0 when the live projection equals a replay with the live settings, 1 (each difference printed) if not."""
-    from memfold.cli.main import _engine
 
-    with _engine(args) as engine:
+    with open_engine(args) as engine:
         diffs = engine.verify(args.conversation, tenant_id=args.tenant)
     scope = f"{args.tenant}/{args.conversation}" if args.conversation else "every conversation"
     if not diffs:
@@ -166,11 +163,10 @@ def parse_as_of(text: str):
 
 def print_views(args: argparse.Namespace) -> int:
     """Print the documented SQL views (``memfold sql --views``): name, description, definition with --json."""
-    from memfold.cli.main import _print_json
     from memfold.projections.views import VIEWS
 
     if getattr(args, "json", False):
-        _print_json([{"name": v.name, "description": v.doc, "sql": " ".join(v.sql.split())} for v in VIEWS])
+        print_json([{"name": v.name, "description": v.doc, "sql": " ".join(v.sql.split())} for v in VIEWS])
         return 0
     for v in VIEWS:
         print(f"{v.name}\n    {v.doc}")

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from memfold.cli.common import SHOWN_REJECTIONS, UsageError, one_line, print_json, refuse_errors_on_input
 from memfold.core.errors import ValidationError
 
 
@@ -36,7 +37,6 @@ def run_remote(args: argparse.Namespace) -> int:
 
 
 def _usage(message: str) -> Exception:
-    from memfold.cli.main import UsageError
 
     return UsageError(message)
 
@@ -52,12 +52,6 @@ def _check_tenant(client, args: argparse.Namespace) -> None:
                      f"use a key of tenant {tenant!r}")
 
 
-def _print_json(value: Any) -> None:
-    from memfold.cli.main import _print_json as print_json
-
-    print_json(value)
-
-
 def _say(line: str) -> None:
     from memfold.cli.render import terminal_safe
 
@@ -69,7 +63,7 @@ def _append(client, args) -> int:
                "importance": args.importance, "tool_call_id": args.tool_call_id}
     done = client.append(args.conversation, [message], wait=not args.no_wait)[0]
     if args.json:
-        _print_json({"event_id": done.event_id, "partition": done.partition, "offset": done.offset})
+        print_json({"event_id": done.event_id, "partition": done.partition, "offset": done.offset})
     else:
         _say(f"appended to {args.conversation} at {done.partition}:{done.offset} via {client.url}")
     return 0
@@ -78,7 +72,7 @@ def _append(client, args) -> int:
 def _context(client, args) -> int:
     query = getattr(args, "query", None)
     if args.json:
-        _print_json(_context_document(client, args, query))
+        print_json(_context_document(client, args, query))
         return 0
     context = client.context(args.conversation, budget=args.budget, query=query, policy=args.policy, as_of=args.as_of)
     from memfold.cli.render import print_context
@@ -125,7 +119,7 @@ def _all_messages(client, conversation: str) -> list:
 def _history(client, args) -> int:
     messages = _all_messages(client, args.conversation)
     if args.json:
-        _print_json([m.model_dump(mode="json") for m in messages])
+        print_json([m.model_dump(mode="json") for m in messages])
     else:
         from memfold.cli.render import history_line
 
@@ -137,7 +131,7 @@ def _history(client, args) -> int:
 def _summaries(client, args) -> int:
     rows = client.summaries(args.conversation, policy=args.policy)
     if args.json:
-        _print_json(rows)
+        print_json(rows)
     else:
         from memfold.cli.render import print_summaries
 
@@ -156,7 +150,7 @@ def _sql(client, args) -> int:
         raise ValidationError("give a SQL query, or --views to list the documented views", field="query")
     result = client.sql(args.query)
     if args.json:
-        _print_json([dict(zip(result.columns, r)) for r in result.rows])
+        print_json([dict(zip(result.columns, r)) for r in result.rows])
     elif args.csv:
         import csv
 
@@ -227,7 +221,7 @@ def _replay(client, args) -> int:
     status = client.wait_replay(args.name)
     job = status.get("job") or {}
     if args.json:
-        _print_json(status)
+        print_json(status)
     else:
         _say(f"replay {args.name} via {client.url}: {job.get('state', status.get('status'))}, "
              f"settings hash {status.get('settings_hash')}")
@@ -240,7 +234,7 @@ def _replay(client, args) -> int:
 def _replays(client, args) -> int:
     rows = client.replays()
     if args.json:
-        _print_json(rows)
+        print_json(rows)
         return 0
     if not rows:
         _say(f"no replays at {client.url}")
@@ -274,7 +268,7 @@ def _diff(client, args) -> int:
 
         questions = [{"conversation_id": q.conversation_id, "question": q.question, "answer": q.answer}
                      for q in load_questions(args.questions)]
-    _print_json(client.diff(args.name, conversation_id=args.conversation, budget=args.budget, questions=questions))
+    print_json(client.diff(args.name, conversation_id=args.conversation, budget=args.budget, questions=questions))
     return 0
 
 
@@ -462,7 +456,6 @@ class _RemoteIngest:
 def _ingest(client, args) -> int:
     """Ingest a JSONL file through the service; the report and exit codes are a local ingest's."""
     from memfold.cli.ingest import check_readable
-    from memfold.cli.main import SHOWN_REJECTIONS, _one_line, refuse_errors_on_input
     from memfold.cli.render import terminal_safe
 
     path = Path(args.file)
@@ -477,7 +470,7 @@ def _ingest(client, args) -> int:
             for line_no, reason, field in run.rejected:
                 out.write(json.dumps({"line": line_no, "field": field, "error": reason}, ensure_ascii=False) + "\n")
     for line_no, reason, _ in run.rejected[:SHOWN_REJECTIONS]:
-        print(f"memfold: line {line_no} rejected: {terminal_safe(_one_line(reason))}", file=sys.stderr)
+        print(f"memfold: line {line_no} rejected: {terminal_safe(one_line(reason))}", file=sys.stderr)
     hidden = len(run.rejected) - SHOWN_REJECTIONS
     if hidden > 0:
         where = f"all are in {args.errors}" if args.errors else "--errors FILE writes all as JSONL"
@@ -487,7 +480,7 @@ def _ingest(client, args) -> int:
     _say(f"ingested {run.accepted} messages, duplicates {run.duplicates}, rejected {len(run.rejected)}{conflicts} "
          f"in {seconds:.2f}s via {client.url}{waited}")
     if run.stopped:
-        print(f"memfold: {terminal_safe(_one_line(run.stopped))}", file=sys.stderr)
+        print(f"memfold: {terminal_safe(one_line(run.stopped))}", file=sys.stderr)
     if run.failed:
         return 1
     return 2 if run.rejected else 0

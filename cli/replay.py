@@ -13,9 +13,11 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from memfold.cli.common import open_engine, print_json
+from memfold.cli.common import positive_int as parse
 
-def _positive_int(text: str) -> int:
-    from memfold.cli.main import _positive_int as parse
+
+def positive_int(text: str) -> int:
 
     return parse(text)
 
@@ -28,7 +30,7 @@ def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
                    help="a policy setting, e.g. hierarchical.trigger_message_count=30 (repeatable)")
     r.add_argument("--settings", metavar="FILE", help="a memfold.toml whose policy settings the replay uses")
     r.add_argument("--conversations", metavar="C1,C2", help="replay only these conversation ids")
-    r.add_argument("--batch-size", type=_positive_int, default=5000, help="log events per transaction (default 5000)")
+    r.add_argument("--batch-size", type=positive_int, default=5000, help="log events per transaction (default 5000)")
     r.add_argument("--quiet", action="store_true", help="no progress bar")
     r.add_argument("--json", action="store_true", help="print the report as JSON")
 
@@ -43,7 +45,6 @@ def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from memfold.cli.main import _engine
     from memfold.core.overrides import load_file, parse_assignments
 
     overrides = parse_assignments(args.assignments)
@@ -54,15 +55,13 @@ def cmd_replay(args: argparse.Namespace) -> int:
                   file=sys.stderr)
     conversations = [c.strip() for c in args.conversations.split(",") if c.strip()] if args.conversations else None
     policy, args.policy = args.policy, None  # the replay's policy, not the live data dir's
-    with _engine(args) as engine, _progress(not args.quiet) as progress:
+    with open_engine(args) as engine, _progress(not args.quiet) as progress:
         report = engine.replay(args.name, policy=policy, overrides=overrides, settings_file=args.settings,
                                conversations=conversations, progress=progress, batch_size=args.batch_size)
     if args.json:
         from dataclasses import asdict
 
-        from memfold.cli.main import _print_json
-
-        _print_json({**{k: v for k, v in asdict(report).items() if k != "path"}, "path": str(report.path)})
+        print_json({**{k: v for k, v in asdict(report).items() if k != "path"}, "path": str(report.path)})
         return 0
     run, rate = report.run, report.run.folded / report.seconds if report.seconds else 0.0
     print(f"replay {report.name}: {report.status}, settings hash {report.settings_hash}; folded {run.folded} events "
@@ -103,9 +102,8 @@ def _progress(enabled: bool) -> _Progress:
 
 
 def cmd_replays(args: argparse.Namespace) -> int:
-    from memfold.cli.main import _engine, _print_json
 
-    with _engine(args) as engine:
+    with open_engine(args) as engine:
         ends = engine.log.end_positions()
         manifests = engine.replays()
     rows = []
@@ -118,7 +116,7 @@ def cmd_replays(args: argparse.Namespace) -> int:
             "conversations": m.get("conversations"), "created_at": m["created_at"], "stats": m.get("stats"),
         })
     if args.json:
-        _print_json(rows)
+        print_json(rows)
         return 0
     if not rows:
         print("no replays (create one with `memfold replay --name NAME --set KEY=VALUE`)")
@@ -132,18 +130,16 @@ def cmd_replays(args: argparse.Namespace) -> int:
 
 
 def cmd_drop(args: argparse.Namespace) -> int:
-    from memfold.cli.main import _engine
 
-    with _engine(args) as engine:
+    with open_engine(args) as engine:
         path = engine.drop_replay(args.name)
     print(f"dropped replay {args.name} ({path})")
     return 0
 
 
 def cmd_promote(args: argparse.Namespace) -> int:
-    from memfold.cli.main import _engine
 
-    with _engine(args, read_only=False) as engine:
+    with open_engine(args, read_only=False) as engine:
         position = engine.promote(args.name)
         hashes = ", ".join(f"{p}={engine.settings.settings_hash(p)}" for p in engine.settings.active_policies)
     print(f"promoted replay {args.name}: SettingsChanged at {position}; live folds with {hashes} "

@@ -25,11 +25,13 @@ from __future__ import annotations
 import importlib
 import json
 import logging
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from memfold.core import overrides as ov
 from memfold.core.errors import ConfigError
 from memfold.core.ports import FoldContext, Policy
 from memfold.core.settings import Settings
@@ -169,8 +171,6 @@ def build(role: str, settings: Settings, *, log_timeout: float | None = None, po
     private_dir(settings.data_dir)
     settings = bind_log(settings)
     if role != "client":
-        from memfold.engine.replaying import with_promoted
-
         settings = with_promoted(settings)
     raw = open_log(settings.log_url(), partitions=settings.partitions, topic=settings.topic, timeout=log_timeout,
                    state_dir=settings.data_dir)
@@ -365,3 +365,26 @@ def _policy_change_message(stored: Mapping[str, str], wanted: Mapping[str, str],
         f"change the data dir: apply them with `memfold --data-dir {data_dir} rebuild` (folds the log again), "
         "or read with the settings the data dir was built with"
     )
+
+
+# The data dir records the settings a promote made live: later processes open with them.
+PROMOTED = "promoted.json"
+
+
+def write_promoted(data_dir: Path, view: Mapping[str, Any]) -> None:
+    """Record the promoted policy settings of a data dir (atomically)."""
+    tmp = Path(data_dir) / (PROMOTED + ".tmp")
+    tmp.write_text(json.dumps(dict(view), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    os.replace(tmp, Path(data_dir) / PROMOTED)
+
+
+def with_promoted(settings: Settings) -> Settings:
+    """Return ``settings`` with the data dir's promoted policy settings applied, if a replay was promoted there."""
+    path = settings.data_dir / PROMOTED
+    if not path.is_file():
+        return settings
+    try:
+        view = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise ConfigError(f"{path} (the promoted settings) is unreadable: {exc}") from exc
+    return ov.apply(settings, view)

@@ -24,6 +24,7 @@ from memfold.core.events import SettingsChanged, SettingsChangedPayload, utcnow
 from memfold.core.ids import content_hash
 from memfold.core.positions import Position
 from memfold.core.settings import Settings
+from memfold.engine.builders import fold_contexts, swap_projection, write_promoted
 from memfold.engine.settings_follow import SETTINGS_CONVERSATION, SETTINGS_TENANT, same_folds
 
 if TYPE_CHECKING:
@@ -32,7 +33,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("memfold.replay")
 
-PROMOTED = "promoted.json"
 _RUNNING: dict[Path, threading.Lock] = {}  # one run per namespace in this process (a service runs them on threads)
 _RUNNING_GUARD = threading.Lock()
 
@@ -110,7 +110,6 @@ def _catch_up(engine: MemoryEngine, space: Namespace, settings: Settings, *,
               batch_size: int = 5000) -> ReplayReport:
     """Fold the namespace up to its target (the recorded one when resuming, else ``target`` or the log's end)."""
     from memfold.engine import namespaces as ns
-    from memfold.engine.builders import fold_contexts
     from memfold.projections.fold import FOLD_VERSION
 
     started = time.perf_counter()
@@ -263,7 +262,6 @@ def swap_in(engine: MemoryEngine, settings: Settings) -> None:
     new one, never an empty one. Only an embedded engine appends the
     summary requests the new settings decide (on a Kafka log the workers do).
     """
-    from memfold.engine.builders import fold_contexts, swap_projection
     from memfold.engine.replay import beside_path
     from memfold.engine.runner import Runner
     from memfold.projections.projector import Projector
@@ -344,22 +342,3 @@ def erase_in_replays(data_dir: Path, tenant_id: str, conversation_id: str) -> tu
         finally:
             store.close()
     return touched, failed
-
-
-def write_promoted(data_dir: Path, view: Mapping[str, Any]) -> None:
-    """Record the promoted policy settings of a data dir (atomically)."""
-    tmp = Path(data_dir) / (PROMOTED + ".tmp")
-    tmp.write_text(json.dumps(dict(view), indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    os.replace(tmp, Path(data_dir) / PROMOTED)
-
-
-def with_promoted(settings: Settings) -> Settings:
-    """Return ``settings`` with the data dir's promoted policy settings applied, if a replay was promoted there."""
-    path = settings.data_dir / PROMOTED
-    if not path.is_file():
-        return settings
-    try:
-        view = json.loads(path.read_text(encoding="utf-8"))
-    except ValueError as exc:
-        raise ConfigError(f"{path} (the promoted settings) is unreadable: {exc}") from exc
-    return ov.apply(settings, view)

@@ -23,7 +23,7 @@ from fastapi.encoders import jsonable_encoder
 from pydantic import Field, field_validator, model_validator
 
 from memfold.core.errors import UnknownReplayError
-from memfold.service.app import Admin, Operator, services
+from memfold.service.deps import Admin, Operator, services
 from memfold.service.schemas import ErrorResponse, _Body
 
 _ERRORS = {401: {"model": ErrorResponse}, 403: {"model": ErrorResponse}, 404: {"model": ErrorResponse},

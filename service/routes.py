@@ -34,8 +34,8 @@ from memfold.core.errors import (
 from memfold.core.ids import content_hash
 from memfold.core.positions import Position
 from memfold.core.validation import CONVERSATION_ID_RULE, RESERVED_SEGMENT
-from memfold.service.app import Admin, Forgetter, Reader, Writer, services
 from memfold.service.context_cache import context_key
+from memfold.service.deps import Admin, Forgetter, Reader, Writer, services
 from memfold.service.schemas import (
     AppendRequest,
     AppendResponse,

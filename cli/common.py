@@ -1,0 +1,142 @@
+"""What the commands share: opening the engine a command needs, printing JSON, argument types, usage errors."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+from datetime import date, datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from memfold.core.errors import ConfigError
+
+
+class UsageError(Exception):
+    """A command line argparse refused; printed as one line, exit code 2."""
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} must be at least 1")
+    return value
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text} must be a number above 0")
+    return value
+
+
+def one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def settings_of(args: argparse.Namespace, **extra: Any):
+    from memfold.core.settings import Settings
+
+    overrides: dict[str, Any] = {"data_dir": Path(args.data_dir), **extra}
+    if args.log:
+        overrides["log"] = args.log
+    if args.policy:
+        overrides["policy"] = args.policy
+    return Settings.load(args.config, **overrides)
+
+
+def open_engine(args: argparse.Namespace, *, writing: bool = False, read_only: bool | None = None):
+    """Open the engine in the role the log calls for.
+
+    SQLite log: embedded (everything in this process). Kafka log: commands
+    that write are clients (append and return once the broker acknowledged);
+    commands that read are projector nodes (catch the local replica up, then read).
+    A read (``read_only``, default: not ``writing``) never changes what the
+    data dir keeps: a data dir that does not exist, or a policy or settings
+    it was not built with, is an error.
+    """
+    if read_only is None:
+        read_only = not writing
+    from memfold.engine.builders import LOG_BINDING, bind_log
+    from memfold.engine.engine import MemoryEngine
+
+    settings = settings_of(args)
+    kafka = (settings.log or "").startswith("kafka://")
+    # A projector node's or worker's data dir has no events.sqlite: its log.json names the Kafka log it replicates.
+    bound = (settings.data_dir / LOG_BINDING).is_file()
+    has_log = bound or (settings.data_dir / "events.sqlite").is_file()
+    if read_only and not kafka and not has_log and settings.log is None:
+        raise ConfigError(
+            f"no memfold data in {settings.data_dir}: append or ingest first, or pass --data-dir "
+            "(env MEMFOLD_DATA_DIR) for the data dir you mean"
+        )
+    settings = bind_log(settings)
+    role = "embedded"
+    if settings.log_url().startswith("kafka://"):
+        role = "client" if writing else "projector"
+    return MemoryEngine(settings, role=role, policy_changes="refuse" if read_only else "rebuild")
+
+
+def require_conversation(engine, conversation_id: str, tenant_id: str) -> None:
+    """Raise a one-line error when the projection has no such conversation (a typo, another tenant)."""
+    from memfold.core.errors import UnknownConversationError
+
+    if engine.store.conversation(tenant_id, conversation_id) is None:
+        raise UnknownConversationError(
+            f"no conversation {conversation_id!r} for tenant {tenant_id!r} in {engine.settings.data_dir}; "
+            "list them with: memfold sql \"SELECT tenant_id, conversation_id FROM conversations\"",
+            field="conversation",
+        )
+
+
+def catch_up(engine) -> None:
+    engine.runner.run_once()
+
+
+def jsonable(value: Any) -> Any:
+    if isinstance(value, (datetime, date)):
+        return value.isoformat()
+    if isinstance(value, Decimal):
+        return float(value)
+    if isinstance(value, (bytes, bytearray)):
+        return value.hex()
+    return value
+
+
+# What json.dumps(ensure_ascii=False) leaves raw although a terminal acts on it: DEL, C1 controls, bidi controls.
+_JSON_UNSAFE = re.compile("[\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def print_json(value: Any) -> None:
+    """Print ``value`` as indented JSON, every control character escaped (``\\u001b``, ``\\u009b``)."""
+    text = json.dumps(value, ensure_ascii=False, indent=2, default=jsonable)
+    sys.stdout.write(_JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text) + "\n")
+
+
+SHOWN_REJECTIONS = 20
+
+
+def refuse_errors_on_input(errors: str | None, file: str) -> None:
+    """Raise :class:`UsageError` when ``--errors`` names the input itself (same inode: a link, ``/dev/stdin``).
+
+    Opening it for writing would truncate the input before a line was read.
+    """
+    if errors is None:
+        return
+    try:
+        same = os.path.samefile(errors, file)
+    except OSError:  # the errors file does not exist yet: it cannot be the input
+        return
+    if same:
+        raise UsageError(f"--errors {errors} is the input file {file}; writing rejections there would erase "
+                         "the input: give another file")
+
