@@ -198,7 +198,7 @@ class MemoryEngine:
         self.switching = threading.RLock()  # held while the settings change (promote, following the log)
         self._follower = self._following = None
         if role == "client":
-            self.store = None
+            self.store = self.snapshots = None
             self._closed = False
             _track(self)
             return
@@ -251,6 +251,13 @@ class MemoryEngine:
             self.worker.start()
         if start and role != "worker":
             self.runner.start()
+        self.snapshots = None
+        if settings.snapshot.every_seconds and (start or role == "worker"):
+            from .snapshots import SnapshotRefresher
+
+            self.snapshots = SnapshotRefresher(self.store, settings.snapshot_dir(), settings.snapshot.every_seconds,
+                                               node=settings.snapshot.node, keep_seconds=settings.snapshot.keep_seconds)
+            self.snapshots.start()
         if self._follower is not None and (start or role == "worker"):
             from .settings_follow import FollowThread
 
@@ -1241,6 +1248,8 @@ class MemoryEngine:
         if self._following is not None:
             self._following.stop()
         if self.store is not None:
+            if self.snapshots is not None:
+                self.snapshots.stop()
             self.runner.stop()
             self.worker.stop()
             closing = getattr(self.summarizer, "close", None)  # worker processes, where it has them
