@@ -379,6 +379,9 @@ def import_events(
         for entry in manifest.get("destroyed_keys", []):
             keys.record_destroyed(entry["key_id"], entry["scope"])
     theirs, ours = manifest.get("settings_hashes") or {}, settings_hashes or {}
+    if set(theirs) - set(ours):
+        warnings.append(f"the source folded policies {', '.join(sorted(theirs))} and this data dir folds "
+                        f"{', '.join(sorted(ours))}: set 'policies' to fold the others too (memfold rebuild)")
     for policy in sorted(set(theirs) & set(ours)):
         if theirs[policy] != ours[policy]:
             warnings.append(f"policy {policy} was folded with settings {theirs[policy]} in the source and "
