@@ -46,6 +46,7 @@ def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
 
     s = command("snapshot", help="write every projection table to DIR as hive-partitioned Parquet, swapped in atomically")
     s.add_argument("dir", nargs="?", default=None, help="snapshot root (default: setting snapshot.dir)")
+    s.add_argument("--replay", metavar="NAME", help="snapshot the projection of replay NAME instead of the live one")
     s.add_argument("--json", action="store_true")
 
 
@@ -104,11 +105,26 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     from memfold.engine.cli import _catch_up, _engine, _print_json
     from memfold.engine.snapshots import write_snapshot
 
-    with _engine(args) as engine:
-        _catch_up(engine)
-        root = Path(args.dir) if args.dir else engine.settings.snapshot_dir()
-        snap = write_snapshot(engine.store, root, node=engine.settings.snapshot.node,
-                              keep_seconds=engine.settings.snapshot.keep_seconds)
+    if args.replay:
+        from memfold.engine.cli import _settings
+        from memfold.projections.store import DuckDBProjectionStore
+        from memfold.streams.namespaces import Namespace, check_name, replays_dir
+
+        settings = _settings(args)
+        space = Namespace.open(replays_dir(settings.data_dir) / check_name(args.replay))
+        space.refuse_stale()
+        store = DuckDBProjectionStore(space.store_path, read_only=True)
+        root = Path(args.dir) if args.dir else settings.snapshot_dir().with_name(f"snapshots-{args.replay}")
+        try:
+            snap = write_snapshot(store, root, node=settings.snapshot.node, keep_seconds=settings.snapshot.keep_seconds)
+        finally:
+            store.close()
+    else:
+        with _engine(args) as engine:
+            _catch_up(engine)
+            root = Path(args.dir) if args.dir else engine.settings.snapshot_dir()
+            snap = write_snapshot(engine.store, root, node=engine.settings.snapshot.node,
+                                  keep_seconds=engine.settings.snapshot.keep_seconds)
     if args.json:
         _print_json({"path": str(snap.path), "snapshot": snap.number, "rows": snap.rows,
                      "positions": snap.positions, "seconds": snap.seconds, "bytes": snap.bytes})

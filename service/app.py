@@ -221,6 +221,7 @@ def operation_id(route: APIRoute) -> str:
 
 def create_app(engine, keys: ApiKeyStore, limits: Limits | None = None) -> FastAPI:
     """Return the service app over a running ``engine`` and the data dir's ``keys``."""
+    from .portability import router as portability_router
     from .replays import ReplayJobs
     from .replays import router as replays_router
     from .routes import router
@@ -244,6 +245,7 @@ def create_app(engine, keys: ApiKeyStore, limits: Limits | None = None) -> FastA
     _install_error_handlers(app)
     app.include_router(router)
     app.include_router(replays_router)
+    app.include_router(portability_router)
     app.include_router(ui_router)
 
     @app.get("/healthz", tags=["operations"])

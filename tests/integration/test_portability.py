@@ -209,3 +209,38 @@ def test_export_and_import_refuse_url(tmp_path, capsys):
     for command in (["export", str(tmp_path / "x")], ["import", str(tmp_path / "x")], ["snapshot", str(tmp_path)]):
         code, _, err = _run(capsys, "--url", "http://127.0.0.1:9", *command)
         assert code == 2 and "is not supported" in err
+
+
+def test_the_service_streams_an_export_a_fresh_data_dir_imports(service, tmp_path, capsys):
+    import io
+    import tarfile
+
+    admin, other = service.key("port-acme", "admin"), service.key("port-other", "admin")
+    with service.http(admin) as http:
+        for n in range(6):
+            http.post("/v1/conversations/p-1/messages", params={"wait": "true"},
+                      json={"messages": [{"role": "user", "content": f"turn {n}: ticket #{700 + n} reopened"}]},
+                      ).raise_for_status()
+        assert http.post("/v1/admin/export", params={"tenant": "port-other"}).status_code == 422  # not its tenant
+        response = http.post("/v1/admin/export", params={"plaintext": "true", "format": "jsonl"})
+    assert response.status_code == 200 and response.headers["content-type"] == "application/x-tar"
+    with service.http(other) as http:
+        http.post("/v1/conversations/p-9/messages", json={"messages": [{"role": "user", "content": "elsewhere"}]},
+                  ).raise_for_status()
+    with service.http() as http:
+        assert http.post("/v1/admin/export").status_code == 401
+    exported = tmp_path / "export"
+    with tarfile.open(fileobj=io.BytesIO(response.content)) as tar:
+        assert sorted(tar.getnames()) == ["events.jsonl", "manifest.json"]
+        tar.extractall(exported, filter="data")
+    rows = [json.loads(line) for line in (exported / "events.jsonl").read_text().splitlines()]
+    assert {r["tenant_id"] for r in rows} == {"port-acme"}  # an admin key exports its own tenant only
+    assert [r["payload"]["content"] for r in rows if r["type"] == "MessageAppended"] == \
+        [f"turn {n}: ticket #{700 + n} reopened" for n in range(6)]
+    target = tmp_path / "target"
+    code, out, err = _run(capsys, "--data-dir", str(target), "--policy", "hierarchical", "import", str(exported))
+    assert code == 0, err
+    with MemoryEngine(Settings.load(None, data_dir=target, policies=("hierarchical",), policy="hierarchical"),
+                      policy_changes="refuse") as engine:
+        assert [m.content for m in engine.history("p-1", tenant_id="port-acme")] == \
+            [f"turn {n}: ticket #{700 + n} reopened" for n in range(6)]
