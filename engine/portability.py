@@ -194,9 +194,6 @@ def _key_status(keys: Any, key_ids: set[tuple[str, str]]) -> tuple[set[tuple[str
     return destroyed, live
 
 
-def _row(partition: int, offset: int, event: Event) -> dict[str, Any]:
-    raw = json.loads(event.encode())
-    return {"partition": partition, "offset": offset, **raw}
 
 
 class _JsonlWriter:
@@ -206,7 +203,8 @@ class _JsonlWriter:
         self._file = open(path, "w", encoding="utf-8")
 
     def add(self, partition: int, offset: int, event: Event) -> None:
-        self._file.write(json.dumps(_row(partition, offset, event), ensure_ascii=False, separators=(",", ":")) + "\n")
+        # The log's own canonical JSON of the event, with the position put first.
+        self._file.write(f'{{"partition":{partition},"offset":{offset},{event.encode()[1:]}\n')
 
     def close(self) -> None:
         self._file.close()
@@ -249,7 +247,8 @@ class _ParquetWriter:
         c["seq"].append(event.seq)
         c["occurred_at"].append(event.occurred_at)
         c["causation_id"].append(event.causation_id)
-        c["payload"].append(json.dumps(json.loads(event.encode())["payload"], ensure_ascii=False, separators=(",", ":")))
+        payload = event.payload
+        c["payload"].append(type(payload).__pydantic_serializer__.to_json(payload).decode())
         if len(c["event_id"]) >= _PARQUET_ROWS:
             self._flush()
 
