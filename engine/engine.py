@@ -875,7 +875,8 @@ class MemoryEngine:
         file must be rewritten) and rewrites the DuckDB file so no freed
         block keeps its text; (5) wait for summaries in flight, delete rows a
         late writer added, and rewrite the file if a rewrite is still owed;
-        (6) the same in every replay namespace; (7) delete what killed
+        (6) the same in every replay namespace, and replace the Parquet
+        snapshots in ``snapshot.dir`` by a fresh one; (7) delete what killed
         commands left beside the projections; (8) clear the pending record.
 
         Idempotent and resumable: forgetting a forgotten conversation redoes
@@ -891,6 +892,7 @@ class MemoryEngine:
 
         from .erasure import PendingErasures
         from .replaying import erase_in_replays
+        from .snapshots import erase_in_snapshots
 
         _require_text("conversation_id", conversation_id)
         _require_text("tenant_id", tenant_id)
@@ -932,6 +934,7 @@ class MemoryEngine:
             self.projector.drop_reads((tenant_id, conversation_id))
         self._drop_text_caches()  # again: a summary in flight until now may have read its messages
         failed += erase_in_replays(self.settings.data_dir, tenant_id, conversation_id)[1]
+        failed += erase_in_snapshots(self.store, self.settings.snapshot_dir())
         self._remove_leftovers()
         if failed:
             raise ErasureIncompleteError(

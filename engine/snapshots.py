@@ -35,6 +35,14 @@ log = logging.getLogger("memfold.snapshots")
 CURRENT = "current"
 MANIFEST = "manifest.json"
 _NAME = re.compile(r"^snap-(\d{6,})$")
+# One writer at a time per snapshot root in this process: the refresher and an erasure's rewrite.
+_WRITING: dict[Path, threading.Lock] = {}
+_WRITING_GUARD = threading.Lock()
+
+
+def _lock(root: Path) -> threading.Lock:
+    with _WRITING_GUARD:
+        return _WRITING.setdefault(root.resolve(), threading.Lock())
 RETIRED = ".retired"  # in a snapshot dir: when it stopped being current (its mtime)
 
 
@@ -58,10 +66,15 @@ def write_snapshot(store: Any, root: str | Path, *, node: str | None = None, kee
     more than ``keep_seconds`` ago. A failure before (4) leaves ``current``
     as it was and removes the temporary directory.
     """
-    from memfold.projections.store import SNAPSHOT_TABLES
-
     base = Path(root)
     base.mkdir(parents=True, exist_ok=True)
+    with _lock(base):
+        return _write(store, base, node, keep_seconds)
+
+
+def _write(store: Any, base: Path, node: str | None, keep_seconds: float) -> Snapshot:
+    from memfold.projections.store import SNAPSHOT_TABLES
+
     started = time.perf_counter()
     number = max((n for n, _ in _snapshots(base)), default=0) + 1
     name = f"snap-{number:06d}"
@@ -91,6 +104,33 @@ def write_snapshot(store: Any, root: str | Path, *, node: str | None = None, kee
     _prune(base, keep_seconds, keep={final, previous})  # (5)
     size = sum(f.stat().st_size for f in final.rglob("*") if f.is_file())
     return Snapshot(final, number, written["rows"], written["positions"], time.perf_counter() - started, size)
+
+
+def erase_in_snapshots(store: Any, root: str | Path) -> list[str]:
+    """After an erasure: replace the snapshots under ``root`` by one fresh snapshot of ``store``, at once.
+
+    The forgotten conversation's rows are gone from the projection, so the
+    fresh snapshot does not hold them; every older snapshot is removed now,
+    not ``keep_seconds`` later (a reader in the middle of one gets an error:
+    erasure comes first). Returns what could not be done, as
+    ``MemoryEngine.forget`` reports copies (empty when all is well, or when
+    ``root`` holds no snapshot).
+    """
+    base = Path(root)
+    if not base.is_dir():
+        return []
+    with _lock(base):
+        try:
+            if current_path(base) is not None:
+                fresh = _write(store, base, None, keep_seconds=0.0).path
+            else:
+                fresh = None
+            for path in base.iterdir():
+                if path.name != CURRENT and path != fresh and path.is_dir():
+                    shutil.rmtree(path)
+        except (MemfoldError, OSError) as exc:
+            return [f"the snapshots in {base}: {exc}"]
+    return []
 
 
 def current_path(root: str | Path) -> Path | None:

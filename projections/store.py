@@ -206,6 +206,9 @@ class DuckDBProjectionStore:
         self._open = threading.Event()
         self._open.set()
         self._write_lock = threading.Lock()
+        # Held while a snapshot reads (write_parquet): a file rewrite waits for it, as DuckDB cannot
+        # CHECKPOINT under an open transaction, and a swap would close the connection it reads from.
+        self._copying = threading.Lock()
         if not read_only:
             for ddl in (*_DDL, CACHE_TABLE_DDL, *CACHE_TABLE_MIGRATIONS, *DENSE_DDL, *view_ddl()):
                 self._con.execute(ddl)
@@ -518,7 +521,7 @@ class DuckDBProjectionStore:
             raise ProjectionError("this projection is open read-only")
         fresh = self.path.with_name(self.path.name + ".compact")
         fresh.unlink(missing_ok=True)
-        with self._write_lock:
+        with self._write_lock, self._copying:
             try:
                 self._con.execute("CHECKPOINT")
                 self._con.execute(f"ATTACH '{fresh.as_posix()}' AS memfold_compact")
@@ -550,7 +553,7 @@ class DuckDBProjectionStore:
         """
         if self.read_only:
             raise ProjectionError("this projection is open read-only")
-        with self._write_lock:
+        with self._write_lock, self._copying:
             try:
                 other.connection.execute("CHECKPOINT")
             except duckdb.Error as exc:
@@ -876,12 +879,16 @@ class DuckDBProjectionStore:
         Every table is read at the same instant (DuckDB's snapshot
         isolation), so the row counts and positions returned agree with each
         other whatever the projector commits meanwhile; the projector is not
-        blocked. A table with no rows is written as one empty file with its
+        blocked; a file rewrite (compaction, rebuild) waits for the copy to end. A table with no rows is written as one empty file with its
         columns, so a reader's glob always finds it. Returns ``{"rows":
         {table: count}, "positions": {partition: next_offset}, "meta": {...}}``.
         """
         out = Path(directory)
         out.mkdir(parents=True, exist_ok=True)
+        with self._copying:
+            return self._write_parquet(out, tables)
+
+    def _write_parquet(self, out: Path, tables: Sequence[SnapshotTable]) -> dict[str, Any]:
         cur = self.cursor()
         try:
             cur.execute("BEGIN TRANSACTION")

@@ -118,3 +118,20 @@ def test_a_failed_snapshot_leaves_current_as_it_was(tmp_path):
             raise AssertionError("the failing snapshot did not raise")
     assert current_path(tmp_path / "snaps") == first.path.resolve()
     assert [p.name for p in (tmp_path / "snaps").iterdir() if not p.name.startswith("snap-")] == ["current"]
+
+
+def test_forget_leaves_no_byte_of_the_conversation_in_the_snapshots(tmp_path):
+    marker = "okapi-vermilion-5521"
+    data = tmp_path / "data"
+    with MemoryEngine(Settings.load(None, data_dir=data, snapshot={"every_seconds": 0.1})) as engine:
+        engine.append_many(_batch(0, 40))
+        engine.append_message("secret", "user", f"the vault code is {marker}", tenant_id="t1")
+        engine.wait_idle()
+        root = engine.settings.snapshot_dir()
+        wait_until(lambda: _rows(root).get("messages") == 41, timeout=30)
+        assert any(marker.encode() in f.read_bytes() for f in root.rglob("*.parquet"))
+        engine.forget("secret", tenant_id="t1")
+        leftovers = [f for f in root.rglob("*") if f.is_file() and marker.encode() in f.read_bytes()]
+        assert leftovers == []
+        assert _rows(root)["messages"] == 40  # a fresh snapshot took the old ones' place
+        assert [p.name for p in root.iterdir() if p.name.startswith("snap-")] == [current_path(root).name]
