@@ -244,3 +244,9 @@ def test_the_service_streams_an_export_a_fresh_data_dir_imports(service, tmp_pat
                       policy_changes="refuse") as engine:
         assert [m.content for m in engine.history("p-1", tenant_id="port-acme")] == \
             [f"turn {n}: ticket #{700 + n} reopened" for n in range(6)]
+
+
+def test_sql_over_a_snapshot_refuses_url(tmp_path, capsys):
+    code, _, err = _run(capsys, "--url", "http://127.0.0.1:9", "--api-key", "k", "sql", "--snapshot", str(tmp_path),
+                        "SELECT 1")
+    assert code == 2 and "--snapshot reads a local snapshot directory" in err
