@@ -81,9 +81,10 @@ def _write(store: Any, base: Path, node: str | None, keep_seconds: float) -> Sna
     tmp = base / f".tmp-{name}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     try:
+        read_at = datetime.now(UTC).isoformat()  # the projection as of (about) this time
         written = store.write_parquet(tmp, SNAPSHOT_TABLES)  # (1)
         manifest = {
-            "snapshot": number, "node": node, "created_at": datetime.now(UTC).isoformat(),
+            "snapshot": number, "node": node, "read_at": read_at, "created_at": datetime.now(UTC).isoformat(),
             "rows": written["rows"], "positions": {str(p): o for p, o in sorted(written["positions"].items())},
             "fold_version": written["meta"].get("fold_version"),
             "settings_hashes": json.loads(written["meta"].get("policies") or "{}"),
