@@ -252,7 +252,8 @@ class MemoryEngine:
         if start and role != "worker":
             self.runner.start()
         self.snapshots = None
-        if settings.snapshot.every_seconds and (start or role == "worker"):
+        # Not for reads (policy_changes "refuse"): a read never changes the data dir, however long it runs.
+        if settings.snapshot.every_seconds and (start or role == "worker") and policy_changes != "refuse":
             from .snapshots import SnapshotRefresher
 
             self.snapshots = SnapshotRefresher(self.store, settings.snapshot_dir(), settings.snapshot.every_seconds,
