@@ -60,9 +60,10 @@ def test_an_embedded_export_imports_into_a_kafka_deployment(kafka_bootstrap, tmp
                  MEMFOLD_TOPIC=topic).stdout
     assert f"imported 0 events ({manifest['events']} already present)" in again
     for (tenant, conv), expected in contexts.items():  # the Kafka node folds what the embedded source folded
-        got = json.loads(_cli("--data-dir", str(node), "context", conv, "--tenant", tenant, "--json").stdout)
-        assert [{k: m[k] for k in ("role", "content")} for m in got["messages"]] == \
-            [{"role": m["role"], "content": m["content"]} for m in expected]
+        read = ("context", conv, "--tenant", tenant, "--json")
+        got = _cli("--data-dir", str(node), *read).stdout
+        assert got == _cli("--data-dir", str(src), *read).stdout  # byte for byte
+        assert [m["content"] for m in json.loads(got)["messages"]] == [m["content"] for m in expected]
 
 
 def test_two_nodes_snapshots_answer_one_fleet_wide_query(kafka_bootstrap, tmp_path):
