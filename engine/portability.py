@@ -62,6 +62,12 @@ class ExportFilter:
     since: datetime | None = None
     until: datetime | None = None
 
+    def __post_init__(self) -> None:
+        for name in ("since", "until"):  # a time without a zone is UTC, as event times are
+            value = getattr(self, name)
+            if value is not None and value.tzinfo is None:
+                object.__setattr__(self, name, value.replace(tzinfo=UTC))
+
     def keeps(self, event: Event) -> bool:
         if self.tenant_id is not None and event.tenant_id != self.tenant_id:
             return False
