@@ -20,7 +20,7 @@ from datetime import UTC, datetime, timedelta
 from memfold.core.ports import MessageRecord
 from memfold.core.settings import POLICY_NAMES, Settings
 from memfold.core.tokens import counter
-from memfold.engine.engine import fold_contexts
+from memfold.engine.builders import fold_contexts
 from memfold.projections import fold
 from memfold.projections.policies import state_codec
 

@@ -44,9 +44,11 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from memfold.cli import diff as cli_diff
 from memfold.cli import memory as cli_memory
+from memfold.cli import portability as cli_portability
 from memfold.cli import replay as cli_replay
 from memfold.cli.common import (
     SHOWN_REJECTIONS,
@@ -149,6 +151,8 @@ def _parser() -> argparse.ArgumentParser:
     q.add_argument("query", nargs="?")
     q.add_argument("--views", action="store_true", help="list the documented SQL views instead")
     q.add_argument("--replay", metavar="NAME", help="query the projection of replay NAME instead of the live one")
+    q.add_argument("--snapshot", metavar="DIR",
+                   help="query the Parquet snapshot in DIR (its 'current' one) instead of the live projection")
     fmt = q.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true")
     fmt.add_argument("--csv", action="store_true")
@@ -175,6 +179,7 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--budget", type=positive_int, default=600)
     cli_memory.add_commands(command)
     cli_replay.add_commands(command)
+    cli_portability.add_commands(command)
     cli_diff.add_commands(command, positive_int)
 
     sv = command("serve", help="serve this data dir over HTTP (API keys, /docs, /metrics, /ui)")
@@ -401,6 +406,15 @@ def cmd_sql(args: argparse.Namespace) -> int:
         return cli_memory.print_views(args)
     if not args.query:
         raise ValidationError("give a SQL query, or --views to list the documented views", field="query")
+    if args.snapshot:
+        from memfold.engine.snapshots import require_current
+        from memfold.projections.store import SnapshotReader
+
+        reader = SnapshotReader(require_current(args.snapshot))  # no data dir, no lock: a plain copy
+        try:
+            return _print_rows(args, *reader.read_query(args.query))
+        finally:
+            reader.close()
     settings = settings_of(args)
     path = settings.projection_path()
     if args.replay:
@@ -417,6 +431,10 @@ def cmd_sql(args: argparse.Namespace) -> int:
         columns, rows = store.query(args.query)
     finally:
         store.close()
+    return _print_rows(args, columns, rows)
+
+
+def _print_rows(args: argparse.Namespace, columns: list[str], rows: list[tuple[Any, ...]]) -> int:
     if args.json:
         print_json([dict(zip(columns, r)) for r in rows])
     elif args.csv:
@@ -618,6 +636,7 @@ _COMMANDS = {
     "demo": cmd_demo,
     **cli_memory.COMMANDS,
     **cli_replay.COMMANDS,
+    **cli_portability.COMMANDS,
     **cli_diff.COMMANDS,
     "serve": cmd_serve,
     "keys": cmd_keys,

@@ -146,6 +146,8 @@ def _sql(client, args) -> int:
         return print_views(args)
     if args.replay:
         raise _usage("sql --replay works on a local data dir; the HTTP API queries the live projection only")
+    if args.snapshot:
+        raise _usage("sql --snapshot reads a local snapshot directory; run it without --url")
     if not args.query:
         raise ValidationError("give a SQL query, or --views to list the documented views", field="query")
     result = client.sql(args.query)

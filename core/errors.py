@@ -11,7 +11,8 @@
      │    ├── UnknownMessageError               a retraction names no message of that conversation
      │    ├── AlreadyRetractedError             a retraction names a message retracted before
      │    ├── UnknownReplayError                a command names a replay namespace that does not exist
-     │    └── SqlTimeoutError                   a SQL statement ran past its time limit and was interrupted
+     │    ├── SqlTimeoutError                   a SQL statement ran past its time limit and was interrupted
+     │    └── ExportRefusedError                an export dir import refuses (checksum, schema, missing keys); nothing imported
      ├── InputFileError                         an input file that cannot be read (missing, a directory)
      ├── ConfigError                            settings that cannot work
      ├── EventDecodeError                       stored or received bytes that are not a known event
@@ -112,6 +113,11 @@ class UnknownReplayError(ValidationError):
 
 class SqlTimeoutError(ValidationError):
     """A SQL statement ran past its statement timeout and was interrupted; nothing was changed (HTTP 408)."""
+
+
+class ExportRefusedError(ValidationError):
+    """An export directory ``memfold import`` refuses: a file whose checksum fails, an event it cannot
+    upcast, a sealed export whose keys the target does not hold. Nothing was imported."""
 
 
 class InputFileError(MemfoldError):

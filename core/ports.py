@@ -450,4 +450,12 @@ class KeyStore(Protocol):
         """
         ...
 
+    def record_destroyed(self, key_id: str, scope: str) -> None:
+        """Record ``key_id`` of ``scope`` as destroyed, holding no key bytes (an import of a forgotten conversation).
+
+        Content sealed with it then reads as erased here too, instead of as a
+        key this store never held. Idempotent; a live key of that id stays live.
+        """
+        ...
+
     def close(self) -> None: ...

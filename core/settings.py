@@ -187,6 +187,17 @@ class RetrievalSettings(BaseModel):
     rrf_k: int = Field(60, ge=1)
 
 
+class SnapshotSettings(BaseModel):
+    """Parquet snapshots of the projection refreshed by the running engine, worker or service (docs/analytics.md)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    every_seconds: float = Field(0.0, ge=0)  # 0: no refresh; `memfold snapshot DIR` writes one on demand
+    dir: Path | None = None  # default: DATA_DIR/snapshots
+    keep_seconds: float = Field(300.0, ge=0)  # a retired snapshot stays this long for readers that resolved it
+    node: str | None = None  # this node's name in the snapshot manifest (fleet queries)
+
+
 class Settings(BaseSettings):
     """Everything memfold can be told. See the module docstring for where values come from."""
 
@@ -217,6 +228,7 @@ class Settings(BaseSettings):
     embedder: EmbedderSettings = EmbedderSettings()
     context: ContextSettings = ContextSettings()
     retrieval: RetrievalSettings = RetrievalSettings()
+    snapshot: SnapshotSettings = SnapshotSettings()
     hierarchical: HierarchicalSettings = HierarchicalSettings()
     chunked: ChunkedSettings = ChunkedSettings()
     sliding_window: SlidingWindowSettings = SlidingWindowSettings()
@@ -312,6 +324,10 @@ class Settings(BaseSettings):
         if url.startswith("kafka://"):  # every node of the deployment shares the key topic beside the events
             return f"{url.rstrip('/')}/{self.topic}.keys"
         return None
+
+    def snapshot_dir(self) -> Path:
+        """Return where this node's Parquet snapshots go (setting ``snapshot.dir``, default DATA_DIR/snapshots)."""
+        return self.snapshot.dir if self.snapshot.dir is not None else self.data_dir / "snapshots"
 
     def projection_path(self) -> Path:
         """Return the DuckDB projection file of this data dir."""

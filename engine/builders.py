@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from memfold.core.sealing import Sealer
     from memfold.engine.runner import Runner
     from memfold.engine.settings_follow import SettingsFollower
+    from memfold.engine.snapshots import SnapshotRefresher
     from memfold.engine.worker import FoldedSource, SummarizerWorker
     from memfold.projections.dense import DenseIndex
     from memfold.projections.projector import Projector
@@ -135,9 +136,12 @@ class Parts:
     runner: Runner | None = None
     dense: DenseIndex | None = None
     follower: SettingsFollower | None = None
+    snapshots: SnapshotRefresher | None = None  # Parquet snapshots refreshed every snapshot.every_seconds
 
     def close(self) -> None:
         """Close what was opened, newest first (a build that failed half way, or the engine's close)."""
+        if self.snapshots is not None:
+            self.snapshots.stop()
         if self.runner is not None:
             self.runner.stop()
         if self.worker is not None:
@@ -218,6 +222,12 @@ def _build_pipeline(parts: Parts, policy_changes: str, listeners: Sequence[Calla
         concurrency=settings.summarizer.concurrency, max_pending=settings.summarizer.max_pending,
         flush_after_s=settings.summarizer.flush_after_s,
     )
+    # Not for reads (policy_changes "refuse"): a read never changes the data dir, however long it runs.
+    if settings.snapshot.every_seconds and policy_changes != "refuse":
+        from memfold.engine.snapshots import SnapshotRefresher
+
+        parts.snapshots = SnapshotRefresher(parts.store, settings.snapshot_dir(), settings.snapshot.every_seconds,
+                                            node=settings.snapshot.node, keep_seconds=settings.snapshot.keep_seconds)
     summarizes = role in ("embedded", "worker")
     parts.runner = Runner(
         parts.log, parts.store, parts.folds.projector,
@@ -245,6 +255,8 @@ def start(parts: Parts, *, start: bool) -> None:
         parts.worker.start()
     if start and parts.role != "worker":
         parts.runner.start()
+    if parts.snapshots is not None and running:
+        parts.snapshots.start()
 
 
 def reconcile(store: DuckDBProjectionStore, settings: Settings, *, refuse: bool = False) -> Settings:

@@ -121,6 +121,7 @@ class MemoryEngine:
         self.log, self.sealer = parts.log, parts.sealer
         self.store, self.summarizer, self.worker, self.runner = parts.store, parts.summarizer, parts.worker, parts.runner
         self.dense = parts.dense
+        self.snapshots = parts.snapshots
         self._parts = parts
         self._folds = parts.folds
         self._follower, self._following = parts.follower, None
@@ -699,6 +700,12 @@ class MemoryEngine:
 
         return run_tenant_sql(self.store, tenant_id, query, limit, timeout_s)
 
+    def export(self, directory: str | Path, **options: Any):
+        """Write the log to ``directory`` as ``memfold export`` does (see :mod:`memfold.engine.portability`)."""
+        from memfold.engine.portability import export_engine
+
+        return export_engine(self, directory, **options)
+
     def progress(self) -> tuple[dict[int, int], dict[int, int]]:
         """Return the log's end positions and the projection's, per partition (their gap is the projection's lag)."""
         return self.log.end_positions(), self.store.position()
@@ -764,7 +771,8 @@ class MemoryEngine:
         file must be rewritten) and rewrites the DuckDB file so no freed
         block keeps its text; (5) wait for summaries in flight, delete rows a
         late writer added, and rewrite the file if a rewrite is still owed;
-        (6) the same in every replay namespace; (7) delete what killed
+        (6) the same in every replay namespace, and replace the Parquet
+        snapshots in ``snapshot.dir`` by a fresh one; (7) delete what killed
         commands left beside the projections; (8) clear the pending record.
 
         Idempotent and resumable: forgetting a forgotten conversation redoes
@@ -779,6 +787,7 @@ class MemoryEngine:
         from memfold.core.events import ConversationDeleted, ConversationDeletedPayload
         from memfold.engine.erasure import PendingErasures
         from memfold.engine.replaying import erase_in_replays
+        from memfold.engine.snapshots import erase_in_snapshots
 
         _require_text("conversation_id", conversation_id)
         _require_text("tenant_id", tenant_id)
@@ -820,6 +829,7 @@ class MemoryEngine:
             self.projector.drop_reads((tenant_id, conversation_id))
         self._drop_text_caches()  # again: a summary in flight until now may have read its messages
         failed += erase_in_replays(self.settings.data_dir, tenant_id, conversation_id)[1]
+        failed += erase_in_snapshots(self.store, self.settings.snapshot_dir())
         self._remove_leftovers()
         if failed:
             raise ErasureIncompleteError(

@@ -10,6 +10,7 @@ DuckDB allows one writing process per file; a second process gets
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
@@ -204,6 +205,9 @@ class DuckDBProjectionStore:
         self._open = threading.Event()
         self._open.set()
         self._write_lock = threading.Lock()
+        # Held while a snapshot reads (write_parquet): a file rewrite waits for it, as DuckDB cannot
+        # CHECKPOINT under an open transaction, and a swap would close the connection it reads from.
+        self._copying = threading.Lock()
         if not read_only:
             for ddl in (*_DDL, CACHE_TABLE_DDL, *CACHE_TABLE_MIGRATIONS, *DENSE_DDL, *view_ddl()):
                 self._con.execute(ddl)
@@ -516,7 +520,7 @@ class DuckDBProjectionStore:
             raise ProjectionError("this projection is open read-only")
         fresh = self.path.with_name(self.path.name + ".compact")
         fresh.unlink(missing_ok=True)
-        with self._write_lock:
+        with self._write_lock, self._copying:
             try:
                 self._con.execute("CHECKPOINT")
                 self._con.execute(f"ATTACH '{fresh.as_posix()}' AS memfold_compact")
@@ -557,7 +561,7 @@ class DuckDBProjectionStore:
         """
         if self.read_only:
             raise ProjectionError("this projection is open read-only")
-        with self._write_lock:
+        with self._write_lock, self._copying:
             try:
                 other.connection.execute("CHECKPOINT")
             except duckdb.Error as exc:
@@ -902,6 +906,48 @@ class DuckDBProjectionStore:
             )
         return self.query(sql, params)
 
+    def write_parquet(self, directory: str | Path, tables: Sequence[SnapshotTable]) -> dict[str, Any]:
+        """Write each of ``tables`` as hive-partitioned Parquet under ``directory/<name>/``, all from ONE read transaction.
+
+        Every table is read at the same instant (DuckDB's snapshot
+        isolation), so the row counts and positions returned agree with each
+        other whatever the projector commits meanwhile; the projector is not
+        blocked; a file rewrite (compaction, rebuild) waits for the copy to end. A table with no rows is written as one empty file with its
+        columns, so a reader's glob always finds it. Returns ``{"rows":
+        {table: count}, "positions": {partition: next_offset}, "meta": {...}}``.
+        """
+        out = Path(directory)
+        out.mkdir(parents=True, exist_ok=True)
+        with self._copying:
+            return self._write_parquet(out, tables)
+
+    def _write_parquet(self, out: Path, tables: Sequence[SnapshotTable]) -> dict[str, Any]:
+        cur = self.cursor()
+        try:
+            cur.execute("BEGIN TRANSACTION")
+            rows: dict[str, int] = {}
+            for t in tables:
+                target = (out / t.name).as_posix().replace("'", "''")
+                select = f"SELECT * {t.extra} FROM ({t.select})"
+                count = cur.execute(f"SELECT count(*) FROM ({select})").fetchone()[0]
+                rows[t.name] = count
+                if count and t.partition_by:
+                    cur.execute(f"COPY ({select}) TO '{target}' (FORMAT PARQUET, COMPRESSION ZSTD, "
+                                f"PARTITION_BY ({', '.join(t.partition_by)}), WRITE_PARTITION_COLUMNS true)")
+                else:
+                    (out / t.name).mkdir(parents=True, exist_ok=True)
+                    cur.execute(f"COPY ({select}) TO '{target}/data_0.parquet' (FORMAT PARQUET, COMPRESSION ZSTD)")
+            positions = {int(p): int(o) for p, o in cur.execute("SELECT * FROM positions").fetchall()}
+            meta = dict(cur.execute("SELECT key, value FROM store_meta").fetchall())
+            cur.execute("COMMIT")
+        except duckdb.Error as exc:
+            with contextlib.suppress(duckdb.Error):
+                cur.execute("ROLLBACK")
+            raise ProjectionError(f"cannot write a snapshot of {self.path} to {out}: {exc}") from exc
+        finally:
+            cur.close()
+        return {"rows": rows, "positions": positions, "meta": meta}
+
     @_read_again_after_a_swap
     def dump(self, tables: Iterable[str] = ("events", "conversations", "messages", "summaries", "facts", "policy_state", "policy_rows", "search_docs", "positions")) -> dict[str, list[tuple[Any, ...]]]:
         """Return every row of ``tables`` in a canonical order (for determinism and parity checks)."""
@@ -912,6 +958,73 @@ class DuckDBProjectionStore:
             rows = cur.fetchall()
             out[table] = sorted(rows, key=lambda r: tuple("" if v is None else str(v) for v in r))
         return out
+
+
+@dataclass(frozen=True)
+class SnapshotTable:
+    """One table of a Parquet snapshot: the rows of ``select`` plus ``extra`` columns, partitioned by ``partition_by``."""
+
+    name: str
+    select: str
+    partition_by: tuple[str, ...] = ()
+    extra: str = ""
+
+
+_BY_TENANT = ("tenant_id",)
+_BY_TENANT_DATE = ("tenant_id", "date")
+
+
+def _day(column: str) -> str:
+    return f", CAST(timezone('UTC', {column}) AS DATE) AS date"
+
+
+# Every projection table, the settings the projection was folded with, and the documented audit views
+# (memory_stuck_processing is left out: it compares with the time of the query).
+SNAPSHOT_TABLES: tuple[SnapshotTable, ...] = (
+    SnapshotTable("events", "SELECT * FROM events", _BY_TENANT_DATE, _day("occurred_at")),
+    SnapshotTable("conversations", "SELECT * FROM conversations", _BY_TENANT),
+    SnapshotTable("messages", "SELECT * FROM messages", _BY_TENANT_DATE, _day("occurred_at")),
+    SnapshotTable("summaries", "SELECT * FROM summaries", _BY_TENANT_DATE, _day("requested_at")),
+    SnapshotTable("facts", "SELECT * FROM facts", _BY_TENANT),
+    SnapshotTable("policy_state", "SELECT * FROM policy_state", _BY_TENANT),
+    SnapshotTable("policy_rows", "SELECT * FROM policy_rows", _BY_TENANT),
+    SnapshotTable("state_history", "SELECT * FROM state_history", _BY_TENANT),
+    SnapshotTable("search_docs", "SELECT * FROM search_docs", _BY_TENANT),
+    SnapshotTable("poison_events", "SELECT * FROM poison_events"),
+    SnapshotTable("positions", "SELECT * FROM positions"),
+    SnapshotTable("settings", "SELECT key, value FROM store_meta"),
+    SnapshotTable("memory_version_chain", "SELECT * FROM memory_version_chain", _BY_TENANT),
+    SnapshotTable("memory_window_progression", "SELECT * FROM memory_window_progression", _BY_TENANT),
+    SnapshotTable("memory_generation_time", "SELECT * FROM memory_generation_time"),
+)
+
+class SnapshotReader:
+    """Read-only SQL over a Parquet snapshot directory: each table a view over its files; no DuckDB file, no lock."""
+
+    def __init__(self, directory: str | Path):
+        self.path = Path(directory)
+        self._con = duckdb.connect(":memory:")
+        for table in SNAPSHOT_TABLES:
+            if (self.path / table.name).is_dir():
+                glob = (self.path / table.name).as_posix().replace("'", "''") + "/**/*.parquet"
+                self._con.execute(f"CREATE VIEW {table.name} AS SELECT * FROM read_parquet('{glob}', "
+                                  "hive_partitioning = false)")
+
+    def read_query(self, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
+        """Run ``sql`` if it only reads (as :meth:`DuckDBProjectionStore.read_query`); return (columns, rows)."""
+        try:
+            kinds = [st.type for st in self._con.extract_statements(sql)]
+            if any(k not in _READ_STATEMENTS for k in kinds):
+                raise ProjectionError("this SQL is read-only: a snapshot is a copy of the projection, not a place to write")
+            cur = self._con.execute(sql)
+            if cur.description is None:
+                return [], []
+            return [d[0] for d in cur.description], cur.fetchall()
+        except duckdb.Error as exc:
+            raise ProjectionError(f"query failed: {exc}") from exc
+
+    def close(self) -> None:
+        self._con.close()
 
 
 _READ_STATEMENTS = frozenset({duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN})

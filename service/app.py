@@ -141,6 +141,7 @@ def operation_id(route: APIRoute) -> str:
 
 def create_app(engine, keys: ApiKeyStore, limits: Limits | None = None) -> FastAPI:
     """Return the service app over a running ``engine`` and the data dir's ``keys``."""
+    from memfold.service.portability import router as portability_router
     from memfold.service.replays import ReplayJobs
     from memfold.service.replays import router as replays_router
     from memfold.service.routes import router
@@ -164,6 +165,7 @@ def create_app(engine, keys: ApiKeyStore, limits: Limits | None = None) -> FastA
     _install_error_handlers(app)
     app.include_router(router)
     app.include_router(replays_router)
+    app.include_router(portability_router)
     app.include_router(ui_router)
 
     @app.get("/healthz", tags=["operations"])

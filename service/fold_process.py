@@ -115,7 +115,7 @@ READS_FIRST = frozenset({"context", "prompt", "summaries", "conversation", "mess
 # The engine API the fold process answers: MemoryEngine methods, called by name. A name not in it is refused.
 OPERATIONS = frozenset({
     "append_message", "append_many", "audit", "context", "conversation", "conversation_ids", "conversations",
-    "diff_replay", "drop_replay", "erasure_pending", "forget", "history", "messages", "plan", "progress", "prompt",
+    "diff_replay", "drop_replay", "erasure_pending", "export", "forget", "history", "messages", "plan", "progress", "prompt",
     "promote", "rebuild", "reopen", "replay", "replays", "retract", "search", "search_messages", "sql",
     "summaries", "summary_counts", "tenant_sql", "verify", "wait_for", "wait_idle",
 })

@@ -138,6 +138,12 @@ class KafkaKeyStore:
                 self._write([(k, {"scope": scope, "destroyed_at": now}) for k in live])
             return len(live)
 
+    def record_destroyed(self, key_id: str, scope: str) -> None:
+        with self._lock:
+            self._read()
+            if key_id not in self._keys:
+                self._write([(key_id, {"scope": scope, "destroyed_at": datetime.now(UTC).isoformat()})])
+
     def close(self) -> None:
         for client in (self._producer, self._consumer):
             try:

@@ -177,6 +177,16 @@ class SQLiteKeyStore:
                 self._keys.pop(key_id, None)
             return len(ids)
 
+    def record_destroyed(self, key_id: str, scope: str) -> None:
+        with self._lock:
+            try:
+                self._db.execute(
+                    "INSERT OR IGNORE INTO data_keys (key_id, scope, key, created_at, destroyed_at) "
+                    "VALUES (?, ?, NULL, ?, ?)", [key_id, scope, _now(), _now()],
+                )
+            except sqlite3.Error as exc:
+                raise KeyStoreError(f"cannot record a destroyed key in {self.path}: {exc}") from exc
+
     def _check(self) -> None:
         """Drop the cached keys when another process destroyed one since the last check.
 

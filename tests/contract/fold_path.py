@@ -18,7 +18,7 @@ from memfold.core.partitioner import partition_for
 from memfold.core.positions import LogRecord, Position
 from memfold.core.settings import POLICY_NAMES, Settings
 from memfold.core.tokens import counter
-from memfold.engine.engine import fold_contexts
+from memfold.engine.builders import fold_contexts
 from memfold.engine.runner import Runner
 from memfold.engine.worker import SummarizerWorker
 from memfold.projections.projector import Projector

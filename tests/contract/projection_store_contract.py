@@ -20,7 +20,7 @@ from memfold.core.ports import ProjectionStore
 from memfold.core.positions import LogRecord, Position
 from memfold.core.settings import Settings
 from memfold.core.tokens import counter
-from memfold.engine.engine import fold_contexts
+from memfold.engine.builders import fold_contexts
 from memfold.engine.worker import answer, build_input
 from memfold.projections.offline_summarizer import OfflineSummarizer
 from memfold.projections.projector import Projector

@@ -31,7 +31,7 @@ def test_the_projector_keeps_a_bounded_number_of_conversations_and_folds_the_sam
     from contract.projection_store_contract import records
     from memfold.core.settings import POLICY_NAMES, Settings
     from memfold.core.tokens import counter
-    from memfold.engine.engine import fold_contexts
+    from memfold.engine.builders import fold_contexts
     from memfold.projections.projector import Projector
 
     policies = fold_contexts(Settings.load(None, policies=POLICY_NAMES))
@@ -61,7 +61,7 @@ def test_a_read_whose_cursor_was_taken_just_before_a_swap_reads_the_swapped_in_f
     from contract.projection_store_contract import records
     from memfold.core.settings import Settings
     from memfold.core.tokens import counter
-    from memfold.engine.engine import fold_contexts
+    from memfold.engine.builders import fold_contexts
     from memfold.projections.projector import Projector
 
     class SwapsAfterTheCursor(DuckDBProjectionStore):

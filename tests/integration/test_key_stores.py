@@ -76,3 +76,34 @@ def test_kafka_a_key_destroyed_on_another_node_is_not_used_to_seal(kafka_bootstr
     finally:
         a.close()
         b.close()
+
+
+def _records_a_destroyed_key_it_never_held(store) -> None:
+    """What an import of a forgotten conversation relies on: the id reads as erased, the scope as forgotten."""
+    store.record_destroyed("dk-imported", SCOPE)
+    store.record_destroyed("dk-imported", SCOPE)  # idempotent
+    assert store.key("dk-imported") is None
+    assert store.status(SCOPE) == "forgotten" and store.active_keys([SCOPE]) == {}
+    assert store.reopen(SCOPE)
+    (live_id, live_key), = store.active_keys([SCOPE]).values()
+    store.record_destroyed(live_id, SCOPE)  # a live key of that id stays live
+    assert store.key(live_id) == live_key
+
+
+def test_sqlite_records_a_destroyed_key_it_never_held(tmp_path):
+    store = SQLiteKeyStore(tmp_path / "keys.sqlite")
+    try:
+        _records_a_destroyed_key_it_never_held(store)
+    finally:
+        store.close()
+
+
+@pytest.mark.kafka
+def test_kafka_records_a_destroyed_key_it_never_held(kafka_bootstrap):
+    from memfold.streams.kafka_keystore import KafkaKeyStore
+
+    store = KafkaKeyStore(kafka_bootstrap, f"memfold.keys.{uuid.uuid4().hex[:8]}", refresh=0.2)
+    try:
+        _records_a_destroyed_key_it_never_held(store)
+    finally:
+        store.close()

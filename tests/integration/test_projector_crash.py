@@ -112,7 +112,7 @@ def test_kill_at_random_moments_then_restart_gives_the_same_projection(reference
 def test_redelivered_records_change_nothing(reference, tmp_path):
     from memfold.core.settings import POLICY_NAMES, Settings
     from memfold.core.tokens import counter
-    from memfold.engine.engine import fold_contexts
+    from memfold.engine.builders import fold_contexts
     from memfold.projections.projector import Projector
 
     pristine, expected = reference

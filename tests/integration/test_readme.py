@@ -194,3 +194,46 @@ def test_the_agents_sdk_snippet_keeps_the_turn_in_memfold(tmp_path, service, ope
                        headers={"Authorization": f"Bearer {key}"}, timeout=30).json()["messages"]
     assert [m["role"] for m in stored] == ["user", "assistant"]
     assert stored[0]["content"] == "Which order arrived broken?"
+
+
+ANALYTICS = (Path(__file__).resolve().parents[2] / "docs" / "analytics.md").read_text()
+
+
+def test_analytics_queries_run_over_a_snapshot(tmp_path):
+    """docs/analytics.md: the snapshot commands, then every query of "## Queries" over the snapshot and a replay's."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMFOLD_")}
+    env["MEMFOLD_POLICIES"] = "sliding_window,hierarchical"
+    lines, per_tenant = [], {"acme": 0, "globex": 0}
+    for i in range(90):
+        tenant = "acme" if i % 3 else "globex"
+        per_tenant[tenant] += 1
+        lines.append({"tenant_id": tenant, "conversation_id": f"support-{i % 2}", "role": "user" if i % 2 == 0 else
+                      "assistant", "occurred_at": f"2026-03-0{1 + i // 30}T10:{i % 60:02d}:00Z",
+                      "content": f"turn {i}: my order id is #{48200 + i // 10}, it ships from Leeds on day {i}"})
+    (tmp_path / "c.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+
+    def memfold(*args: str) -> str:
+        proc = subprocess.run([MEMFOLD, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, (args, proc.stderr)
+        return proc.stdout
+
+    memfold("ingest", "c.jsonl", "--quiet")
+    memfold("replay", "--name", "window8", "--set", "sliding_window.rolling_window_size=8")
+    for line in _block("## Writing snapshots", "sh", ANALYTICS).splitlines():
+        memfold(*shlex.split(line.split("  #", 1)[0].strip())[1:])
+    queries = re.findall(r"```sql\n(.*?)```", ANALYTICS[ANALYTICS.index("## Queries"):], re.S)
+    assert len(queries) == 4
+    growth, cost, churn, replay = (json.loads(memfold("sql", "--snapshot", ".memfold/snapshots", "--json", q))
+                                   for q in queries)
+    assert {t: sum(r["messages"] for r in growth if r["tenant_id"] == t) for t in per_tenant} == per_tenant
+    assert {r["date"] for r in growth} == {"2026-03-01", "2026-03-02", "2026-03-03"}
+    assert [r["messages_to_date"] for r in growth if r["tenant_id"] == "acme"][-1] == per_tenant["acme"]
+    assert {r["policy"] for r in cost} == {"sliding_window", "hierarchical"}
+    assert all(r["model_calls"] + r["cache_hits"] > 0 and r["tokens_out"] > 0 for r in cost)
+    assert churn and max(r["changes"] for r in churn) >= 1  # the order id changed every ten turns
+    assert all(r["conversations"] >= 1 and r["taught_in"] for r in churn)
+    windows = [r for r in replay if r["policy"] == "sliding_window"]
+    assert windows and all(r["live_hash"] != r["replay_hash"] and r["replay_summaries"] > 0
+                           and r["replay_tokens_out"] != r["live_tokens_out"] for r in windows)  # other summaries
+    same = [r for r in replay if r["policy"] == "hierarchical"]  # settings unchanged: the same summaries, same hash
+    assert same and all(r["live_hash"] == r["replay_hash"] and r["replay_summaries"] == r["live_summaries"] for r in same)

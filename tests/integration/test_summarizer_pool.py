@@ -12,7 +12,7 @@ from memfold.core.events import MessageAppended, MessagePayload
 from memfold.core.partitioner import partition_for
 from memfold.core.ports import SummaryInput, SummaryOutput
 from memfold.core.settings import Settings
-from memfold.engine.engine import fold_contexts
+from memfold.engine.builders import fold_contexts
 from memfold.engine.worker import SummarizerWorker
 from memfold.projections.fold import make_request
 from memfold.projections.store import DuckDBProjectionStore

@@ -14,7 +14,7 @@ import sys
 
 from memfold.core.settings import POLICY_NAMES, Settings
 from memfold.core.tokens import counter
-from memfold.engine.engine import fold_contexts
+from memfold.engine.builders import fold_contexts
 from memfold.engine.runner import Runner
 from memfold.projections.projector import Projector
 from memfold.projections.store import DuckDBProjectionStore
