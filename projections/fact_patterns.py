@@ -256,14 +256,10 @@ WORD_KEYS = {
 TRACKING_RE = fast_start("t", RULE["tracking"].body, RULE["tracking"].flags)
 HASH_ID_RE = fast_start("#", RULE["hash_id"].body, RULE["hash_id"].flags)
 
-DECISION_VERB_RE = re.compile(
-    r"\b(?P<verb>agreed|approved|confirmed|decided|accepted|authori[sz]ed|declined|denied|rejected)\b", re.I
-)
-DECISION_PHRASE_RE = re.compile(
-    r"\b(?:go ahead with|i'll go with|let's go with|i'll take (?:it|that|the)|^\W*(?:ok(?:ay)?,?\s+)?deal)\b", re.I
-)
+DECISION_VERB_RE = RULE["decision_verb"].pattern
+DECISION_PHRASE_RE = RULE["decision_phrase"].pattern
 DECISION_VERBS = {"authorised": "approved", "authorized": "approved", "declined": "rejected", "denied": "rejected"}
-HYPOTHETICAL_RE = re.compile(r"\b(?:if|once|when|until|whether|unless)\b", re.I)
+HYPOTHETICAL_RE = RULE["hypothetical"].pattern
 
 
 STATUS_WORDS = (
@@ -276,7 +272,7 @@ AUX_RE = re.compile(
     r"(?:(?:not|never|yet|been|now|already|currently|still|being|just|officially)\s+)*$",
     re.I,
 )
-NEGATION_RE = re.compile(r"\b(?:not|never)\b|n't|n’t", re.I)
+NEGATION_RE = RULE["negation"].pattern
 
 # What a support conversation is about, from the user's words. Each pattern names the support matter,
 # not the bare word: in other talk "track my reading", "I stayed up late", "my study plan", "address
@@ -320,12 +316,7 @@ REQUEST_RE = re.compile(
 )
 ASKING_AUX_RE = re.compile(r"\b(?:do|does|did|should|would|could|can|will|must|if|when|why|what|how|whether)\s+$", re.I)
 
-RETRACT_RE = re.compile(
-    r"\b(?P<verb>forget|ignore|disregard|scratch|never ?mind|withdraw|cancel|remove|delete)\b"
-    r"(?P<object>[^.;!?,]{0,40})"
-    r"|\b(?:no longer|don't|do not) (?:need|want)\b(?P<object2>[^.;!?,]{0,40})",
-    re.I,
-)
+RETRACT_RE = RULE["retraction"].pattern
 # What a retraction can name → the key stem it removes. "order" only with a clear retraction verb:
 # "cancel my order" is a request about the order, not a retraction of its id.
 RETRACTABLE = {
@@ -459,7 +450,7 @@ PRONOUNS = [
 
 # --------------------------------------------------------------------------- the user's first-person statements
 
-CODE_BLOCK_RE = re.compile(r"```.*?(?:```|\Z)", re.S)
+CODE_BLOCK_RE = RULE["code_block"].pattern
 # Markdown an assistant writes tutorials with: list items, headings, bold, inline code.
 MARKDOWN_RE = re.compile(r"^\s*(?:[-*+•]\s|\d{1,2}\.\s|#{1,6}\s)|\*\*|`")
 

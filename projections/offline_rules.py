@@ -168,6 +168,57 @@ RULES: tuple[Rule, ...] = (
         misses=("v2 is out", "dev3.1", "1.2.3"),
         why="A version string pins what the user runs; an upgrade makes it a changed value.",
     ),
+    # ----------------------------------------------------------------- decisions and what a user takes back
+    Rule(
+        "decision_verb",
+        r"\b(?P<verb>agreed|approved|confirmed|decided|accepted|authori[sz]ed|declined|denied|rejected)\b",
+        re.I,
+        matches=("the bank approved the loan", "we decided on oak", "my claim was denied"),
+        misses=("I agree it's odd", "awaiting approval", "a decisive win"),
+        why="A decision is the outcome a conversation reaches; later turns build on it and questions ask for it.",
+    ),
+    Rule(
+        "decision_phrase",
+        r"\b(?:go ahead with|i'll go with|let's go with|i'll take (?:it|that|the)|^\W*(?:ok(?:ay)?,?\s+)?deal)\b",
+        re.I,
+        matches=("Let's go with the 3 pm slot", "I'll take the green one", "Okay, deal."),
+        misses=("how do we deal with rust", "I'll go home", "a good deal on tyres"),
+        why="A user accepting an offer in their own words decides as much as 'agreed' does.",
+    ),
+    Rule(
+        "hypothetical",
+        r"\b(?:if|once|when|until|whether|unless)\b",
+        re.I,
+        matches=("if the part arrives", "unless it rains", "once you sign"),
+        misses=("the gift arrived", "wherever you are", "the lift is slow"),
+        why="A decision said under a condition ('approved if the part arrives') is not yet one.",
+    ),
+    Rule(
+        "negation",
+        r"\b(?:not|never)\b|n't|n’t",
+        re.I,
+        matches=("it was not approved", "they never called", "I don't want it"),
+        misses=("nothing to add", "a notable case", "the knot held"),
+        why="A negated decision or state is the opposite value; it must not be read as the plain one.",
+    ),
+    Rule(
+        "retraction",
+        r"\b(?P<verb>forget|ignore|disregard|scratch|never ?mind|withdraw|cancel|remove|delete)\b"
+        r"(?P<object>[^.;!?,]{0,40})"
+        r"|\b(?:no longer|don't|do not) (?:need|want)\b(?P<object2>[^.;!?,]{0,40})",
+        re.I,
+        matches=("please forget my phone number", "scratch the callback", "I no longer need the voucher"),
+        misses=("I forgot my keys", "the removal van", "we need a refund"),
+        why="What a user takes back leaves memory at once; the verb and its object name the fact (topics' fold uses it).",
+    ),
+    Rule(
+        "code_block",
+        r"```.*?(?:```|\Z)",
+        re.S,
+        matches=("see ```x = 1``` above", "```\nopen block"),
+        misses=("`inline` code", "no code here"),
+        why="Code is not what anyone said: no facts or statements are read inside a fenced block.",
+    ),
     # ----------------------------------------------------------------- salience
     Rule(
         "markup",
