@@ -340,11 +340,7 @@ RETRACTABLE = {
 }
 RETRACT_ORDER_VERBS = {"forget", "ignore", "disregard", "scratch", "nevermind"}
 
-FILLER_RE = re.compile(
-    r"^(?:(?:just so you know|note that|please note(?: that)?|also|meanwhile|so|ok(?:ay)?|great|good news|"
-    r"understood|in that case|for the record)\b[,:]?\s*)+",
-    re.I,
-)
+FILLER_RE = RULE["filler"].pattern
 
 CONDITION_MARKER_RE = re.compile(
     r"\b(?:(?:one|the|a|only|your|main|our)\s+)?conditions?\s*(?::|\bis\b|\bare\b)\s*:?\s*(?P<rest>\S.*)$", re.I

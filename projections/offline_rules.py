@@ -219,6 +219,16 @@ RULES: tuple[Rule, ...] = (
         misses=("`inline` code", "no code here"),
         why="Code is not what anyone said: no facts or statements are read inside a fenced block.",
     ),
+    Rule(
+        "filler",
+        r"^(?:(?:just so you know|note that|please note(?: that)?|also|meanwhile|so|ok(?:ay)?|great|good news|"
+        r"understood|in that case|for the record)\b[,:]?\s*)+",
+        re.I,
+        matches=("Good news: the part shipped", "For the record, I paid twice", "Okay so the van is booked"),
+        misses=("The van is booked", "Sonia paid twice", "Greatly reduced"),
+        why="Discourse openers carry no value: a decision or condition is kept without them.",
+        mode="match",
+    ),
     # ----------------------------------------------------------------- salience
     Rule(
         "markup",
