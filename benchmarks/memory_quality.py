@@ -45,6 +45,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # synth.py lives next to this file
 
 import beam  # noqa: E402
+import halves  # noqa: E402
 import synth  # noqa: E402
 
 BASELINE = "takeLast"
@@ -89,10 +90,11 @@ def _summary_costs(engine: Any, policies: Sequence[str]) -> dict[str, dict[str, 
 
 def measure(conversations: int = 6, turns: int | str = 400, seed: str | int = 7, *,
             budgets: Sequence[int] = BUDGETS, policies: Sequence[str] | None = None, step: int = 10,
-            timeout: float = 600.0, data_dir: str | Path | None = None) -> dict[str, Any]:
+            timeout: float = 600.0, data_dir: str | Path | None = None, half: str = "all") -> dict[str, Any]:
     """Run the benchmark and return its results as a JSON-ready dict.
 
-    Steps: 1. generate the conversations; 2. ingest them into an engine in
+    Steps: 1. generate the conversations and keep those of ``half``
+    (:mod:`halves`: ``"tuning"``, ``"held-out"`` or ``"all"``); 2. ingest them into an engine in
     ``data_dir`` (default: a temporary directory, removed afterwards) folding
     every policy, ``step`` messages per conversation at a time, waiting
     until projection and summaries are done before the next round
@@ -107,7 +109,7 @@ def measure(conversations: int = 6, turns: int | str = 400, seed: str | int = 7,
     from memfold.projections.context import take_last
 
     policies = tuple(policies or POLICY_NAMES)
-    convs = synth.generate(conversations, turns, seed)
+    convs = halves.select(synth.generate(conversations, turns, seed), half, lambda c: c.conversation_id)
     n_messages = sum(len(c.messages) for c in convs)
     truth = {c.conversation_id: [f.to_json() for f in c.facts.values()] for c in convs}
 
@@ -270,10 +272,11 @@ def dense_label(policy: str, dense: str) -> str:
 def measure_beam(path: str | Path, chats: str | None = None, *, budgets: Sequence[int] = BEAM_BUDGETS,
                  policies: Sequence[str] | None = None, step: int = 10, timeout: float = 1800.0,
                  data_dir: str | Path | None = None, kinds: Sequence[str] = beam.KINDS,
-                 dense: str | None = None) -> dict[str, Any]:
+                 dense: str | None = None, half: str = "all") -> dict[str, Any]:
     """Run the BEAM benchmark on the chat folders under ``path`` and return a JSON-ready dict.
 
-    Steps: 1. load the chats (``chats`` selects folders, "1-5"); 2. ingest them
+    Steps: 1. load the chats (``chats`` selects folders, "1-5"; ``half`` keeps
+    those of one half, :mod:`halves`, by conversation id ``beam-N``); 2. ingest them
     into one engine folding every policy, dated by their time anchors, paced
     like :func:`measure` (``step``); 3. wait until every summary due is done;
     4. per chat and question, read each policy's context at each budget with
@@ -292,7 +295,10 @@ def measure_beam(path: str | Path, chats: str | None = None, *, budgets: Sequenc
     from memfold.engine.engine import MemoryEngine
     from memfold.projections.context import take_last
 
-    loaded = [beam.load_chat(d, kinds) for d in beam.chat_dirs(path, chats)]
+    dirs = halves.select(beam.chat_dirs(path, chats), half, lambda d: f"beam-{d.name}")
+    if not dirs:
+        raise FileNotFoundError(f"no chat folders of the {half} half under {path}")
+    loaded = [beam.load_chat(d, kinds) for d in dirs]
     policies = tuple(policies or POLICY_NAMES)
     default_policy = Settings.model_fields["policy"].default
     conv_ids = {c.chat_id: f"beam-{c.chat_id}" for c in loaded}
@@ -530,6 +536,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="beam: also read every policy with BM25 fused with dense retrieval by this embedder "
                              "(st: the [st] extra's all-MiniLM-L6-v2; openai: the [embedder] settings / "
                              "MEMFOLD_EMBEDDER__*), one extra row per policy")
+    parser.add_argument("--half", choices=halves.HALVES, default="held-out",
+                        help="conversations of this half only (by a hash of their id, see benchmarks/halves.py): "
+                             "tune on 'tuning', report 'held-out' (default)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON instead of a table")
     args = parser.parse_args(argv)
     policies = [p.strip() for p in args.policies.split(",")] if args.policies else None
@@ -540,7 +549,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             dense = {"st": "sentence-transformers"}.get(args.dense, args.dense)
             report = measure_beam(args.path, args.chats, budgets=budgets, policies=policies, step=args.step,
-                                  timeout=args.timeout, data_dir=args.data_dir, dense=dense)
+                                  timeout=args.timeout, data_dir=args.data_dir, dense=dense, half=args.half)
         except (FileNotFoundError, ValueError) as exc:
             parser.error(str(exc))
         render = render_beam
@@ -548,7 +557,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         turns: int | str = int(args.turns) if args.turns.isdigit() else args.turns
         budgets = [int(b) for b in args.budgets.split(",")] if args.budgets else list(BUDGETS)
         report = measure(args.conversations, turns, args.seed, budgets=budgets, policies=policies,
-                         step=args.step, timeout=args.timeout, data_dir=args.data_dir)
+                         step=args.step, timeout=args.timeout, data_dir=args.data_dir, half=args.half)
         render = render_table
     if args.json:
         print(json.dumps(report, indent=2))

@@ -1,15 +1,17 @@
 """The offline summarizer's vocabulary: the regular expressions and keyword tables facts are extracted with.
 
 Data only, no logic: :mod:`memfold.projections.fact_extraction` applies these.
-Changing anything here changes what the offline summarizer outputs, so bump
-``RULES_VERSION`` in :mod:`memfold.projections.offline_summarizer` with it.
+The typed entities (amounts, dates, emails, phones, names, ids, versions) come
+from the rule table, :mod:`memfold.projections.offline_rules`, with their
+examples; the rest are here until each is a table entry. ``RULES_VERSION``
+(:mod:`memfold.projections.offline_summarizer`) hashes both, so no bump by hand.
 """
 
 from __future__ import annotations
 
 import re
 
-from memfold.projections.literal_gate import gated
+from memfold.projections.offline_rules import CURRENCY_CODES, ID_WORDS, MONTHS, RULE
 
 # --------------------------------------------------------------------------- sentences
 
@@ -84,14 +86,7 @@ def fast_start(first: str, body: str, flags: int = 0) -> re.Pattern[str]:
     return compiled
 
 
-CURRENCY_CODES = "USD|EUR|GBP|JPY|CAD|AUD|CHF|INR|CNY|SEK|NOK|DKK|PLN"
-NUM = r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?"
-AMOUNT_RE = fast_start(
-    rf"[$€£¥₹{_initials(CURRENCY_CODES)}]|\d",
-    rf"(?P<sym>[$€£¥₹])\s?(?P<n1>{NUM})"
-    rf"|\b(?P<code1>{CURRENCY_CODES})\s?(?P<n2>{NUM})\b"
-    rf"|(?<![\w.#-])(?P<n3>{NUM})\s?(?P<code2>{CURRENCY_CODES}|dollars?|euros?|pounds?)\b",
-)
+AMOUNT_RE = fast_start(rf"[$€£¥₹{_initials(CURRENCY_CODES)}]|\d", RULE["amount"].body, RULE["amount"].flags)
 # Nearest keyword before an amount (else after it) names the amount.
 AMOUNT_KEYS = [
     (re.compile(r"\brefund(?:ed|s)?\b", re.I), "refund_amount"),
@@ -148,16 +143,7 @@ EVENT_NOUNS = frozenset(
     onboarding shoot recording performance rehearsal signing trial""".split()
 )
 
-MONTHS = (
-    r"Jan(?:uary)?|Feb(?:ruary)?|Mar(?:ch)?|Apr(?:il)?|May|June?|July?|Aug(?:ust)?"
-    r"|Sep(?:t(?:ember)?)?|Oct(?:ober)?|Nov(?:ember)?|Dec(?:ember)?"
-)
-DATE_RE = fast_start(
-    rf"[\d{_initials(MONTHS)}]",
-    r"\b(?P<iso>\d{4}-\d{2}-\d{2})(?:[T ]\d{2}:\d{2}(?::\d{2})?Z?)?\b"
-    rf"|\b(?P<md>(?:{MONTHS})\.?\s+\d{{1,2}}(?:st|nd|rd|th)?(?:,?\s+\d{{4}})?)\b"
-    rf"|\b(?P<dm>\d{{1,2}}(?:st|nd|rd|th)?\s+(?:of\s+)?(?:{MONTHS})(?:,?\s+\d{{4}})?)\b",
-)
+DATE_RE = fast_start(rf"[\d{_initials(MONTHS)}]", RULE["date"].body, RULE["date"].flags)
 # Said right before an amount or a date, these make it an old or a denied value, not the current one:
 # "$938.55, revised from ... instead of $1,043.75"; "it's £3,347.10 per month, not £4,200.70 as first
 # quoted"; "on May 5 rather than May 3"; "now runs v4.5.6, replacing v3.7.11"; "moved from May 3".
@@ -200,24 +186,16 @@ NOT_SUBJECTS = frozenset(
     " you they she him them also just still now then only".split()
 )
 
-EMAIL_RE = re.compile(r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b")
-PHONE_RE = re.compile(
-    r"(?<![\w#-])(?:\+\d[\d\s().-]{6,16}\d|\(\d{3}\)\s?\d{3}[\s.-]\d{4}|\d{3}[\s.-]\d{3}[\s.-]\d{4})(?![\w-])"
-)
-NAME_WORD = r"[A-Z][a-z'’-]+"
-NAME_RE = gated(fast_start(
+EMAIL_RE = RULE["email"].pattern
+PHONE_RE = RULE["phone"].pattern
+NAME_RE = fast_start(
     r"(?i:[mcith])|[.!?,]|^",  # my, i'm, call, the, this, it; hi, hello, hey; a sentence's end; the text's start
-    # "my name is Ann", "call me Ann": one capitalised word is enough after an explicit phrase.
-    rf"(?i:\bmy name is|\bi'?m called|\bi am called|\bcall me|\bthe name is)\s+(?P<name>{NAME_WORD}(?:\s+{NAME_WORD}){{0,2}})"
-    # "I'm Ann Lee", "this is Ann Lee", "it's Ann Lee": only a full name, "I'm Happy" is not one.
-    rf"|(?i:\bi'?m|\bi am|\bthis is|\bit'?s)\s+(?P<full>{NAME_WORD}\s+{NAME_WORD})\b(?!\s+(?:{NAME_WORD}))"
-    # "Ann Lee here" at the start of a sentence.
-    rf"|(?:^|[.!?,]\s+|\b(?i:hi|hello|hey|hello there)\W+)(?P<here>{NAME_WORD}\s+{NAME_WORD})\s+here\b",
-), min_literal=2)
+    RULE["name"].body,
+)
 NOT_NAMES = {"not", "no", "just", "still", "also", "here", "sorry", "good", "happy", "glad", "fine", "the", "so"}
 
 # Codes like ORD-88231, SN-49VH-1453, POL-1277149, E-1960: an upper-case prefix, a dash, 3+ digits in all.
-PREFIXED_ID_RE = fast_start("[A-Z]", r"(?<![\w-])(?P<prefix>[A-Z]{1,6})[-_](?P<rest>[A-Z0-9]+(?:-[A-Z0-9]+)*)(?![\w-])")
+PREFIXED_ID_RE = fast_start("[A-Z]", RULE["prefixed_id"].body, RULE["prefixed_id"].flags)
 # Names of standards and algorithms, not ids anyone was given: "AES-256", "SHA-256", "UTF-8", "ISO-8601".
 NOT_ID_PREFIXES = frozenset({"aes", "sha", "rsa", "md", "utf", "iso", "tls", "ssl", "http", "ipv", "ecdsa", "hmac"})
 PREFIX_KEYS = {
@@ -240,16 +218,7 @@ PREFIX_KEYS = {
     "ref": "reference_id",
     "clm": "claim_id",
 }
-ID_WORDS = (
-    "order|ticket|case|incident|claim|invoice|booking|reservation|confirmation|reference|account|serial|policy|flight"
-)
-WORD_ID_RE = gated(fast_start(
-    f"[{_initials(ID_WORDS)}]",
-    rf"\b(?P<word>{ID_WORDS})"
-    r"(?:\s+(?:number|no\.?|num|nr\.?|id|code|reference|ref))?\s*(?:is\s+)?:?\s*"
-    r"(?P<id>#?\d{3,}(?:-\d+)*|[A-Z]{1,5}-?\d{3,}(?:-\d+)*|(?-i:(?=[A-Z0-9]*\d)(?=[A-Z0-9]*[A-Z])[A-Z0-9]{5,12}))\b",
-    re.I,
-))
+WORD_ID_RE = fast_start(f"[{_initials(ID_WORDS)}]", RULE["word_id"].body, RULE["word_id"].flags)
 CODE_KEYS = [
     (re.compile(r"\bserial\b", re.I), "serial_number"),
     (re.compile(r"\berror\b", re.I), "error_code"),
@@ -258,7 +227,7 @@ CODE_KEYS = [
     (re.compile(r"\baccount\b", re.I), "account_id"),
     (re.compile(r"\b(?:booking|reservation)\b", re.I), "booking_ref"),
 ]
-VERSION_RE = fast_start("v", r"(?<![\w.])v\d+(?:\.\d+){1,3}\b")
+VERSION_RE = fast_start("v", RULE["version"].body, RULE["version"].flags)
 VERSION_KEYS = [(re.compile(r"\bfirmware\b", re.I), "firmware_version"), (re.compile(r"\b(?:app|software)\b", re.I), "app_version")]
 # What an order holds, named right after its id: "I found order #18066: one Halden standing desk,
 # charged at ...", "my order #18066, the Oriel espresso machine". A bare "order #18066" names none.
@@ -284,30 +253,26 @@ WORD_KEYS = {
     "policy": "policy_number",
     "flight": "flight_number",
 }
-TRACKING_RE = fast_start("t", r"\btracking(?:\s+(?:number|no\.?|code|id))?\s*(?:is\s+)?[:#]?\s*(?P<id>[A-Z0-9]{8,})\b", re.I)
-HASH_ID_RE = fast_start("#", r"(?<![\w&])#(?P<id>\d{3,})\b")
+TRACKING_RE = fast_start("t", RULE["tracking"].body, RULE["tracking"].flags)
+HASH_ID_RE = fast_start("#", RULE["hash_id"].body, RULE["hash_id"].flags)
 
-DECISION_VERB_RE = gated(re.compile(
-    r"\b(?P<verb>agreed|approved|confirmed|decided|accepted|authori[sz]ed|declined|denied|rejected)\b", re.I
-))
-DECISION_PHRASE_RE = gated(re.compile(
-    r"\b(?:go ahead with|i'll go with|let's go with|i'll take (?:it|that|the)|^\W*(?:ok(?:ay)?,?\s+)?deal)\b", re.I
-))
+DECISION_VERB_RE = RULE["decision_verb"].pattern
+DECISION_PHRASE_RE = RULE["decision_phrase"].pattern
 DECISION_VERBS = {"authorised": "approved", "authorized": "approved", "declined": "rejected", "denied": "rejected"}
-HYPOTHETICAL_RE = re.compile(r"\b(?:if|once|when|until|whether|unless)\b", re.I)
+HYPOTHETICAL_RE = RULE["hypothetical"].pattern
 
 
 STATUS_WORDS = (
     "out for delivery|in transit|on hold|shipped|delivered|cancell?ed|canceled|refunded|returned|processed"
     "|pending|escalated|resolved|closed|reopened|suspended|expired|failed|overdue|lost|damaged|delayed|active"
 )
-STATUS_RE = gated(fast_start(f"[{_initials(STATUS_WORDS)}]", rf"\b(?P<status>{STATUS_WORDS})\b", re.I))
+STATUS_RE = fast_start(f"[{_initials(STATUS_WORDS)}]", rf"\b(?P<status>{STATUS_WORDS})\b", re.I)
 AUX_RE = re.compile(
     r"(?:\b(?:is|was|has|have|had|been|are|were|got|gets|now|currently|already|still|status(?:\s+is)?)|'s|’s|n't|n’t|:)\s*"
     r"(?:(?:not|never|yet|been|now|already|currently|still|being|just|officially)\s+)*$",
     re.I,
 )
-NEGATION_RE = re.compile(r"\b(?:not|never)\b|n't|n’t", re.I)
+NEGATION_RE = RULE["negation"].pattern
 
 # What a support conversation is about, from the user's words. Each pattern names the support matter,
 # not the bare word: in other talk "track my reading", "I stayed up late", "my study plan", "address
@@ -351,12 +316,7 @@ REQUEST_RE = re.compile(
 )
 ASKING_AUX_RE = re.compile(r"\b(?:do|does|did|should|would|could|can|will|must|if|when|why|what|how|whether)\s+$", re.I)
 
-RETRACT_RE = gated(re.compile(
-    r"\b(?P<verb>forget|ignore|disregard|scratch|never ?mind|withdraw|cancel|remove|delete)\b"
-    r"(?P<object>[^.;!?,]{0,40})"
-    r"|\b(?:no longer|don't|do not) (?:need|want)\b(?P<object2>[^.;!?,]{0,40})",
-    re.I,
-))
+RETRACT_RE = RULE["retraction"].pattern
 # What a retraction can name → the key stem it removes. "order" only with a clear retraction verb:
 # "cancel my order" is a request about the order, not a retraction of its id.
 RETRACTABLE = {
@@ -380,17 +340,13 @@ RETRACTABLE = {
 }
 RETRACT_ORDER_VERBS = {"forget", "ignore", "disregard", "scratch", "nevermind"}
 
-FILLER_RE = re.compile(
-    r"^(?:(?:just so you know|note that|please note(?: that)?|also|meanwhile|so|ok(?:ay)?|great|good news|"
-    r"understood|in that case|for the record)\b[,:]?\s*)+",
-    re.I,
+FILLER_RE = RULE["filler"].pattern
+
+CONDITION_MARKER_RE = re.compile(
+    r"\b(?:(?:one|the|a|only|your|main|our)\s+)?conditions?\s*(?::|\bis\b|\bare\b)\s*:?\s*(?P<rest>\S.*)$", re.I
 )
 
-CONDITION_MARKER_RE = gated(re.compile(
-    r"\b(?:(?:one|the|a|only|your|main|our)\s+)?conditions?\s*(?::|\bis\b|\bare\b)\s*:?\s*(?P<rest>\S.*)$", re.I
-))
-
-CONDITION_RE = gated(re.compile(
+CONDITION_RE = re.compile(
     r"\bwithin\s+\d+\s+(?:business\s+|working\s+|calendar\s+)?(?:days?|hours?|weeks?|months?|years?)\b"
     # "provided the item is returned unused": a clause with its own subject and verb follows; "the
     # provided code", "provided by EndNote", "providing clear explanations" are no conditions.
@@ -407,7 +363,7 @@ CONDITION_RE = gated(re.compile(
     r"|\bonce (?:the|you|your|we|it|they|our)\b"
     r"|\bif\b(?P<if_rest>[^.;!?,]*)",
     re.I,
-), min_literal=2)
+)
 
 # What comes before a "provided" that is a verb or an adjective: "we provided", "the provided schedule".
 PROVIDED_NOT_RE = re.compile(
@@ -463,10 +419,10 @@ ADVICE_OPENING_RE = re.compile(
 )
 # A sentence that asks for help ("..., can you explain it to me with an example?") or gives an
 # example ("For example, if several readers mention ...") states no condition, whatever "if" it holds.
-HELP_REQUEST_RE = gated(re.compile(
+HELP_REQUEST_RE = re.compile(
     r"\b(?:can|could|would) you (?:please\s+)?(?:help|explain|tell|show|give|provide|suggest|recommend|walk|clarify)\b",
     re.I,
-))
+)
 EXAMPLE_RE = re.compile(r"^\W*(?:for example|for instance|e\.g\.)\W", re.I)
 # An "if" after an earlier asking one in the same sentence asks too: "I'm not sure if I need to add
 # a setting or if there are steps I need to take".
@@ -490,7 +446,7 @@ PRONOUNS = [
 
 # --------------------------------------------------------------------------- the user's first-person statements
 
-CODE_BLOCK_RE = re.compile(r"```.*?(?:```|\Z)", re.S)
+CODE_BLOCK_RE = RULE["code_block"].pattern
 # Markdown an assistant writes tutorials with: list items, headings, bold, inline code.
 MARKDOWN_RE = re.compile(r"^\s*(?:[-*+•]\s|\d{1,2}\.\s|#{1,6}\s)|\*\*|`")
 

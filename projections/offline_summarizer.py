@@ -18,14 +18,15 @@ from __future__ import annotations
 
 import itertools
 import re
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from memfold.core.events import Fact
+from memfold.core.ids import content_hash
 from memfold.core.ports import MessageRecord, SummaryInput, SummaryOutput
 from memfold.core.tokens import DEFAULT_ENCODING, MESSAGE_OVERHEAD, TokenCounter, counter
-from memfold.projections import literal_gate
 from memfold.projections.fact_extraction import (
     MAX_FACTS,
     SHORT_VALUE_CHARS,
@@ -39,6 +40,7 @@ from memfold.projections.fact_extraction import (
     sentence_spans,
     specific_request,
 )
+from memfold.projections.offline_rules import TABLE_HASH
 from memfold.projections.prompts import PROMPT_VERSION, message_text, prompt_hash, render_facts, tool_label, tool_names
 from memfold.projections.salience import (
     Statement,
@@ -50,9 +52,26 @@ from memfold.projections.salience import (
     statements_of,
 )
 
-# Bump when a rule changes what the summarizer outputs: it is part of prompt_hash, hence of the cache key.
-RULES_VERSION = "offline-salience-54"
-MODEL = "offline-salience-54"
+
+def _rules_version() -> str:
+    """Return the version of the rules this summarizer answers by: the rule table's hash and the rest's.
+
+    The table (:mod:`memfold.projections.offline_rules`) holds the typed entities and salience rules with
+    their examples; the fact patterns and extractors not in it yet are hashed by their source. Any change
+    to either is a new version, so a cached summary is never served for rules that would write another.
+    """
+    import inspect
+
+    from memfold.projections import fact_extraction, fact_patterns, salience
+
+    rest = [inspect.getsource(m) for m in (fact_patterns, fact_extraction, salience)]
+    rest.append(inspect.getsource(sys.modules[__name__]))
+    return f"offline-{TABLE_HASH}-{content_hash(*rest, length=8)}"
+
+
+# The version of the rules: part of prompt_hash, hence of the summary cache key, and the model label.
+RULES_VERSION = _rules_version()
+MODEL = RULES_VERSION
 MAX_LINE_CHARS = 200
 DEFAULT_TOKEN_CAP = 500
 FACTS_SHARE = 0.25  # at most this share of a text summary goes to the key facts
@@ -306,13 +325,11 @@ class OfflineSummarizer:
     def drop_text_caches(self) -> None:
         """Empty the caches that keep conversation text for speed in this process (erasure calls it).
 
-        The fact book's traces, the messages' statements, the literal gates'
-        last sentence and the line counts of summaries: they are rebuilt as
-        messages are read again.
+        The fact book's traces, the messages' statements and the line counts
+        of summaries: they are rebuilt as messages are read again.
         """
         forget_traces()
         forget_statements()
-        literal_gate.forget()
         self._tokens.forget_lines()
 
     def close(self) -> None:

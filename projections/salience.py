@@ -31,6 +31,7 @@ from memfold.core.ports import MessageRecord
 from memfold.core.tokens import MESSAGE_OVERHEAD, TokenCounter
 from memfold.projections.fact_extraction import clip, sentence_spans
 from memfold.projections.fact_patterns import CODE_BLOCK_RE, DATE_RE
+from memfold.projections.offline_rules import RULE
 
 MAX_STATEMENT_CHARS = 300
 MIN_WORDS = 4
@@ -39,50 +40,23 @@ ROLE_WEIGHT = {"user": 1.0, "summary": 0.9, "assistant": 0.35, "tool": 0.3, "sys
 QUESTION_WEIGHT = 0.7
 COST_EXPONENT = 0.75  # below 1: a long statement full of specifics beats two short ones that say less
 
-_MARKUP = re.compile(r"^\s*(?:#{1,6}\s+|[-*+•]\s+|\d{1,2}[.)]\s+|>\s*)|\*\*|__|`")
-# A turn's thanks or assent ("Makes sense, thanks for breaking it down!"), a pause in it ("Give me
-# a minute to dig out the email.") or a pleasantry ("Let me know if anything else comes up."): with
-# fewer than ACKNOWLEDGMENT_WORDS content words after it and nothing specific, the statement says
-# nothing to keep.
-_ACKNOWLEDGMENT = re.compile(
-    r"^\W*(?:(?:ok(?:ay)?|great|perfect|awesome|cool|nice|wonderful|excellent|yes|yeah|sure|"
-    r"thank you(?: so much| very much)?|thanks?|(?:that )?makes (?:a lot of |total )?sense|sounds (?:good|great|perfect|"
-    r"like a (?:good |great |solid )?plan)|got it|i see|that helps|that's (?:helpful|great|perfect|clear)"
-    # a pause: "give me a minute", "one sec," (never a bare "Second," or "A moment ago")
-    r"|(?:give|allow) me (?:a|one) (?:minute|moment|sec(?:ond)?)|(?:just |wait )?(?:a|one) (?:sec(?:ond)?|moment|minute)(?=\s*[,.!:;]|\s*$)"
-    r"|hold on|hang on|bear with me"
-    # pleasantries: "Glad that helps.", "Let me know if anything else comes up.", "I really appreciate how patient you've been"
-    r"|glad (?:that|it|this|to) (?:helps?|helped|hear(?: that)?)|happy to help|you(?:'re|’re| are) (?:very )?welcome"
-    r"|no problem|my pleasure|hope (?:this|that|it) helps|i (?:really |truly )?appreciate"
-    r"|let (?:me|us) know if (?:anything else comes up|you (?:have|need) anything else|you have (?:any )?(?:other |more )?questions)"
-    r"|feel free to (?:ask|reach out))\b[\s,.!]*)+",
-    re.I,
-)
+_MARKUP = RULE["markup"].pattern
+# A turn's thanks or assent ("Okay, that makes sense, thanks!"): with fewer than ACKNOWLEDGMENT_WORDS
+# content words after it and nothing specific, the statement says nothing to keep.
+_ACKNOWLEDGMENT = RULE["assent_or_thanks"].pattern
 ACKNOWLEDGMENT_WORDS = 3
-# Thanks or a pleasantry that ends on the listener's name ("Glad that helps, Sofia.", "Thanks, Mira!"):
-# the name addresses them and says nothing. After assent a name may be the choice ("Great, Lisbon."),
-# so only thanks and pleasantries take a vocative.
-_COURTESY = re.compile(r"\b(?:thank|thanks|glad|welcome|happy to help|no problem|my pleasure|appreciate)\b", re.I)
-_VOCATIVE = re.compile(r"[A-Z][a-z'’-]+(?:\s+[A-Z][a-z'’-]+)?\s*[.!]*\s*")
-# The words a run-on sentence's clauses open with: it is cut before them, and a piece opening with one is marked.
-_CONNECTIVES = r"(?:and|but|so|which|because|while|although|since)\s"
-_CONNECTIVE = re.compile(_CONNECTIVES, re.I)
-_CLAUSE = re.compile(rf";\s+|,\s+(?={_CONNECTIVES})", re.I)
+# Thanks that end on the listener's name ("Thanks, Noor."): the name addresses them and says nothing.
+# After assent a name may be the choice ("Great, Lisbon."), so only thanks and courtesy take a vocative.
+_COURTESY = RULE["courtesy"].pattern
+_VOCATIVE = RULE["vocative"].pattern
+# A run-on sentence is cut before the words its clauses open with, and a piece opening with one is marked.
+_CONNECTIVE = RULE["connective"].pattern
+_CLAUSE = RULE["clause_break"].pattern
 _WORD = re.compile(r"[A-Za-z][A-Za-z'’-]*|\d+(?:[.,:/-]\d+)*")
-_NUMBER = re.compile(r"(?<![\w.])\d+(?:[.,:/]\d+)*(?:\s?(?:%|ms|s|k|m|gb|mb|kb|x|h|hrs?|hours?|days?|weeks?|months?|years?|"
-                     r"minutes?|mins?|seconds?|km|kg|lbs?|miles?|users?|commits?))?\b", re.I)
-_FIRST_PERSON = re.compile(r"\b(?:i|i'm|i’m|i've|i’ve|i'd|i’d|i'll|i’ll|my|mine|me|we|we're|we've|we'll|our|us)\b", re.I)
-_COMMITMENT = re.compile(
-    r"\b(?:decid(?:e|ed|ing)|chose|chosen|choos(?:e|ing)|prefer(?:s|red|ence)?|plan(?:s|ned|ning)?|going to|will|"
-    r"deadline|due|goal|target|aim(?:ing)?|want(?:ed)? to|need(?:ed)? to|moved?|switch(?:ed)?|chang(?:e|ed)|"
-    r"start(?:ed|ing)?|finish(?:ed)?|complet(?:e|ed)|launch(?:ed)?|schedul(?:e|ed)|budget|agreed|promised|"
-    r"favou?rite|love|hate|allergic|married|born|live|living|work(?:ing)? (?:at|as|for)|sister|brother|wife|"
-    r"husband|partner|daughter|son|mother|father|mom|dad|friend|boss|manager|team|never|always|now|instead|"
-    r"updated?|increased|decreased|improved|reduced|grown)\b",
-    re.I,
-)
-_WEEKDAY = re.compile(r"\b(?:monday|tuesday|wednesday|thursday|friday|saturday|sunday|tomorrow|yesterday|"
-                      r"next (?:week|month|year)|last (?:week|month|year))\b", re.I)
+_NUMBER = RULE["number"].pattern
+_FIRST_PERSON = RULE["first_person"].pattern
+_COMMITMENT = RULE["commitment"].pattern
+_WEEKDAY = RULE["relative_day"].pattern
 # Capitalised words that are not names: sentence openers and words English capitalises anyway.
 _NOT_PROPER = frozenset("""
 i i'm i've i'd i'll a an the this that these those it its here there what when where which who how why

@@ -43,7 +43,7 @@ from memfold.core.events import (
 from memfold.core.ports import ContextPlan, FoldContext, MessageRecord
 from memfold.core.settings import SlidingWindowSettings
 from memfold.projections.fold import make_request, summary_id_for
-from memfold.projections.policies._skeleton import deleted_marker, memory_message
+from memfold.projections.policies._skeleton import deleted_marker, memory_message, settings_of
 from memfold.projections.policies.state_codec import FrozenState, replace, to_builtins
 
 NAME = "sliding_window"
@@ -303,8 +303,10 @@ class SlidingWindowPolicy:
     def evolve(self, state: State, item: Any, ctx: FoldContext) -> State:
         """Fold one message or event. Re-delivered messages, requests and answers are no-ops.
 
-        After ``ConversationDeleted`` every item is ignored.
+        After ``ConversationDeleted`` every item is ignored. Raises
+        :class:`ConfigError` when ``ctx.settings`` are not sliding_window's.
         """
+        settings_of(ctx, SlidingWindowSettings, NAME)
         if state.deleted:
             return state
         return _apply(item, state, ctx)

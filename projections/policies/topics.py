@@ -84,7 +84,7 @@ from memfold.core.ports import ContextPlan, FoldContext, MemoryMessage, MessageR
 from memfold.core.settings import TopicsSettings
 from memfold.projections.fact_extraction import retracted_stems
 from memfold.projections.fold import make_request
-from memfold.projections.policies._skeleton import deleted_marker, key_facts_message, memory_message
+from memfold.projections.policies._skeleton import deleted_marker, key_facts_message, memory_message, settings_of
 from memfold.projections.policies._topic_memory import (
     DAY,
     MessageRef,
@@ -464,12 +464,13 @@ class TopicsPolicy:
         """Fold one message or event. Re-delivered messages, requests, answers and topic events are no-ops.
 
         Raises :class:`ConfigError` for a user message with no recorded
-        embedding when ``ctx.embed`` is None. After ``ConversationDeleted``
-        every item is ignored.
+        embedding when ``ctx.embed`` is None, or when ``ctx.settings`` are not
+        topics'. After ``ConversationDeleted`` every item is ignored.
         """
+        settings_of(ctx, TopicsSettings, NAME)
         if state.deleted:
             return state
-        if isinstance(ctx.settings, TopicsSettings) and state.settings != ctx.settings:
+        if state.settings != ctx.settings:
             state = replace(state, settings=ctx.settings)
         return _apply(item, state, ctx)
 

@@ -135,7 +135,10 @@ def test_beam_scores_every_policy_takelast_and_full_history(beam_dir, tmp_path):
 
 def test_beam_table_and_cli(beam_dir, tmp_path, capsys):
     mq = _load("memory_quality")
-    assert mq.main(["--dataset", "beam", "--path", str(beam_dir), "--chats", "2", "--policies", "rolling",
+    with pytest.raises(SystemExit):  # chat 2 is in the tuning half, and the held-out half is the default
+        mq.main(["--dataset", "beam", "--path", str(beam_dir), "--chats", "2"])
+    assert "no chat folders of the held-out half" in capsys.readouterr().err
+    assert mq.main(["--dataset", "beam", "--path", str(beam_dir), "--chats", "2", "--half", "tuning", "--policies", "rolling",
                     "--budgets", "200,4000", "--data-dir", str(tmp_path / "engine"), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["chats"] == ["2"] and report["questions"] == 1
@@ -150,7 +153,7 @@ def test_beam_table_and_cli(beam_dir, tmp_path, capsys):
 
 def test_beam_dense_adds_a_fused_row_per_policy_from_the_same_ingest(beam_dir, tmp_path, capsys):
     mq = _load("memory_quality")
-    assert mq.main(["--dataset", "beam", "--path", str(beam_dir), "--chats", "2", "--policies", "rolling",
+    assert mq.main(["--dataset", "beam", "--path", str(beam_dir), "--chats", "2", "--half", "all", "--policies", "rolling",
                     "--budgets", "200,4000", "--data-dir", str(tmp_path / "engine"), "--dense", "local", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["dense"] == "local"

@@ -107,3 +107,53 @@ def test_a_projection_folded_by_other_fold_rules_is_folded_again_and_a_read_refu
         assert engine.verify() == []
     with MemoryEngine(settings, policy_changes="refuse") as engine:  # now current: reads open it
         assert len(engine.history("c1")) == 24
+
+
+CHANGED_RULE = """
+import json, sys
+from memfold.projections import fact_extraction as fx
+fx.RETRACTABLE["passport"] = "passport"  # a new word a user can take back: a text rule the topics fold applies
+from memfold.engine.engine import MemoryEngine
+from memfold.core.errors import ConfigError
+from memfold.core.settings import Settings
+from memfold.projections.fold import FOLD_VERSION
+settings = Settings.load(None, data_dir=sys.argv[1], policy="topics", policies=("topics",))
+try:
+    MemoryEngine(settings, policy_changes="refuse")
+    refused = ""
+except ConfigError as exc:
+    refused = str(exc)
+with MemoryEngine(settings) as engine:
+    engine.wait_idle(timeout=60)
+    state = engine.sql("SELECT state FROM policy_state WHERE policy = 'topics' AND conversation_id = 'c1'")[1][0][0]
+    print(json.dumps({"version": FOLD_VERSION, "refused": refused, "stored": engine.store.meta("fold_version"),
+                      "state": state, "verify": [d.table for d in engine.verify()]}))
+"""
+
+
+def test_a_changed_text_rule_changes_the_fold_version_and_the_projection_is_folded_again(tmp_path):
+    """A fold reads text rules (what a user takes back): editing one is a new fold version, so an engine
+    running the edited rules refuses to read the old projection and folds it again from the log."""
+    import json
+    import subprocess
+    import sys
+
+    from memfold.projections.fold import FOLD_VERSION
+
+    data = tmp_path / "d"
+    settings = Settings.load(None, data_dir=data, policy="topics", policies=("topics",))
+    with MemoryEngine(settings) as engine:
+        for content in ("my passport number is X1234567", "noted", "please forget my passport number", "done"):
+            engine.append_message("c1", "user" if content[0] in "mp" else "assistant", content)
+        engine.wait_idle(timeout=60)
+        before = engine.sql("SELECT state FROM policy_state WHERE policy = 'topics' AND conversation_id = 'c1'")[1][0][0]
+    assert "passport" not in json.dumps(json.loads(before)["retractions"])
+
+    child = subprocess.run([sys.executable, "-c", CHANGED_RULE, str(data)], capture_output=True, text=True, timeout=300)
+    assert child.returncode == 0, child.stderr
+    out = json.loads(child.stdout.strip().splitlines()[-1])
+    assert out["version"] != FOLD_VERSION and out["version"].split("+")[0] == FOLD_VERSION.split("+")[0]
+    assert f"other fold rules (version {FOLD_VERSION};" in out["refused"] and "rebuild" in out["refused"]
+    assert out["stored"] == out["version"]  # folded again by the edited rules
+    assert ["passport", 2] in json.loads(out["state"])["retractions"]  # which now take the passport back
+    assert out["verify"] == []

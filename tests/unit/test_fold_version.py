@@ -43,3 +43,37 @@ def test_every_text_rule_a_fold_imports_is_covered():
             if isinstance(node, ast.ImportFrom) and (node.module or "").endswith("fact_extraction"):
                 used |= {alias.name for alias in node.names}
     assert used and used <= set(TEXT_RULES), used - set(TEXT_RULES)
+
+
+def _globals_read(fn) -> set[str]:
+    """The module-level names of fact_extraction that ``fn``'s source reads (not modules, classes or imports)."""
+    import ast
+    import inspect
+    import textwrap
+    import types
+
+    found = set()
+    for node in ast.walk(ast.parse(textwrap.dedent(inspect.getsource(fn)))):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id in vars(fx):
+            value = vars(fx)[node.id]
+            if isinstance(value, (types.ModuleType, type)):
+                continue
+            if callable(value) and getattr(value, "__module__", fx.__name__) != fx.__name__:
+                continue  # a function of another module (re, typing helpers): not a text rule of this one
+            found.add(node.id)
+    return found
+
+
+def test_every_name_a_text_rule_reads_is_a_text_rule_too():
+    """A pattern or table a hashed rule reads is hashed as well, so editing it changes the fold version."""
+    seen: set[str] = set()
+    todo = list(TEXT_RULES)
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        value = getattr(fx, name)
+        if callable(value) and hasattr(value, "__code__"):
+            todo.extend(_globals_read(value))
+    assert seen == set(TEXT_RULES), f"read by a text rule but not hashed: {sorted(seen - set(TEXT_RULES))}"

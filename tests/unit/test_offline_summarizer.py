@@ -516,10 +516,10 @@ def test_a_narrative_without_a_request_quotes_the_first_turn_that_says_something
     from memfold.projections.fact_extraction import read_all
     from memfold.projections.offline_summarizer import narrative
 
-    turns = conversation(("user", "Thanks, that clears it up."), ("assistant", "Glad that helps."),
+    turns = conversation(("user", "Thanks, that clears it up."), ("assistant", "You are very welcome."),
                          ("user", "The hallway floor got wet as well, near the stairs."))
     assert narrative(read_all(turns, ()), turns).startswith("The user wrote: \u201cThe hallway floor got wet as well")
-    only = conversation(("user", "Thanks, that clears it up."), ("assistant", "Let me know if anything else comes up."))
+    only = conversation(("user", "Thanks, that clears it up."), ("assistant", "No problem, anytime."))
     assert narrative(read_all(only, ()), only) == "The user only thanked or agreed."
 
 

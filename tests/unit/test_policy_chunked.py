@@ -1,17 +1,13 @@
-"""Seed 001 (chunked summary) as a pure fold: turns, threshold, in-flight guard, prompt budget, idempotency."""
+"""Seed 001 (chunked summary) as a pure fold: turns, threshold, in-flight guard, prompt budget; the fold laws are tests/contract/policy_contract.py."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from functools import partial
 
-from hypothesis import given
-from hypothesis import settings as hsettings
-from hypothesis import strategies as st
 from support.policy_kit import (
     COUNT,
     ScriptedSummarizer,
-    answer_by_hash,
     context_builder,
     fold_runner,
     record,
@@ -19,12 +15,11 @@ from support.policy_kit import (
     scripted_reply,
 )
 
-from memfold.core.events import ConversationDeleted, SummaryRequested, ToolCall
+from memfold.core.events import SummaryRequested, ToolCall
 from memfold.core.ports import MessageRecord
 from memfold.core.settings import ChunkedSettings
 from memfold.projections import fold
-from memfold.projections.policies import state_codec
-from memfold.projections.policies.chunked import SUMMARY_HEADER, ChunkedPolicy, ChunkedState
+from memfold.projections.policies.chunked import SUMMARY_HEADER, ChunkedPolicy
 
 POLICY = ChunkedPolicy()
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -296,28 +291,7 @@ def test_pending_request_is_in_the_notes():
     assert plan.notes["pending_request"] == req.payload.request_id and plan.fallback is None
 
 
-def test_conversation_deleted():
-    ctx = ctx_for()
-    state, _ = run(turns(8), ctx=ctx)
-    deleted = ConversationDeleted(event_id="del", conversation_id="c1", tenant_id="t1", occurred_at=T0)
-    state, _ = fold.step(POLICY, state, deleted, ctx)
-    assert state.deleted and state.global_summary == "" and state.buffer == ()
-    plan = POLICY.plan(state, ctx)
-    assert plan.memory == () and plan.verbatim_indices == () and plan.fallback == "deleted"
-    assert fold.step(POLICY, state, msg(16, "user", 10), ctx) == (state, [])
-
-
 # --------------------------------------------------------------------------- idempotency, persistence, properties
-
-
-def test_duplicates_are_no_ops_and_state_round_trips():
-    ctx = ctx_for()
-    state, derived = run(turns(12), ctx=ctx, worker=Scripted("ok", None))
-    for dup in [*derived, msg(23, "assistant", 500), msg(0, "user", 500)]:
-        after, more = fold.step(POLICY, state, dup, ctx)
-        assert after == state and more == []
-    assert state_codec.decode(ChunkedState, state_codec.encode(state)) == state
-    assert POLICY.name == "chunked" and ChunkedPolicy.State is ChunkedState
 
 
 def test_messages_before_the_first_user_message_form_their_own_turn():
@@ -326,68 +300,3 @@ def test_messages_before_the_first_user_message_form_their_own_turn():
     _, derived = run(items, ctx=ctx)
     [req] = requests_of(derived)
     assert req.payload.covers_to == 7  # 7 turns (the leading one + 6): olderPart = leading + turns 1..3
-
-
-STEPS = st.lists(
-    st.tuples(st.sampled_from(["turn", "tool_turn", "user_only"]), st.integers(50, 1500), st.sampled_from(["a", "b"])),
-    min_size=1,
-    max_size=30,
-)
-
-
-def build(steps) -> list[MessageRecord]:
-    out: list[MessageRecord] = []
-    for kind, tokens, variant in steps:
-        i = len(out)
-        out.append(msg(i, "user", tokens))
-        if kind == "tool_turn":
-            out.append(msg(i + 1, "assistant", 20, tool_calls=(ToolCall(id=f"t{i}", name="f"),)))
-            out.append(msg(i + 2, "tool", tokens, tool_call_id=f"t{i}"))
-            out.append(msg(i + 3, "assistant", 40, model_variant=variant))
-        elif kind == "turn":
-            out.append(msg(i + 1, "assistant", tokens, model_variant=variant))
-    return out
-
-
-by_hash = answer_by_hash(answer)
-
-
-@hsettings(max_examples=60, deadline=None)
-@given(steps=STEPS, split=st.integers(0, 200), dup=st.booleans())
-def test_fold_a_then_b_from_serialized_state_equals_fold_a_plus_b(steps, split, dup):
-    ctx = ctx_for(chunk_summarize_threshold=3000, k_raw_turns=2, prompt_token_budget=2000)
-    items = build(steps)
-    if dup:
-        items = items + items[-2:]
-    split = split % (len(items) + 1)
-    whole, derived_whole = fold.run_sync(POLICY, ctx, items, by_hash)
-    a, derived_a = fold.run_sync(POLICY, ctx, items[:split], by_hash, state=POLICY.initial("t1", "c1"))
-    resumed = state_codec.decode(ChunkedState, state_codec.encode(a))
-    b, derived_b = fold.run_sync(POLICY, ctx, items[split:], by_hash, state=resumed)
-    assert b == whole and derived_a + derived_b == derived_whole
-    again, derived_again = fold.run_sync(POLICY, ctx, items, by_hash)
-    assert again == whole and derived_again == derived_whole
-    # Cuts fall on turn boundaries only, so never inside a tool group; at most one request in flight.
-    for r in requests_of(derived_whole):
-        assert items[r.payload.covers_to + 1].role == "user"
-    plan = POLICY.plan(whole, ctx)
-    assert plan.verbatim_from >= len(items) or items[plan.verbatim_from].role == "user"
-
-
-@hsettings(max_examples=40, deadline=None)
-@given(steps=STEPS)
-def test_replaying_the_log_equals_live(steps):
-    ctx = ctx_for(chunk_summarize_threshold=3000, k_raw_turns=2)
-    state = POLICY.initial("t1", "c1")
-    log = []
-    for item in build(steps):
-        log.append(item)
-        state, derived = fold.run_sync(POLICY, ctx, [item], by_hash, state=state)
-        log.extend(derived)
-    replayed = POLICY.initial("t1", "c1")
-    decided = []
-    for item in log:
-        replayed, more = fold.step(POLICY, replayed, item, ctx)
-        decided.extend(more)
-    assert replayed == state
-    assert decided == requests_of(log)

@@ -1,4 +1,4 @@
-"""Seed 000 (hierarchical memory) as a pure fold: triggers, plan layers, fallbacks, idempotency."""
+"""Seed 000 (hierarchical memory) as a pure fold: triggers, plan layers, fallbacks; the fold laws are tests/contract/policy_contract.py."""
 
 from __future__ import annotations
 
@@ -6,37 +6,29 @@ from datetime import UTC, datetime
 from functools import partial
 
 import pytest
-from hypothesis import given
-from hypothesis import settings as hsettings
-from hypothesis import strategies as st
 from support.policy_kit import (
     COUNT,
     Messages,
     ScriptedSummarizer,
-    answer_by_hash,
-    call_and_result,
     context_builder,
     fold_runner,
     requests_of,
     scripted_reply,
 )
 
-from memfold.core.errors import ConfigError
 from memfold.core.events import (
     ClockTicked,
     ClockTickedPayload,
-    ConversationDeleted,
     Fact,
     SettingsChanged,
     SettingsChangedPayload,
     SummaryRequested,
     ToolCall,
 )
-from memfold.core.ports import FoldContext, MessageRecord
-from memfold.core.settings import HierarchicalSettings, RollingSettings
+from memfold.core.ports import MessageRecord
+from memfold.core.settings import HierarchicalSettings
 from memfold.projections import fold
-from memfold.projections.policies import state_codec
-from memfold.projections.policies.hierarchical import HierarchicalPolicy, HierarchicalState
+from memfold.projections.policies.hierarchical import HierarchicalPolicy
 
 POLICY = HierarchicalPolicy()
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -264,18 +256,6 @@ def test_pending_summary_is_exposed_for_the_lazy_fallback():
     assert plan.notes["stale"] is True and plan.notes["lazy_timeout_ms"] == 1500
 
 
-def test_session_deleted_resets_to_a_deleted_marker():
-    ctx = ctx_for()
-    state, _, _ = run(chat(25), ctx=ctx)
-    deleted = ConversationDeleted(event_id="del", conversation_id="c1", tenant_id="t1", occurred_at=T0)
-    state, more = fold.step(POLICY, state, deleted, ctx)
-    assert more == [] and state.deleted and state.summary is None and state.count == 0
-    plan = POLICY.plan(state, ctx)
-    assert plan.memory == () and plan.verbatim_indices == () and plan.fallback == "deleted"
-    after, more = fold.step(POLICY, state, msg(25), ctx)
-    assert after == state and more == []
-
-
 def test_memory_messages_lead_the_plan_and_carry_token_counts():
     ctx = ctx_for()
     state, _, _ = run(chat(21), ctx=ctx)
@@ -331,21 +311,9 @@ def test_a_trailing_tool_group_waits_for_its_results():
 # --------------------------------------------------------------------------- idempotency and persistence
 
 
-def test_duplicate_deliveries_are_no_ops():
-    ctx = ctx_for()
-    state, derived, _ = run(chat(21), ctx=ctx)
-    req, produced = derived
-    for dup in (req, produced, msg(20), msg(3)):
-        after, more = fold.step(POLICY, state, dup, ctx)
-        assert after == state and more == []
-
-
-def test_other_policies_and_settings_are_ignored():
+def test_a_settings_change_decides_under_the_new_settings_at_once():
     ctx = ctx_for()
     state, _, _ = run(chat(15), ctx=ctx)
-    other = fold.make_request(ctx_for(recent_message_count=3), msg(14), covers=(0, 5), inputs=(0, 5))
-    after, _ = fold.step(POLICY, state, other, ctx)
-    assert after == state
     changed = SettingsChanged(
         event_id="s1", conversation_id="c1", tenant_id="t1", occurred_at=T0,
         payload=SettingsChangedPayload(policy="hierarchical", settings={"trigger_message_count": 10}),
@@ -354,89 +322,7 @@ def test_other_policies_and_settings_are_ignored():
     assert [r.payload.covers_to for r in more] == [4]  # decided under the new settings at once
 
 
-def test_wrong_settings_model_is_a_config_error():
-    ctx = FoldContext(policy="hierarchical", settings=RollingSettings(), settings_hash="x", count_tokens=COUNT.count)
-    with pytest.raises(ConfigError):
-        POLICY.decide(POLICY.initial("t1", "c1"), ctx, msg(0))
-
-
-def test_state_json_round_trip():
-    ctx = ctx_for(trigger_message_count=12, recent_message_count=4, resummarize_every=1)
-    state, _, _ = run(_tool_chat(10) + chat(5, start=15), ctx=ctx, worker=Scripted("ok", "fail", default=None))
-    assert state.summary is not None and state.requests.failed_ids and state.requests.pending_id
-    assert state.requests.superseded_ids
-    assert state_codec.decode(HierarchicalState, state_codec.encode(state)) == state
-    assert HierarchicalPolicy.State is HierarchicalState and POLICY.name == "hierarchical"
-
-
 def _tick():
     return ClockTicked(
         event_id="tick", conversation_id="c1", tenant_id="t1", occurred_at=T0, payload=ClockTickedPayload(now=T0)
     )
-
-
-# --------------------------------------------------------------------------- properties
-
-
-ROLE_SCRIPT = st.lists(st.sampled_from(["user", "assistant", "call", "system"]), min_size=1, max_size=70)
-
-
-def build(kinds: list[str]) -> list[MessageRecord]:
-    """Messages from a role script; "call" is an assistant tool call followed by its result."""
-    out: list[MessageRecord] = []
-    for k in kinds:
-        i = len(out)
-        if k == "call":
-            out += call_and_result(msg, i)
-        else:
-            out.append(msg(i, k, f"{k} {i} " + "word " * (i % 7)))
-    return out
-
-
-by_hash = answer_by_hash(answer)  # from the request id alone: replays and resumptions see the same answers
-
-
-@hsettings(max_examples=60, deadline=None)
-@given(kinds=ROLE_SCRIPT, split=st.integers(0, 200), every=st.integers(1, 4), dup=st.booleans())
-def test_fold_a_then_b_from_serialized_state_equals_fold_a_plus_b(kinds, split, every, dup):
-    ctx = ctx_for(trigger_message_count=6, recent_message_count=3, resummarize_every=every)
-    items = build(kinds)
-    if dup:
-        items = items + items[-3:]  # re-delivered messages
-    split = split % (len(items) + 1)
-    whole, derived_whole = fold.run_sync(POLICY, ctx, items, by_hash)
-    start = POLICY.initial("t1", "c1")
-    a, derived_a = fold.run_sync(POLICY, ctx, items[:split], by_hash, state=start)
-    resumed = state_codec.decode(HierarchicalState, state_codec.encode(a))
-    b, derived_b = fold.run_sync(POLICY, ctx, items[split:], by_hash, state=resumed)
-    assert b == whole
-    assert derived_a + derived_b == derived_whole
-    # Replay: folding the same items again gives the identical state and events.
-    again, derived_again = fold.run_sync(POLICY, ctx, items, by_hash)
-    assert again == whole and derived_again == derived_whole
-    # No cut (request or plan) falls between a tool call and its result.
-    cuts = [r.payload.covers_to for r in derived_whole if isinstance(r, SummaryRequested)]
-    cuts.append(POLICY.plan(whole, ctx).verbatim_from - 1)
-    for cut in cuts:
-        if 0 <= cut + 1 < len(items):
-            assert items[cut + 1].role != "tool"
-
-
-@hsettings(max_examples=40, deadline=None)
-@given(kinds=ROLE_SCRIPT, every=st.integers(1, 4))
-def test_replaying_the_log_equals_live(kinds, every):
-    """Fold the log (messages interleaved with the derived events) as a projector would: same state."""
-    ctx = ctx_for(trigger_message_count=6, recent_message_count=3, resummarize_every=every)
-    state = POLICY.initial("t1", "c1")
-    log = []
-    for item in build(kinds):
-        log.append(item)
-        state, derived = fold.run_sync(POLICY, ctx, [item], by_hash, state=state)
-        log.extend(derived)
-    replayed = POLICY.initial("t1", "c1")
-    decided = []
-    for item in log:
-        replayed, more = fold.step(POLICY, replayed, item, ctx)
-        decided.extend(more)
-    assert replayed == state
-    assert decided == [e for e in log if isinstance(e, SummaryRequested)]

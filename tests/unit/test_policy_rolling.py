@@ -1,4 +1,4 @@
-"""Seed 003 (rolling summary) as a pure fold: thresholds, the 20/30/40 worked example, fallbacks, idempotency."""
+"""Seed 003 (rolling summary) as a pure fold: thresholds, the 20/30/40 worked example, fallbacks; the fold laws are tests/contract/policy_contract.py."""
 
 from __future__ import annotations
 
@@ -6,21 +6,16 @@ from datetime import UTC, datetime
 from functools import partial
 
 import pytest
-from hypothesis import given
-from hypothesis import settings as hsettings
-from hypothesis import strategies as st
 from support.policy_kit import (
     Messages,
     ScriptedSummarizer,
-    answer_by_hash,
-    call_and_result,
     context_builder,
     fold_runner,
     requests_of,
     scripted_reply,
 )
 
-from memfold.core.events import ConversationDeleted, Fact, SummaryRequested, ToolCall
+from memfold.core.events import Fact, SummaryRequested, ToolCall
 from memfold.core.ports import MessageRecord
 from memfold.core.settings import RollingSettings
 from memfold.projections import fold
@@ -230,17 +225,6 @@ def test_pending_request_is_in_the_notes():
     assert POLICY.plan(state, ctx).notes["pending_request"] == req.payload.request_id
 
 
-def test_conversation_deleted():
-    ctx = ctx_for()
-    state, _ = run(chat(25), ctx=ctx)
-    deleted = ConversationDeleted(event_id="del", conversation_id="c1", tenant_id="t1", occurred_at=T0)
-    state, _ = fold.step(POLICY, state, deleted, ctx)
-    assert state.deleted and state.summary is None and state.tokens == 0
-    plan = POLICY.plan(state, ctx)
-    assert plan.memory == () and plan.verbatim_indices == () and plan.fallback == "deleted"
-    assert fold.step(POLICY, state, msg(25), ctx) == (state, [])
-
-
 # --------------------------------------------------------------------------- tool groups
 
 
@@ -268,79 +252,3 @@ def test_max_messages_window_keeps_the_tool_group_whole():
     state, _ = run(chat(5) + _group_at(5, 10), ctx=ctx)
     # 10 messages, last 3 would start at 7 (the second result): moved back to the call at 5.
     assert POLICY.plan(state, ctx).verbatim_from == 5
-
-
-# --------------------------------------------------------------------------- idempotency, persistence, properties
-
-
-def test_duplicates_are_no_ops_and_state_round_trips():
-    ctx = ctx_for()
-    state, derived = run(chat(30), ctx=ctx, worker=Scripted("ok", None))
-    for dup in [*derived, msg(29), msg(0)]:
-        after, more = fold.step(POLICY, state, dup, ctx)
-        assert after == state and more == []
-    assert state_codec.decode(RollingState, state_codec.encode(state)) == state
-    assert POLICY.name == "rolling" and RollingPolicy.State is RollingState
-
-
-ROLE_SCRIPT = st.lists(st.sampled_from(["user", "assistant", "call", "big"]), min_size=1, max_size=70)
-
-
-def build(kinds: list[str]) -> list[MessageRecord]:
-    out: list[MessageRecord] = []
-    for k in kinds:
-        i = len(out)
-        if k == "call":
-            out += call_and_result(msg, i)
-        elif k == "big":
-            out.append(msg(i, "user", " tok" * 300))
-        else:
-            out.append(msg(i, k))
-    return out
-
-
-by_hash = answer_by_hash(answer)
-
-
-@hsettings(max_examples=60, deadline=None)
-@given(kinds=ROLE_SCRIPT, split=st.integers(0, 200), dup=st.booleans())
-def test_fold_a_then_b_from_serialized_state_equals_fold_a_plus_b(kinds, split, dup):
-    ctx = ctx_for(message_threshold=8, token_threshold=1500, recent_messages_to_keep=3, regeneration_threshold=3)
-    items = build(kinds)
-    if dup:
-        items = items + items[-2:]
-    split = split % (len(items) + 1)
-    whole, derived_whole = fold.run_sync(POLICY, ctx, items, by_hash)
-    a, derived_a = fold.run_sync(POLICY, ctx, items[:split], by_hash, state=POLICY.initial("t1", "c1"))
-    resumed = state_codec.decode(RollingState, state_codec.encode(a))
-    b, derived_b = fold.run_sync(POLICY, ctx, items[split:], by_hash, state=resumed)
-    assert b == whole and derived_a + derived_b == derived_whole
-    again, derived_again = fold.run_sync(POLICY, ctx, items, by_hash)
-    assert again == whole and derived_again == derived_whole
-    cuts = [r.payload.covers_to for r in requests_of(derived_whole)]
-    cuts.append(POLICY.plan(whole, ctx).verbatim_from - 1)
-    for cut in cuts:
-        if 0 <= cut + 1 < len(items):
-            assert items[cut + 1].role != "tool"
-    # Inputs always start right after the summary they build on (hierarchical summarization).
-    for r in requests_of(derived_whole):
-        assert r.payload.input_from == 0 or r.payload.base_summary_id is not None
-
-
-@hsettings(max_examples=40, deadline=None)
-@given(kinds=ROLE_SCRIPT)
-def test_replaying_the_log_equals_live(kinds):
-    ctx = ctx_for(message_threshold=8, token_threshold=1500, recent_messages_to_keep=3, regeneration_threshold=3)
-    state = POLICY.initial("t1", "c1")
-    log = []
-    for item in build(kinds):
-        log.append(item)
-        state, derived = fold.run_sync(POLICY, ctx, [item], by_hash, state=state)
-        log.extend(derived)
-    replayed = POLICY.initial("t1", "c1")
-    decided = []
-    for item in log:
-        replayed, more = fold.step(POLICY, replayed, item, ctx)
-        decided.extend(more)
-    assert replayed == state
-    assert decided == requests_of(log)

@@ -1,4 +1,4 @@
-"""Seed 004 (topics with decay): assignment, compaction + restore, the decay tables, eviction, stats, properties."""
+"""Seed 004 (topics with decay): assignment, compaction + restore, the decay tables, eviction, stats; the fold laws are tests/contract/policy_contract.py."""
 
 from __future__ import annotations
 
@@ -9,10 +9,7 @@ import math
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from hypothesis import given
-from hypothesis import settings as hsettings
-from hypothesis import strategies as st
-from support.policy_kit import FoldDriver, fold_context, id_step, record, requests_of, scripted_reply
+from support.policy_kit import FoldDriver, fold_context, record, requests_of
 
 from memfold.core.errors import ConfigError
 from memfold.core.events import (
@@ -675,137 +672,9 @@ def test_topic_events_are_emitted_once_with_deterministic_ids():
     assert d2.feed(c2("user", topic=0))[0].event_id == assigned.event_id
 
 
-def test_duplicate_deliveries_are_no_ops():
-    d, c = Driver(make_ctx()), Conversation()
-    fill(d, c, 0, 6)
-    m = c("user", topic=0)
-    [req] = d.requests(d.feed(m))
-    s = d.state
-    assert d.feed(m) == [] and d.state == s
-    assert d.feed(req) == [] and d.state == s
-    d.produce(req)
-    s = d.state
-    assert d.produce(req) == [] and d.state == s
-    assert d.fail(req) == [] and d.state == s
-    assert d.feed(req) == [] and d.state == s  # a request resolved earlier does not reopen
-
-
-def test_events_of_other_policies_and_settings_are_ignored():
-    d, c = Driver(make_ctx()), Conversation()
-    fill(d, c, 0, 6)
-    m = c("user", topic=0)
-    d.feed(m)
-    [req] = d.requests()
-    d.produce(req)
-    s = d.state
-    foreign = fold.make_request(make_ctx(max_topics=3), m, covers=(0, 1), inputs=(0, 1), input_indices=(0, 1),
-                                topic_id=d.state.active_topic_id)
-    d.feed(foreign)
-    assert d.state == s
-
-
-def test_conversation_deleted_empties_everything():
+def test_a_deletion_leaves_no_topic_rows_or_stats():
     d, c = Driver(make_ctx()), Conversation()
     fill(d, c, 0, 7)
     d.feed(ConversationDeleted(event_id="del", tenant_id="t1", conversation_id="c1", occurred_at=T0))
     assert d.state.deleted and d.state.topics == ()
     assert tp.topic_rows(d.state) == [] and tp.get_topic_stats(d.state) == {}
-    p = d.plan()
-    assert (p.memory, p.verbatim_indices, p.fallback) == ((), (), "deleted")
-    assert d.feed(c("user", topic=0)) == [] and d.state.topics == ()
-
-
-def test_state_json_round_trip():
-    d, c = Driver(make_ctx()), Conversation()
-    fill(d, c, 0, 7)
-    for r in d.requests():
-        d.produce(r)
-    d.feed(c("assistant", "", calls=("q",)))
-    fill(d, c, 1, 2)
-    text = state_codec.encode(d.state)
-    back = state_codec.decode(tp.State, text)
-    assert back == d.state and state_codec.encode(back) == text
-
-
-# --------------------------------------------------------------------------- properties
-
-
-def scripted_answer(request: SummaryRequested, state=None):
-    _, how = id_step(request, 5)
-    text = f"summary of {len(request.payload.input_indices or ())}"
-    return scripted_reply(request, how, text=text, fail_reason="scripted", error_type="SummarizerError", latency_ms=1)
-
-
-@st.composite
-def conversations(draw):
-    """User messages on a few topics, assistant replies with occasional tool groups, gaps in time, ticks."""
-    c = Conversation()
-    items: list = []
-    calls = 0
-    for _ in range(draw(st.integers(0, 40))):
-        c.t += draw(st.sampled_from([1, 600, DAY, 3 * DAY]))
-        kind = draw(st.sampled_from(["turn", "turn", "turn", "tools", "tick"]))
-        if kind == "tick":
-            c.t += DAY
-            now = T0 + timedelta(seconds=c.t)
-            items.append(ClockTicked(event_id=f"tick-{c.t}", tenant_id="t1", conversation_id="c1", occurred_at=now,
-                                     payload=ClockTickedPayload(now=now)))
-            continue
-        items.append(c("user", topic=draw(st.integers(0, 5)), importance=draw(st.sampled_from([None, 0.1, 1.0]))))
-        if kind == "tools":
-            calls += 1
-            items.append(c("assistant", "", calls=(f"k{calls}",)))
-            items.append(c("tool", "r", answers=f"k{calls}"))
-        items.append(c("assistant"))
-    return items
-
-
-@hsettings(max_examples=60, deadline=None)
-@given(conversations(), st.integers(0, 200), st.integers(2, 8), st.integers(0, 3), st.integers(2, 6))
-def test_fold_a_then_b_equals_fold_ab_after_a_json_round_trip(items, cut, max_msgs, keep, max_topics):
-    ctx = make_ctx(max_messages_per_topic=max_msgs, recent_message_keep=keep, max_topics=max_topics)
-    if not items:
-        return
-    whole, derived = fold.run_sync(POLICY, ctx, items, scripted_answer)
-    cut = min(cut, len(items))
-    if 0 < cut < len(items):
-        first, d1 = fold.run_sync(POLICY, ctx, items[:cut], scripted_answer)
-        resumed = state_codec.decode(tp.State, state_codec.encode(first))
-        rest, d2 = fold.run_sync(POLICY, ctx, items[cut:], scripted_answer, state=resumed)
-        assert rest == whole
-        assert [e.event_id for e in d1 + d2] == [e.event_id for e in derived]
-    # Invariants: no tool group split between compressed and active; live topics' messages partition.
-    seen: set[int] = set()
-    for t in whole.topics:
-        if t.evicted:
-            continue
-        idx = [r.index for r in t.messages] + [r.index for r in tp.decompress_refs(t.compressed)]
-        assert not seen & set(idx)
-        seen |= set(idx)
-        compressed = {r.index for r in tp.decompress_refs(t.compressed)}
-        for r in t.messages:
-            if r.answers:
-                call = next((x for x in t.messages + tuple(tp.decompress_refs(t.compressed)) if r.answers in x.calls), None)
-                assert call is not None and call.index not in compressed, "a tool result is separated from its call"
-    plan = POLICY.plan(whole, ctx)
-    assert plan.verbatim_indices is None or list(plan.verbatim_indices) == sorted(plan.verbatim_indices)
-
-
-@hsettings(max_examples=40, deadline=None)
-@given(conversations())
-def test_replay_of_the_log_equals_live_and_redecides_nothing_new(items):
-    ctx = make_ctx(max_messages_per_topic=4, recent_message_keep=1, max_topics=3)
-    d = Driver(ctx)
-    for item in items:
-        for e in d.feed(item):
-            if isinstance(e, SummaryRequested):
-                reply = scripted_answer(e)
-                if reply is not None:
-                    d.feed(reply)
-    replayed = POLICY.initial("t1", "c1")
-    logged = {e.event_id for e in d.log if isinstance(e, Event)}
-    for item in d.log:
-        replayed, out = fold.step(POLICY, replayed, item, ctx)
-        assert {e.event_id for e in out} <= logged
-    assert replayed == d.state
-    assert state_codec.encode(replayed) == state_codec.encode(d.state)
