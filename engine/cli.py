@@ -172,6 +172,7 @@ def _parser() -> argparse.ArgumentParser:
     pj = command("project", help="run a projector node: fold the log into this data dir's DuckDB replica")
     pj.add_argument("--until-caught-up", action="store_true", help="exit once the replica has caught up")
     pj.add_argument("--status-every", type=_positive_float, default=10.0, help="seconds between status lines")
+    _shard_options(pj)
 
     w = command("worker", help="run a distributed-mode worker: fold + summarize the Kafka partitions it owns")
     w.add_argument("--partitions", default=None,
@@ -199,6 +200,9 @@ def _parser() -> argparse.ArgumentParser:
     sv.add_argument("--log-level", default="warning", help="uvicorn log level")
     sv.add_argument("--fold-in-process", action="store_true",
                     help="fold in the serving process (default with an embedded log: a fold process of its own)")
+    _shard_options(sv)
+    sv.add_argument("--advertise", default=None, metavar="URL",
+                    help="the URL other nodes reach this one at (Kafka log; default http://HOST:PORT)")
 
     k = command("keys", help="create, list or revoke the service's API keys")
     ksub = k.add_subparsers(dest="keys_command", required=True, metavar="ACTION")
@@ -214,6 +218,29 @@ def _parser() -> argparse.ArgumentParser:
     kr = ksub.add_parser("revoke", help="revoke a key by its id (or the whole key)")
     kr.add_argument("key_id")
     return p
+
+
+def _shard_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--partitions", dest="shard_partitions", default=None, metavar="LIST",
+                        help="Kafka log: fold only these partitions, such as 0,1 (a shard node; default: all)")
+    parser.add_argument("--group", dest="shard_group", default=None, metavar="GROUP",
+                        help="Kafka log: share the partitions with the other nodes of this consumer group "
+                             "(a shard node; 'default' names memfold-projector.TOPIC)")
+    parser.add_argument("--session-timeout", type=_positive_float, default=10.0,
+                        help="with --group: seconds before a dead node's partitions go to the others (default 10)")
+
+
+def shard_request(args: argparse.Namespace) -> tuple[list[int] | None, str | None] | None:
+    """Return ``(fixed partitions, group)`` when the command asks for a shard node, else None (a full replica)."""
+    fixed = _partition_list(args.shard_partitions) if args.shard_partitions else None
+    group = args.shard_group
+    if group == "default":
+        group = None
+    if fixed is None and args.shard_group is None:
+        return None
+    if fixed is not None and args.shard_group is not None:
+        raise ValidationError("pass either --partitions or --group, not both", field="partitions")
+    return fixed, group
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -565,21 +592,51 @@ def cmd_project(args: argparse.Namespace) -> int:
     import signal
     import threading
 
+    from memfold.engine.sharding import open_shards
+
     from .engine import MemoryEngine, _bind_log
 
     settings = _bind_log(_settings(args))
+    shard = shard_request(args)
+    if shard is not None and not settings.log_url().startswith("kafka://"):
+        raise ValidationError("shard nodes run on a Kafka log: pass --log kafka://HOST:PORT", field="log")
+    if shard is not None and shard[0] is None and args.until_caught_up:
+        raise ValidationError("--until-caught-up needs a fixed --partitions list, not a group", field="group")
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    with MemoryEngine(settings, role="projector", start=not args.until_caught_up) as engine:
+    fixed = shard[0] if shard is not None else None
+    grouped = shard is not None and fixed is None
+    # A group node owns nothing until the group assigns; a fixed list folds it from the start.
+    with MemoryEngine(settings, role="projector", start=not args.until_caught_up,
+                      partitions=[] if grouped else fixed) as engine:
+        shards = None
+        if fixed is not None:
+            from memfold.streams.ownership import StaticPartitions
+
+            StaticPartitions(fixed, engine.log.partition_count)  # refuses a list that does not fit the topic
+        if grouped:
+            import logging.config
+
+            from memfold.streams.kafka_worker import logging_config
+
+            logging.config.dictConfig(logging_config("INFO"))  # ownership changes, as a worker logs them
+            shards = open_shards(engine, partitions=None, group=shard[1], directory=None,
+                                 session_timeout=args.session_timeout)
+            print(f"projector: shard node of {shards.description}", flush=True)
         started = time.perf_counter()
-        if args.until_caught_up:
-            while (engine.runner.run_once() or not engine.runner.caught_up()) and not stop.is_set():
-                pass  # a SIGTERM ends the catch-up after the batch in progress (positions are with the rows)
-        else:
-            while not stop.wait(args.status_every):
-                lag = _lag(engine)
-                print(f"projector: {settings.log_url()} -> {settings.projection_path()}, lag {lag} events", flush=True)
+        try:
+            if args.until_caught_up:
+                while (engine.runner.run_once() or not engine.runner.caught_up()) and not stop.is_set():
+                    pass  # a SIGTERM ends the catch-up after the batch in progress (positions are with the rows)
+            else:
+                while not stop.wait(args.status_every):
+                    lag = _lag(engine)
+                    print(f"projector: {settings.log_url()} -> {settings.projection_path()}, partitions "
+                          f"{engine.runner.partitions}, lag {lag} events", flush=True)
+        finally:
+            if shards is not None:
+                shards.close()
         events = engine.sql("SELECT count(*) FROM events")[1][0][0]
         lag = _lag(engine)
     print(f"projected {events} events from {settings.log_url()} into {settings.projection_path()} "
@@ -588,9 +645,7 @@ def cmd_project(args: argparse.Namespace) -> int:
 
 
 def _lag(engine) -> int:
-    ends = engine.log.end_positions()
-    pos = engine.store.position()
-    return sum(max(0, end - pos.get(p, 0)) for p, end in ends.items())
+    return engine.runner.lag()  # of the partitions this node folds (all of them unless it is a shard node)
 
 
 def cmd_worker(args: argparse.Namespace) -> int:

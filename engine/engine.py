@@ -134,7 +134,7 @@ class MemoryEngine:
 
     def __init__(
         self, settings: Settings, *, start: bool = True, role: str = "embedded", log_timeout: float | None = None,
-        policy_changes: str = "rebuild",
+        policy_changes: str = "rebuild", partitions: Iterable[int] | None = None,
     ):
         """Wire log, projection, policies and summarizer for ``role``.
 
@@ -147,8 +147,10 @@ class MemoryEngine:
           it is given (:meth:`memfold.streams.runner.Runner.own`, driven by
           :class:`memfold.streams.kafka_worker.PartitionWorker`); nothing runs
           until then.
-        - ``projector``: a read replica of every partition; appends nothing and
-          runs no summarizer (the workers do).
+        - ``projector``: a read replica of every partition (or, with
+          ``partitions``, a shard node folding only those; ``[]`` owns nothing
+          until :meth:`memfold.streams.runner.Runner.own` is called); appends
+          nothing and runs no summarizer (the workers do).
         - ``client``: validates and appends only; no projection is opened.
 
         ``log_timeout`` bounds every wait on a Kafka log (default: the log's own).
@@ -243,7 +245,7 @@ class MemoryEngine:
         summarizes = role in ("embedded", "worker")
         self.runner = Runner(
             self.log, self.store, self.projector, on_requests=self.worker.submit if summarizes else (lambda r: None),
-            emit_requests=summarizes, partitions=[] if role == "worker" else None,
+            emit_requests=summarizes, partitions=[] if role == "worker" else partitions,
         )
         # Requests left open by an earlier process (crash, --no-wait) are handed
         # over once the runner has caught up with their partitions.
@@ -615,9 +617,36 @@ class MemoryEngine:
     def plan(self, conversation_id: str, *, policy: str | None = None, tenant_id: str = "default"):
         """Return the policy's :class:`ContextPlan` for a conversation (what memory is in force)."""
         _check_reading(conversation_id, tenant_id, policy=policy)
+        self.check_owned(conversation_id, tenant_id=tenant_id)
         name = self._policy_name(policy, tenant_id)
         impl, ctx = self.policies[name]
         return impl.plan(self.projector.state(name, tenant_id, conversation_id), ctx)
+
+    def owns(self, conversation_id: str, *, tenant_id: str = "default") -> bool:
+        """True when this engine folds the conversation's partition: always, except on a shard node."""
+        from memfold.engine.partitioner import partition_for
+
+        if self.store is None:  # a client engine holds no projection
+            return False
+        return partition_for(conversation_key(tenant_id, conversation_id), self.log.partition_count) in set(
+            self.runner.partitions)
+
+    def check_owned(self, conversation_id: str, *, tenant_id: str = "default") -> None:
+        """Raise :class:`PartitionNotOwnedError` when a shard node does not fold this conversation's partition.
+
+        A shard node may still hold rows of a partition it folded before a
+        move; answering from them would be stale without saying so.
+        """
+        if self.store is not None and not self.owns(conversation_id, tenant_id=tenant_id):
+            from memfold.engine.errors import PartitionNotOwnedError
+            from memfold.engine.partitioner import partition_for
+
+            partition = partition_for(conversation_key(tenant_id, conversation_id), self.log.partition_count)
+            raise PartitionNotOwnedError(
+                f"this node does not fold partition {partition} (conversation {conversation_id!r}); read it from "
+                f"the node that owns it (memfold serve routes there), owned here: {self.runner.partitions}",
+                partition=partition,
+            )
 
     def context(
         self,
@@ -650,6 +679,7 @@ class MemoryEngine:
         ``lazy_timeout_ms`` for it, then fall back.
         """
         _check_reading(conversation_id, tenant_id, budget=budget, query=query, policy=policy)
+        self.check_owned(conversation_id, tenant_id=tenant_id)
         from memfold.projections.context import assemble
 
         if as_of is not None:
@@ -744,6 +774,7 @@ class MemoryEngine:
         or a naive datetime. Never waits for a summary.
         """
         _check_reading(conversation_id, tenant_id, budget=budget, query=query, policy=policy)
+        self.check_owned(conversation_id, tenant_id=tenant_id)
         from memfold.projections.context import assemble
         from memfold.projections.time_travel import seq_as_of, state_as_of
 
@@ -814,11 +845,13 @@ class MemoryEngine:
     def history(self, conversation_id: str, *, tenant_id: str = "default") -> list[MessageRecord]:
         """Return every message of a conversation as stored, oldest first."""
         _check_reading(conversation_id, tenant_id)
+        self.check_owned(conversation_id, tenant_id=tenant_id)
         return self.store.messages(tenant_id, conversation_id)
 
     def summaries(self, conversation_id: str, *, tenant_id: str = "default", policy: str | None = None) -> list[dict[str, Any]]:
         """Return the summary chain(s): every request with its outcome and lineage, oldest first."""
         _check_reading(conversation_id, tenant_id, policy=policy)
+        self.check_owned(conversation_id, tenant_id=tenant_id)
         return self.store.summary_rows(tenant_id, conversation_id, policy)
 
     def audit(self, conversation_id: str, *, tenant_id: str = "default") -> dict[str, Any]:
@@ -830,6 +863,7 @@ class MemoryEngine:
         ``erasure pending`` until a ``forget`` finishes it.
         """
         _check_reading(conversation_id, tenant_id)
+        self.check_owned(conversation_id, tenant_id=tenant_id)
         from memfold.projections.audit import audit
 
         return audit(self.store, tenant_id, conversation_id,
