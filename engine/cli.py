@@ -735,35 +735,42 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     limits = Limits(max_body_bytes=args.max_body_bytes, max_batch=args.max_batch, rate=args.rate, burst=args.burst)
     serve(_bind_log(_settings(args)), host=args.host, port=args.port, limits=limits, log_level=args.log_level,
-          fold_process=not args.fold_in_process)
+          fold_process=not args.fold_in_process, shard=shard_request(args), advertise=args.advertise,
+          session_timeout=args.session_timeout)
     return 0
 
 
 def cmd_keys(args: argparse.Namespace) -> int:
-    from memfold.service.keys import ApiKeyStore
+    from memfold.service.keys import open_api_keys
 
-    store = ApiKeyStore(Path(args.data_dir))
-    if args.keys_command == "create":
-        key, secret = store.create(args.tenant, args.role, args.name)
-        if args.json:
-            _print_json({"key": secret, "key_id": key.key_id, "tenant_id": key.tenant_id, "role": key.role})
-        else:
-            print(secret)
-            print(f"key {key.key_id}: tenant {key.tenant_id}, role {key.role} (the key is shown once; store it now)",
-                  file=sys.stderr)
-    elif args.keys_command == "list":
-        keys = store.list()
-        if args.json:
-            _print_json([{"key_id": k.key_id, "tenant_id": k.tenant_id, "role": k.role, "name": k.name,
-                          "created_at": k.created_at, "revoked_at": k.revoked_at} for k in keys])
-        else:
-            from .render import print_table
+    from .engine import _bind_log
 
-            print_table(["key_id", "tenant", "role", "name", "created", "revoked"],
-                        [(k.key_id, k.tenant_id, k.role, k.name or "", k.created_at, k.revoked_at or "") for k in keys])
-    else:
-        key = store.revoke(args.key_id)
-        print(f"revoked key {key.key_id} (tenant {key.tenant_id}, role {key.role}) at {key.revoked_at}")
+    # With a Kafka log the keys are records on TOPIC.apikeys that every service replica reads.
+    store = open_api_keys(_bind_log(_settings(args)), follow=False)
+    try:
+        if args.keys_command == "create":
+            key, secret = store.create(args.tenant, args.role, args.name)
+            if args.json:
+                _print_json({"key": secret, "key_id": key.key_id, "tenant_id": key.tenant_id, "role": key.role})
+            else:
+                print(secret)
+                print(f"key {key.key_id}: tenant {key.tenant_id}, role {key.role} (the key is shown once; store it now)",
+                      file=sys.stderr)
+        elif args.keys_command == "list":
+            keys = store.list()
+            if args.json:
+                _print_json([{"key_id": k.key_id, "tenant_id": k.tenant_id, "role": k.role, "name": k.name,
+                              "created_at": k.created_at, "revoked_at": k.revoked_at} for k in keys])
+            else:
+                from .render import print_table
+
+                print_table(["key_id", "tenant", "role", "name", "created", "revoked"],
+                            [(k.key_id, k.tenant_id, k.role, k.name or "", k.created_at, k.revoked_at or "") for k in keys])
+        else:
+            key = store.revoke(args.key_id)
+            print(f"revoked key {key.key_id} (tenant {key.tenant_id}, role {key.role}) at {key.revoked_at}")
+    finally:
+        store.close()
     return 0
 
 

@@ -188,15 +188,27 @@ def _validated(engine, tenant: str, conversation_id: str, body: AppendRequest) -
 def list_conversations(
     request: Request, key: Reader, limit: int = Query(100, ge=1, le=1000), offset: int = Query(0, ge=0),
 ) -> ConversationsResponse:
-    """List the tenant's conversations, most recently active first; ``message_count`` leaves retracted messages out."""
-    _, rows = services(request).engine.store.query(
-        "SELECT c.conversation_id, c.message_count - coalesce(r.retracted, 0), c.token_count, c.first_at, c.last_at "
-        "FROM conversations c LEFT JOIN (SELECT conversation_id, count(*) AS retracted FROM messages "
-        "WHERE tenant_id = ? AND retracted GROUP BY conversation_id) r USING (conversation_id) "
-        "WHERE c.tenant_id = ? AND NOT coalesce(c.deleted, false) ORDER BY c.last_at DESC, c.conversation_id "
-        "LIMIT ? OFFSET ?",
-        [key.tenant_id, key.tenant_id, limit, offset],
-    )
+    """List the tenant's conversations, most recently active first; ``message_count`` leaves retracted messages out.
+
+    A shard node lists the conversations it serves (the router merges every node's list).
+    """
+    svc = services(request)
+    sql = ("SELECT c.conversation_id, c.message_count - coalesce(r.retracted, 0), c.token_count, c.first_at, c.last_at "
+           "FROM conversations c LEFT JOIN (SELECT conversation_id, count(*) AS retracted FROM messages "
+           "WHERE tenant_id = ? AND retracted GROUP BY conversation_id) r USING (conversation_id) "
+           "WHERE c.tenant_id = ? AND NOT coalesce(c.deleted, false) ORDER BY c.last_at DESC, c.conversation_id "
+           "LIMIT ? OFFSET ?")
+    if svc.owns is None:
+        _, rows = svc.engine.store.query(sql, [key.tenant_id, key.tenant_id, limit, offset])
+    else:  # rows of partitions it folded before a move stay in its file: left out, page by page
+        rows, seen = [], 0
+        while len(rows) < offset + limit:
+            _, chunk = svc.engine.store.query(sql, [key.tenant_id, key.tenant_id, 1000, seen])
+            rows += [r for r in chunk if svc.owns(key.tenant_id, r[0])]
+            seen += len(chunk)
+            if len(chunk) < 1000:
+                break
+        rows = rows[offset: offset + limit]
     keys = ("conversation_id", "message_count", "token_count", "first_at", "last_at")
     return ConversationsResponse(conversations=[dict(zip(keys, r)) for r in rows])
 
@@ -431,7 +443,7 @@ def get_audit(request: Request, key: Reader, conversation_id: ConversationPath) 
 
 
 @router.post("/search", response_model=SearchResponse, tags=["memory"])
-def search(request: Request, body: SearchRequest, key: Reader) -> SearchResponse:
+def search(request: Request, body: SearchRequest, key: Reader, response: Response) -> SearchResponse:
     """Return the tenant's messages best matching ``query`` (BM25 per conversation, merged by score), a page at a time.
 
     Searches the listed ``conversation_ids`` (unknown ids are skipped, exactly
@@ -441,17 +453,31 @@ def search(request: Request, body: SearchRequest, key: Reader) -> SearchResponse
     every conversation, including those created meanwhile with later ids.
     """
     engine = services(request).engine
+    owns = services(request).owns  # a shard node searches the conversations it serves; the router merges
     next_cursor = None
     if body.conversation_ids:
-        ids = body.conversation_ids
+        ids = [c for c in body.conversation_ids if owns is None or owns(key.tenant_id, c)]
     else:
         after = _after(body.cursor)
-        _, rows = engine.store.query(
-            "SELECT conversation_id FROM conversations WHERE tenant_id = ? AND NOT coalesce(deleted, false) "
-            "AND conversation_id > ? ORDER BY conversation_id LIMIT ?", [key.tenant_id, after, body.conversations + 1])
-        ids = [r[0] for r in rows[: body.conversations]]
-        if len(rows) > body.conversations:
+        ids, more = [], False
+        while True:
+            _, rows = engine.store.query(
+                "SELECT conversation_id FROM conversations WHERE tenant_id = ? AND NOT coalesce(deleted, false) "
+                "AND conversation_id > ? ORDER BY conversation_id LIMIT ?", [key.tenant_id, after, body.conversations + 1])
+            ids += [r[0] for r in rows if owns is None or owns(key.tenant_id, r[0])]
+            if len(ids) > body.conversations:
+                more = True
+                break
+            if len(rows) <= body.conversations:
+                break
+            after = rows[-1][0]
+        ids = ids[: body.conversations]
+        if more:
             next_cursor = _cursor(ids[-1])
+    if owns is not None:
+        from memfold.service.router import SEARCHED, searched_header
+
+        response.headers[SEARCHED.decode()] = searched_header(list(ids))
     hits = []
     for conversation_id in dict.fromkeys(ids):
         if engine.store.conversation(key.tenant_id, conversation_id) is None:
@@ -460,7 +486,7 @@ def search(request: Request, body: SearchRequest, key: Reader) -> SearchResponse
         ranked = engine.projector.search.rank(index_key, body.query, limit=body.limit)
         found = {m.index: m for m in engine.projector.search.messages_at(index_key, sorted(h.idx for h in ranked))}
         hits += [(h.score, conversation_id, found[h.idx]) for h in ranked if h.idx in found]
-    hits.sort(key=lambda h: -h[0])
+    hits.sort(key=lambda h: (-round(h[0], 4), h[1], h[2].index))  # ties in one order on every node (router merges)
     return SearchResponse(query=body.query, next_cursor=next_cursor, conversations=len(ids), hits=[
         {"conversation_id": c, "index": m.index, "role": m.role, "content": m.content, "occurred_at": m.occurred_at,
          "score": round(score, 4)}

@@ -20,7 +20,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from memfold.engine.errors import LogUnavailableError
 from memfold.streams.compacted_topic import CompactedTopic
@@ -40,6 +41,7 @@ class NodeEntry:
     partitions: frozenset[int] | None
     order: int
     seen: float  # time.monotonic() when its newest record was read here
+    extra: dict = field(default_factory=dict)  # what the node adds to its record (a service: the load per API key)
 
     def owns(self, partition: int) -> bool:
         return self.partitions is None or partition in self.partitions
@@ -50,6 +52,8 @@ class ShardDirectory:
 
     def __init__(self, table: CompactedTopic, node_id: str, url: str | None, *, heartbeat: float = HEARTBEAT_S,
                  ttl: float = TTL_S):
+        """``extra`` (settable later) returns more fields for this node's record at each heartbeat."""
+        self.extra: Callable[[], dict] | None = None
         self.table = table
         self.node_id = node_id
         self.url = url
@@ -70,7 +74,8 @@ class ShardDirectory:
 
     def _write_mine(self) -> None:
         if self._mine is not False and self.url is not None:
-            self.table.write([(self.node_id, {"node": self.node_id, "url": self.url, "partitions": self._mine})])
+            extra = self.extra() if self.extra is not None else {}
+            self.table.write([(self.node_id, {**extra, "node": self.node_id, "url": self.url, "partitions": self._mine})])
 
     def refresh(self) -> None:
         """Read what the nodes wrote since the last refresh."""
@@ -85,8 +90,9 @@ class ShardDirectory:
                 url, parts = value.get("url"), value.get("partitions")
                 if not isinstance(url, str):
                     continue
+                extra = {k: v for k, v in value.items() if k not in ("node", "url", "partitions")}
                 self._entries[key] = NodeEntry(key, url, None if parts is None else frozenset(int(p) for p in parts),
-                                               self._order, now)
+                                               self._order, now, extra)
 
     def live(self) -> list[NodeEntry]:
         """Return the nodes heard from within ``ttl`` seconds, this one included once it published."""

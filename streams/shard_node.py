@@ -45,21 +45,50 @@ class ShardNode:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._published: set[int] | None = None
+        self._targets: dict[int, int] = {}  # gained partition -> the log's end when gained: served once folded to it
+        self._serving: frozenset[int] = frozenset()
+
+    def serving(self) -> set[int]:
+        """Return the partitions this node answers reads of: owned, and folded up to the log's end as of their gain.
+
+        A partition just gained (a take-over, a restart) is folded from this
+        node's stored position, which may be far behind: until it reaches
+        the end the log had when the partition came, its reads are refused
+        (the router retries), so a move never serves a stale answer.
+        """
+        return set(self._serving)
 
     def step(self) -> set[int]:
         """Poll the ownership once; hand changes to the runner and the directory; return what is owned now."""
         owned = self.ownership.poll(self.poll_s)
-        if owned != set(self.runner.partitions):
+        current = set(self.runner.partitions)
+        if owned != current:
+            gained = owned - current
+            if gained:
+                ends = self.runner.log.end_positions()
+                self._targets.update({p: ends.get(p, 0) for p in gained})
+            for p in current - owned:
+                self._targets.pop(p, None)
             self.runner.own(owned)  # waits for the batch in progress
             self.runner.notify()
+        self._settle(owned)
         if owned != self._published:
             if self.directory is not None:
                 self.directory.publish(owned)
             self._published = set(owned)
         return owned
 
+    def _settle(self, owned: set[int]) -> None:
+        stored = self.runner.store.position()
+        for p, target in list(self._targets.items()):
+            # Caught up: at the target, or nothing left to read (a Kafka log's trailing duplicates hold offsets).
+            if stored.get(p, 0) >= target or not self.runner.log.read(p, stored.get(p, 0), 1):
+                del self._targets[p]
+        self._serving = frozenset(p for p in owned if p not in self._targets)
+
     def revoke(self, partitions: set[int]) -> None:
         """Stop folding and answering ``partitions`` now (a consumer group's revoke callback)."""
+        self._serving = self._serving - partitions
         keep = set(self.runner.partitions) - partitions
         self.runner.own(keep)
         if self.directory is not None:
