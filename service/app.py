@@ -277,6 +277,7 @@ def create_app(engine, keys: ApiKeyStore, limits: Limits | None = None, *, routi
         from memfold.service.router import ShardRouter
 
         app.state.memfold.owns = routing.owns
+        metrics.collector.partitions = routing.owned
         app.add_middleware(ShardRouter, services=app.state.memfold, routing=routing)  # before the fast path
     app.add_middleware(_RequestMetrics, metrics=metrics)
     app.add_middleware(BodySizeLimit, limit=limits.max_body_bytes)
