@@ -1116,6 +1116,7 @@ class MemoryEngine:
         conversations: Sequence[str] | None = None,
         progress: Callable[[int, int], None] | None = None,
         batch_size: int = 5000,
+        processes: int = 1,
     ):
         """Fold the log with other settings into the namespace ``name``; create it or resume it; return a report.
 
@@ -1137,6 +1138,9 @@ class MemoryEngine:
         other settings than the namespace's raises :class:`ConfigError`.
         ``progress(done, total)`` is called after every batch of up to
         ``batch_size`` log events (one transaction each).
+        ``processes`` > 1 folds a new namespace's source in that many
+        processes, each a share of the partitions, merged into the namespace
+        (:mod:`memfold.engine.replay_group`; the same rows as one process).
         Returns a :class:`~memfold.streams.namespaces.ReplayReport`.
         """
         from .replaying import replay
@@ -1144,7 +1148,7 @@ class MemoryEngine:
         if self.store is None:
             raise ConfigError("a client engine keeps no projection; replay from an embedded or projector engine")
         return replay(self, name, policy=policy, overrides=overrides, settings_file=settings_file,
-                      conversations=conversations, progress=progress, batch_size=batch_size)
+                      conversations=conversations, progress=progress, batch_size=batch_size, processes=processes)
 
     def replays(self) -> list[dict[str, Any]]:
         """Return the manifest of every replay namespace of this data dir (name, settings, status, head...).

@@ -5,10 +5,11 @@ it owns. With a :class:`~memfold.streams.ownership.StaticPartitions` list
 nothing moves. With a :class:`~memfold.streams.ownership.ConsumerGroup` of
 projector nodes (group ``memfold-projector.TOPIC`` by default, apart from
 the workers' group), a thread polls the group: partitions it gains are
-folded from the positions stored with this node's rows (a partition this
-node folded before a move resumes where its rows end; one it never held
-starts at 0), partitions it loses stop being folded and read at once. No
-event is lost or applied twice: positions commit with the rows, and a
+folded from the positions stored with this node's rows (0 for a partition
+its file does not hold); partitions it loses stop being folded and read at
+once, and their rows and positions are deleted from its file, so a node
+holds only the conversations it serves (one that comes back is folded
+again from 0, never from rows that went stale meanwhile). No event is lost or applied twice: positions commit with the rows, and a
 re-delivered event is a no-op. A node never appends, so two nodes folding
 one partition for a moment (a killed node not yet timed out) only do the
 same work twice, each in its own file.
@@ -71,6 +72,7 @@ class ShardNode:
                 self._targets.pop(p, None)
             self.runner.own(owned)  # waits for the batch in progress
             self.runner.notify()
+            self._drop(current - owned)
         self._settle(owned)
         if owned != self._published:
             if self.directory is not None:
@@ -91,12 +93,23 @@ class ShardNode:
         self._serving = self._serving - partitions
         keep = set(self.runner.partitions) - partitions
         self.runner.own(keep)
+        self._drop(partitions)
         if self.directory is not None:
             try:
                 self.directory.publish(keep)
                 self._published = keep
             except MemfoldError as exc:  # the heartbeat publishes it again
                 log.warning("could not publish the partitions left after a revoke: %s", exc)
+
+    def _drop(self, partitions: set[int]) -> None:
+        """Delete the rows of partitions given up: a node holds only what it serves (regained, they fold from 0).
+
+        Not while closing: leaving the group revokes everything, and a node
+        restarted with the same group resumes its partitions from its rows.
+        """
+        if partitions and not self._stop.is_set():
+            dropped = self.runner.store.drop_partitions(partitions)
+            log.info("dropped partitions %s (%d rows) from this node's projection", sorted(partitions), dropped)
 
     def start(self) -> None:
         """Poll the ownership on a daemon thread until :meth:`close`."""

@@ -78,6 +78,7 @@ def test_a_group_node_takes_over_a_killed_nodes_partitions_and_ends_equal_to_a_f
         # The group splits the partitions: each node folds two.
         b.wait_for_line(lambda ln: "assigned [" in ln and "owning [" in ln and "owning []" not in ln, "an assignment")
         a.wait_for_line(lambda ln: "revoked [" in ln, "a revocation")
+        a.wait_for_line(lambda ln: "dropped partitions [" in ln, "the revoked partitions' rows deleted")
         mark = len(b.text())
         a.kill()
         # b takes a's partitions once a's session times out, folds them from 0 (its file never held them).
