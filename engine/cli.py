@@ -222,7 +222,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def _shard_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--partitions", dest="shard_partitions", default=None, metavar="LIST",
-                        help="Kafka log: fold only these partitions, such as 0,1 (a shard node; default: all)")
+                        help="Kafka log: fold only these partitions, such as 0,1, or K/N: those with p %% N == K "
+                             "(a shard node; default: all)")
     parser.add_argument("--group", dest="shard_group", default=None, metavar="GROUP",
                         help="Kafka log: share the partitions with the other nodes of this consumer group "
                              "(a shard node; 'default' names memfold-projector.TOPIC)")
@@ -230,9 +231,13 @@ def _shard_options(parser: argparse.ArgumentParser) -> None:
                         help="with --group: seconds before a dead node's partitions go to the others (default 10)")
 
 
-def shard_request(args: argparse.Namespace) -> tuple[list[int] | None, str | None] | None:
-    """Return ``(fixed partitions, group)`` when the command asks for a shard node, else None (a full replica)."""
-    fixed = _partition_list(args.shard_partitions) if args.shard_partitions else None
+def shard_request(args: argparse.Namespace, partition_count: int) -> tuple[list[int] | None, str | None] | None:
+    """Return ``(fixed partitions, group)`` when the command asks for a shard node, else None (a full replica).
+
+    ``--partitions K/N`` is slice K of N: the partitions ``p`` with ``p % N == K`` (a StatefulSet pod passes
+    its ordinal and the replica count, so each pod keeps the same partitions across restarts).
+    """
+    fixed = _partition_slice(args.shard_partitions, partition_count) if args.shard_partitions else None
     group = args.shard_group
     if group == "default":
         group = None
@@ -597,7 +602,7 @@ def cmd_project(args: argparse.Namespace) -> int:
     from .engine import MemoryEngine, _bind_log
 
     settings = _bind_log(_settings(args))
-    shard = shard_request(args)
+    shard = shard_request(args, settings.partitions)
     if shard is not None and not settings.log_url().startswith("kafka://"):
         raise ValidationError("shard nodes run on a Kafka log: pass --log kafka://HOST:PORT", field="log")
     if shard is not None and shard[0] is None and args.until_caught_up:
@@ -697,6 +702,21 @@ def _partition_list(text: str) -> list[int]:
         raise ValidationError(f"--partitions takes numbers separated by commas, got {text!r}", field="partitions") from None
 
 
+def _partition_slice(text: str, partition_count: int) -> list[int]:
+    if "/" not in text:
+        return _partition_list(text)
+    k, _, n = text.partition("/")
+    try:
+        index, slices = int(k), int(n)
+    except ValueError:
+        raise ValidationError(f"--partitions K/N takes two numbers (slice K of N), got {text!r}",
+                              field="partitions") from None
+    if not 0 <= index < slices or slices > partition_count:
+        raise ValidationError(f"--partitions {text}: K must be 0..N-1 and N at most the topic's {partition_count} "
+                              "partitions", field="partitions")
+    return [p for p in range(partition_count) if p % slices == index]
+
+
 class _NoOwnership:
     def poll(self, timeout: float) -> set[int]:
         return set()
@@ -734,9 +754,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from .engine import _bind_log
 
     limits = Limits(max_body_bytes=args.max_body_bytes, max_batch=args.max_batch, rate=args.rate, burst=args.burst)
-    serve(_bind_log(_settings(args)), host=args.host, port=args.port, limits=limits, log_level=args.log_level,
-          fold_process=not args.fold_in_process, shard=shard_request(args), advertise=args.advertise,
-          session_timeout=args.session_timeout)
+    settings = _bind_log(_settings(args))
+    serve(settings, host=args.host, port=args.port, limits=limits, log_level=args.log_level,
+          fold_process=not args.fold_in_process, shard=shard_request(args, settings.partitions),
+          advertise=args.advertise, session_timeout=args.session_timeout)
     return 0
 
 
