@@ -7,9 +7,10 @@ appends MESSAGES messages over CONVERSATIONS conversations to a fresh topic
 of PARTITIONS partitions, then measures:
 
 1. **Shard nodes.** `memfold project --until-caught-up` as one full replica,
-   then as two shard nodes (`--partitions` halves) run at the same time:
+   then as two shard nodes (`--partitions` halves):
    each node's CPU seconds (user + system, from the kernel's accounting of
-   the child), the events it folded, events per CPU-second, and each shard
+   the child; the nodes run one after the other, ``--together`` at the same
+   time), the events it folded, events per CPU-second, and each shard
    node's CPU over the full node's (the point of sharding: about 0.5). The
    CPU a node spends starting (imports, opening the topic) is measured on an
    empty topic and shown apart, so the per-event figures are of folding.
@@ -65,6 +66,14 @@ def _proc_cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _own_cpu() -> float:
+    """Return the CPU seconds of this process and of its children reaped so far (a replay group's processes)."""
+    import resource
+
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
 def _node_env(topic: str, partitions: int) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMFOLD_")}
     return env | {"MEMFOLD_TOPIC": topic, "MEMFOLD_PARTITIONS": str(partitions)}
@@ -87,16 +96,24 @@ def _finish(proc: subprocess.Popen) -> tuple[float, int, str]:
     return usage.ru_utime + usage.ru_stime, int(m.group(1)) if m else 0, out
 
 
-def shard_nodes(bootstrap: str, topic: str, partitions: int, root: Path) -> dict:
+def shard_nodes(bootstrap: str, topic: str, partitions: int, root: Path, together: bool = False) -> dict:
     empty = f"{topic}.empty"
     base, _, _ = _finish(_project(bootstrap, empty, partitions, root / "baseline"))
     full_cpu, full_events, _ = _finish(_project(bootstrap, topic, partitions, root / "full"))
     half = partitions // 2
     lists = [",".join(map(str, range(0, half))), ",".join(map(str, range(half, partitions)))]
-    procs = [_project(bootstrap, topic, partitions, root / f"shard{i}", "--partitions", lst)
-             for i, lst in enumerate(lists)]
-    shards = [_finish(p)[:2] for p in procs]
-    print(f"\n1. shard nodes ({partitions} partitions; a node's start-up, measured on an empty topic: {base:.2f} CPU s)")
+    # One after the other: two nodes are two machines; run together on this machine's 2 shared cores they
+    # would measure one machine's contention (--together does that instead).
+    if together:
+        procs = [_project(bootstrap, topic, partitions, root / f"shard{i}", "--partitions", lst)
+                 for i, lst in enumerate(lists)]
+        shards = [_finish(p)[:2] for p in procs]
+    else:
+        shards = [_finish(_project(bootstrap, topic, partitions, root / f"shard{i}", "--partitions", lst))[:2]
+                  for i, lst in enumerate(lists)]
+    how = "run together" if together else "run one after the other"
+    print(f"\n1. shard nodes ({partitions} partitions, {how}; a node's start-up, measured on an empty topic: "
+          f"{base:.2f} CPU s)")
     print(f"   {'node':<22}{'events':>9}{'CPU s':>9}{'folding CPU s':>15}{'events/CPU s':>14}{'CPU vs full':>13}")
     net_full = max(1e-6, full_cpu - base)
     print(f"   {'full replica':<22}{full_events:>9,}{full_cpu:>9.2f}{net_full:>15.2f}{full_events / net_full:>14,.0f}"
@@ -117,14 +134,16 @@ def replay_groups(settings: Settings, broker_pid: int, n_messages: int) -> dict:
         engine.replay("warm", processes=1)  # builds this node's offset index of the topic once, as a node has it
         print("\n2. replay groups (live settings: folding only; fresh namespaces)")
         for processes in (1, 2):
-            broker = _proc_cpu(broker_pid)
+            broker, cpu = _proc_cpu(broker_pid), _own_cpu()
             report = engine.replay(f"p{processes}", processes=processes)
-            broker = _proc_cpu(broker_pid) - broker
+            broker, cpu = _proc_cpu(broker_pid) - broker, _own_cpu() - cpu
             rate = n_messages / report.seconds
             out[processes] = rate
             print(f"   {processes} process(es): {report.seconds:6.2f}s, {rate:8,.0f} messages/s "
-                  f"({report.run.folded:,} events); the broker took {broker:.2f} CPU s meanwhile")
-    print(f"   2 processes / 1: {out[2] / out[1]:.2f}x")
+                  f"({report.run.folded:,} events), {cpu:.2f} CPU s in memfold's processes, "
+                  f"{n_messages / cpu:,.0f} messages per CPU s; the broker took {broker:.2f} CPU s meanwhile")
+    print(f"   2 processes / 1: {out[2] / out[1]:.2f}x (load average {os.getloadavg()[0]:.1f} on "
+          f"{os.cpu_count()} CPUs: a second process only helps when a core is free)")
     return out
 
 
@@ -187,6 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--conversations", type=int, default=400)
     p.add_argument("--partitions", type=int, default=8)
     p.add_argument("--reads", type=int, default=300)
+    p.add_argument("--together", action="store_true", help="run the two shard nodes at the same time")
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="memfold-capacity-") as tmp:
         root = Path(tmp)
@@ -206,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{args.messages:,} messages over {args.conversations:,} conversations on {topic} "
                   f"({args.partitions} partitions), broker {bootstrap}; {os.cpu_count()} CPUs, load "
                   f"{os.getloadavg()[0]:.2f}")
-            shard_nodes(bootstrap, topic, args.partitions, root)
+            shard_nodes(bootstrap, topic, args.partitions, root, args.together)
             replay_groups(settings.model_copy(update={"data_dir": root / "node" / "d"}), broker_pid, args.messages)
             routed_reads(bootstrap, topic, args.partitions, root, args.conversations, args.reads)
         finally:
