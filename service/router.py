@@ -218,18 +218,27 @@ class ShardRouter:
             offset = int(params.get("offset", ["0"])[0])
         except ValueError:
             return await self.app(scope, _replay(b""), send)  # the route answers 422
-        query = urlencode({"limit": min(1000, limit + offset), "offset": 0}).encode()
-        try:
-            parts = await self._parts(scope, b"", query)
-        except _Unrouted as exc:
-            return await exc.answer(send)
-        failed = next((p for p in parts if p[0] != 200), None)
-        if failed is not None:
-            return await _send(send, failed[0], list(failed[1].items()), failed[2])
+        if not 1 <= limit <= 1000 or offset < 0:
+            return await self.app(scope, _replay(b""), send)  # the route answers 422
+        # The merged page needs each node's first offset + limit rows: asked for in pages of at most 1,000.
         rows: dict[str, dict[str, Any]] = {}
-        for _, _, content in parts:
-            for row in json.loads(content)["conversations"]:
-                rows.setdefault(row["conversation_id"], row)
+        needed, start = offset + limit, 0
+        while start < needed:
+            ask = min(1000, needed - start)
+            try:
+                parts = await self._parts(scope, b"", urlencode({"limit": ask, "offset": start}).encode())
+            except _Unrouted as exc:
+                return await exc.answer(send)
+            failed = next((p for p in parts if p[0] != 200), None)
+            if failed is not None:
+                return await _send(send, failed[0], list(failed[1].items()), failed[2])
+            pages = [json.loads(content)["conversations"] for _, _, content in parts]
+            for page in pages:
+                for row in page:
+                    rows.setdefault(row["conversation_id"], row)
+            if all(len(page) < ask for page in pages):
+                break
+            start += ask
         ordered = sorted(rows.values(), key=lambda r: (r["conversation_id"]))
         ordered.sort(key=lambda r: r["last_at"] or "", reverse=True)  # stable: ties keep id order, as one node's SQL
         return await _answer(send, 200, {"conversations": ordered[offset: offset + limit]})

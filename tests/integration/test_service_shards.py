@@ -99,6 +99,8 @@ def test_two_shard_nodes_route_reads_to_the_owner_and_fan_out_tenant_reads(kafka
             listed = [c.get("/v1/conversations").json() for c in (via_a, via_b)]
             assert listed[0] == listed[1]
             assert sorted(r["conversation_id"] for r in listed[0]["conversations"]) == CONVERSATIONS
+            paged = via_b.get("/v1/conversations", params={"limit": 3, "offset": 2}).json()
+            assert paged["conversations"] == listed[0]["conversations"][2:5]
             searches = {}
             for body in ({"query": "refund invoice kafka", "limit": 20},
                          {"query": "question", "conversations": 3, "limit": 4},
@@ -133,6 +135,7 @@ def test_two_shard_nodes_route_reads_to_the_owner_and_fan_out_tenant_reads(kafka
     try:
         with full.http(key) as client:
             _eventually(lambda: client.get("/v1/conversations").json() == listed[0], "the full replica caught up")
+            assert client.get("/v1/conversations", params={"limit": 3, "offset": 2}).json() == paged
             for body, walked in searches.items():
                 page, alone = json.loads(body), []
                 while True:
