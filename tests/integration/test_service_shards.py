@@ -213,3 +213,35 @@ def test_a_group_node_takes_over_a_killed_nodes_partitions_and_no_read_is_stale(
     finally:
         a.stop()
         b.stop()
+
+
+def test_forget_through_another_shard_node_leaves_no_readable_byte_on_either(kafka_bootstrap, tmp_path, topic):
+    import uuid as uuid_
+
+    from support.erasure_kit import files_with
+
+    key = _create_key(kafka_bootstrap, topic, tmp_path / "keys", "acme", "admin")
+    a = _serve(kafka_bootstrap, topic, tmp_path / "a", "--partitions", "0,1")
+    b = _serve(kafka_bootstrap, topic, tmp_path / "b", "--partitions", "2,3")
+    marker = f"zqshard{uuid_.uuid4().hex[:12]}"
+    secret = next(c for c in CONVERSATIONS if partition_for(f"acme/{c}", PARTITIONS) >= 2)  # b's
+    kept = next(c for c in CONVERSATIONS if partition_for(f"acme/{c}", PARTITIONS) < 2)  # a's
+    try:
+        with a.http(key) as via_a, b.http(key) as via_b:
+            for conversation in (secret, kept):
+                turns = [{"role": "user", "content": f"{marker} turn {n} of {conversation}"} for n in range(8)]
+                r = via_a.post(f"/v1/conversations/{conversation}/messages?wait=true", json={"messages": turns})
+                assert r.status_code == 201, r.text
+            assert marker in via_b.get(f"/v1/conversations/{secret}/messages").text
+            r = via_a.delete(f"/v1/conversations/{secret}")  # routed to b, which folds the partition
+            assert r.status_code == 200 and r.headers.get("x-memfold-served-by") == b.url, r.text
+            for client in (via_a, via_b):
+                assert client.get(f"/v1/conversations/{secret}/messages").status_code == 404
+                assert len(client.get(f"/v1/conversations/{kept}/messages").json()["messages"]) == 8
+    finally:
+        a.stop()
+        b.stop()
+    # Neither node's files hold the forgotten conversation's text; the kept one is still there (the search works).
+    leftovers = files_with([a.data_dir, b.data_dir], {"content": f"{marker} turn 0 of {secret}"})
+    assert leftovers == {}
+    assert files_with([a.data_dir], {"content": f"{marker} turn 0 of {kept}"})
