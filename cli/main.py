@@ -164,6 +164,7 @@ def _parser() -> argparse.ArgumentParser:
     pj = command("project", help="run a projector node: fold the log into this data dir's DuckDB replica")
     pj.add_argument("--until-caught-up", action="store_true", help="exit once the replica has caught up")
     pj.add_argument("--status-every", type=positive_float, default=10.0, help="seconds between status lines")
+    _shard_options(pj)
 
     w = command("worker", help="run a distributed-mode worker: fold + summarize the Kafka partitions it owns")
     w.add_argument("--partitions", default=None,
@@ -192,6 +193,9 @@ def _parser() -> argparse.ArgumentParser:
     sv.add_argument("--log-level", default="warning", help="uvicorn log level")
     sv.add_argument("--fold-in-process", action="store_true",
                     help="fold in the serving process (default with an embedded log: a fold process of its own)")
+    _shard_options(sv)
+    sv.add_argument("--advertise", default=None, metavar="URL",
+                    help="the URL other nodes reach this one at (Kafka log; default http://HOST:PORT)")
 
     k = command("keys", help="create, list or revoke the service's API keys")
     ksub = k.add_subparsers(dest="keys_command", required=True, metavar="ACTION")
@@ -207,6 +211,34 @@ def _parser() -> argparse.ArgumentParser:
     kr = ksub.add_parser("revoke", help="revoke a key by its id (or the whole key)")
     kr.add_argument("key_id")
     return p
+
+
+def _shard_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--partitions", dest="shard_partitions", default=None, metavar="LIST",
+                        help="Kafka log: fold only these partitions, such as 0,1, or K/N: those with p %% N == K "
+                             "(a shard node; default: all)")
+    parser.add_argument("--group", dest="shard_group", default=None, metavar="GROUP",
+                        help="Kafka log: share the partitions with the other nodes of this consumer group "
+                             "(a shard node; 'default' names memfold-projector.TOPIC)")
+    parser.add_argument("--session-timeout", type=positive_float, default=10.0,
+                        help="with --group: seconds before a dead node's partitions go to the others (default 10)")
+
+
+def shard_request(args: argparse.Namespace, partition_count: int) -> tuple[list[int] | None, str | None] | None:
+    """Return ``(fixed partitions, group)`` when the command asks for a shard node, else None (a full replica).
+
+    ``--partitions K/N`` is slice K of N: the partitions ``p`` with ``p % N == K`` (a StatefulSet pod passes
+    its ordinal and the replica count, so each pod keeps the same partitions across restarts).
+    """
+    fixed = _partition_slice(args.shard_partitions, partition_count) if args.shard_partitions else None
+    group = args.shard_group
+    if group == "default":
+        group = None
+    if fixed is None and args.shard_group is None:
+        return None
+    if fixed is not None and args.shard_group is not None:
+        raise ValidationError("pass either --partitions or --group, not both", field="partitions")
+    return fixed, group
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -472,20 +504,49 @@ def cmd_project(args: argparse.Namespace) -> int:
 
     from memfold.engine.builders import bind_log
     from memfold.engine.engine import MemoryEngine
+    from memfold.engine.sharding import open_shards
 
     settings = bind_log(settings_of(args))
+    shard = shard_request(args, settings.partitions)
+    if shard is not None and not settings.log_url().startswith("kafka://"):
+        raise ValidationError("shard nodes run on a Kafka log: pass --log kafka://HOST:PORT", field="log")
+    if shard is not None and shard[0] is None and args.until_caught_up:
+        raise ValidationError("--until-caught-up needs a fixed --partitions list, not a group", field="group")
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    with MemoryEngine(settings, role="projector", start=not args.until_caught_up) as engine:
+    fixed = shard[0] if shard is not None else None
+    grouped = shard is not None and fixed is None
+    # A group node owns nothing until the group assigns; a fixed list folds it from the start.
+    with MemoryEngine(settings, role="projector", start=not args.until_caught_up,
+                      partitions=[] if grouped else fixed) as engine:
+        shards = None
+        if fixed is not None:
+            from memfold.streams.ownership import StaticPartitions
+
+            StaticPartitions(fixed, engine.log.partition_count)  # refuses a list that does not fit the topic
+        if grouped:
+            import logging.config
+
+            from memfold.engine.kafka_worker import logging_config
+
+            logging.config.dictConfig(logging_config("INFO"))  # ownership changes, as a worker logs them
+            shards = open_shards(engine, partitions=None, group=shard[1], directory=None,
+                                 session_timeout=args.session_timeout)
+            print(f"projector: shard node of {shards.description}", flush=True)
         started = time.perf_counter()
-        if args.until_caught_up:
-            while (engine.runner.run_once() or not engine.runner.caught_up()) and not stop.is_set():
-                pass  # a SIGTERM ends the catch-up after the batch in progress (positions are with the rows)
-        else:
-            while not stop.wait(args.status_every):
-                lag = _lag(engine)
-                print(f"projector: {settings.log_url()} -> {settings.projection_path()}, lag {lag} events", flush=True)
+        try:
+            if args.until_caught_up:
+                while (engine.runner.run_once() or not engine.runner.caught_up()) and not stop.is_set():
+                    pass  # a SIGTERM ends the catch-up after the batch in progress (positions are with the rows)
+            else:
+                while not stop.wait(args.status_every):
+                    lag = _lag(engine)
+                    print(f"projector: {settings.log_url()} -> {settings.projection_path()}, partitions "
+                          f"{engine.runner.partitions}, lag {lag} events", flush=True)
+        finally:
+            if shards is not None:
+                shards.close()
         events = engine.sql("SELECT count(*) FROM events")[1][0][0]
         lag = _lag(engine)
     print(f"projected {events} events from {settings.log_url()} into {settings.projection_path()} "
@@ -494,9 +555,7 @@ def cmd_project(args: argparse.Namespace) -> int:
 
 
 def _lag(engine) -> int:
-    ends = engine.log.end_positions()
-    pos = engine.store.position()
-    return sum(max(0, end - pos.get(p, 0)) for p, end in ends.items())
+    return engine.runner.lag()  # of the partitions this node folds (all of them unless it is a shard node)
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
@@ -548,6 +607,21 @@ def _partition_list(text: str) -> list[int]:
         raise ValidationError(f"--partitions takes numbers separated by commas, got {text!r}", field="partitions") from None
 
 
+def _partition_slice(text: str, partition_count: int) -> list[int]:
+    if "/" not in text:
+        return _partition_list(text)
+    k, _, n = text.partition("/")
+    try:
+        index, slices = int(k), int(n)
+    except ValueError:
+        raise ValidationError(f"--partitions K/N takes two numbers (slice K of N), got {text!r}",
+                              field="partitions") from None
+    if not 0 <= index < slices or slices > partition_count:
+        raise ValidationError(f"--partitions {text}: K must be 0..N-1 and N at most the topic's {partition_count} "
+                              "partitions", field="partitions")
+    return [p for p in range(partition_count) if p % slices == index]
+
+
 class _NoOwnership:
     def poll(self, timeout: float) -> set[int]:
         return set()
@@ -584,36 +658,43 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from memfold.service.server import serve
 
     limits = Limits(max_body_bytes=args.max_body_bytes, max_batch=args.max_batch, rate=args.rate, burst=args.burst)
-    serve(bind_log(settings_of(args)), host=args.host, port=args.port, limits=limits, log_level=args.log_level,
-          fold_process=not args.fold_in_process)
+    settings = bind_log(settings_of(args))
+    serve(settings, host=args.host, port=args.port, limits=limits, log_level=args.log_level,
+          fold_process=not args.fold_in_process, shard=shard_request(args, settings.partitions),
+          advertise=args.advertise, session_timeout=args.session_timeout)
     return 0
 
 
 def cmd_keys(args: argparse.Namespace) -> int:
-    from memfold.service.keys import ApiKeyStore
+    from memfold.engine.builders import bind_log
+    from memfold.service.keys import open_api_keys
 
-    store = ApiKeyStore(Path(args.data_dir))
-    if args.keys_command == "create":
-        key, secret = store.create(args.tenant, args.role, args.name)
-        if args.json:
-            print_json({"key": secret, "key_id": key.key_id, "tenant_id": key.tenant_id, "role": key.role})
-        else:
-            print(secret)
-            print(f"key {key.key_id}: tenant {key.tenant_id}, role {key.role} (the key is shown once; store it now)",
-                  file=sys.stderr)
-    elif args.keys_command == "list":
-        keys = store.list()
-        if args.json:
-            print_json([{"key_id": k.key_id, "tenant_id": k.tenant_id, "role": k.role, "name": k.name,
-                          "created_at": k.created_at, "revoked_at": k.revoked_at} for k in keys])
-        else:
-            from memfold.cli.render import print_table
+    # With a Kafka log the keys are records on TOPIC.apikeys that every service replica reads.
+    store = open_api_keys(bind_log(settings_of(args)), follow=False)
+    try:
+        if args.keys_command == "create":
+            key, secret = store.create(args.tenant, args.role, args.name)
+            if args.json:
+                print_json({"key": secret, "key_id": key.key_id, "tenant_id": key.tenant_id, "role": key.role})
+            else:
+                print(secret)
+                print(f"key {key.key_id}: tenant {key.tenant_id}, role {key.role} (the key is shown once; store it now)",
+                      file=sys.stderr)
+        elif args.keys_command == "list":
+            keys = store.list()
+            if args.json:
+                print_json([{"key_id": k.key_id, "tenant_id": k.tenant_id, "role": k.role, "name": k.name,
+                              "created_at": k.created_at, "revoked_at": k.revoked_at} for k in keys])
+            else:
+                from memfold.cli.render import print_table
 
-            print_table(["key_id", "tenant", "role", "name", "created", "revoked"],
-                        [(k.key_id, k.tenant_id, k.role, k.name or "", k.created_at, k.revoked_at or "") for k in keys])
-    else:
-        key = store.revoke(args.key_id)
-        print(f"revoked key {key.key_id} (tenant {key.tenant_id}, role {key.role}) at {key.revoked_at}")
+                print_table(["key_id", "tenant", "role", "name", "created", "revoked"],
+                            [(k.key_id, k.tenant_id, k.role, k.name or "", k.created_at, k.revoked_at or "") for k in keys])
+        else:
+            key = store.revoke(args.key_id)
+            print(f"revoked key {key.key_id} (tenant {key.tenant_id}, role {key.role}) at {key.revoked_at}")
+    finally:
+        store.close()
     return 0
 
 

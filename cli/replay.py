@@ -31,6 +31,8 @@ def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
     r.add_argument("--settings", metavar="FILE", help="a memfold.toml whose policy settings the replay uses")
     r.add_argument("--conversations", metavar="C1,C2", help="replay only these conversation ids")
     r.add_argument("--batch-size", type=positive_int, default=5000, help="log events per transaction (default 5000)")
+    r.add_argument("--processes", type=positive_int, default=1,
+                   help="fold a new namespace in this many processes, each a share of the partitions (default 1)")
     r.add_argument("--quiet", action="store_true", help="no progress bar")
     r.add_argument("--json", action="store_true", help="print the report as JSON")
 
@@ -57,7 +59,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
     policy, args.policy = args.policy, None  # the replay's policy, not the live data dir's
     with open_engine(args) as engine, _progress(not args.quiet) as progress:
         report = engine.replay(args.name, policy=policy, overrides=overrides, settings_file=args.settings,
-                               conversations=conversations, progress=progress, batch_size=args.batch_size)
+                               conversations=conversations, progress=progress, batch_size=args.batch_size,
+                               processes=args.processes)
     if args.json:
         from dataclasses import asdict
 

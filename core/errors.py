@@ -20,6 +20,7 @@
      │    └── UpcastError                       no path from the stored schema version to the current one
      ├── LogError                               the event log
      │    ├── LogUnavailableError               cannot reach / open the log (broker down, file locked)
+     │    │    └── PartitionNotOwnedError       a shard node asked about a conversation another node folds
      │    ├── AppendFailedError                 the log did not acknowledge an append; treat as NOT stored
      │    └── LogCorruptionError                the log breaks an invariant (gap in seq, offsets out of order)
      ├── ProjectionError                        the DuckDB projection
@@ -159,6 +160,17 @@ class LogError(MemfoldError):
 
 class LogUnavailableError(LogError):
     """The log cannot be reached or opened. Nothing was appended."""
+
+
+class PartitionNotOwnedError(LogUnavailableError):
+    """A shard node was asked about a conversation of a partition it does not fold (now); ``partition`` names it.
+
+    Unavailable *here*, not lost: its owner answers (the service routes there).
+    """
+
+    def __init__(self, message: str, *, partition: int):
+        self.partition = partition
+        super().__init__(message)
 
 
 class AppendFailedError(LogError):

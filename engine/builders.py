@@ -26,7 +26,7 @@ import importlib
 import json
 import logging
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -156,14 +156,15 @@ class Parts:
 
 
 def build(role: str, settings: Settings, *, log_timeout: float | None = None, policy_changes: str = "rebuild",
-          listeners: Sequence[Callable[[Any], None]] = (), on_appended: Callable[[], None] = lambda: None) -> Parts:
+          listeners: Sequence[Callable[[Any], None]] = (), on_appended: Callable[[], None] = lambda: None,
+          partitions: Iterable[int] | None = None) -> Parts:
     """Assemble the parts of an engine of ``role``; nothing is started (see :func:`start`).
 
     ``policy_changes``: ``"rebuild"`` rebuilds a projection folded with other
     settings or fold rules; ``"refuse"`` (reads) raises a :class:`ConfigError`
     naming the command that makes the change. ``listeners`` hear every
     committed batch; ``on_appended`` is called after the summarizer worker
-    appended outcomes.
+    appended outcomes. ``partitions`` makes a ``projector`` a shard node folding only those.
     """
     from memfold.streams.logs import open_log
     from memfold.streams.sealed_log import sealed
@@ -187,7 +188,7 @@ def build(role: str, settings: Settings, *, log_timeout: float | None = None, po
     if role == "client":
         return parts
     try:
-        _build_pipeline(parts, policy_changes, listeners, on_appended)
+        _build_pipeline(parts, policy_changes, listeners, on_appended, partitions)
     except BaseException:
         parts.close()
         raise
@@ -195,7 +196,7 @@ def build(role: str, settings: Settings, *, log_timeout: float | None = None, po
 
 
 def _build_pipeline(parts: Parts, policy_changes: str, listeners: Sequence[Callable[[Any], None]],
-                    on_appended: Callable[[], None]) -> None:
+                    on_appended: Callable[[], None], partitions: Iterable[int] | None) -> None:
     from memfold.engine.runner import Runner
     from memfold.engine.worker import SummarizerWorker
     from memfold.projections.store import DuckDBProjectionStore
@@ -232,7 +233,7 @@ def _build_pipeline(parts: Parts, policy_changes: str, listeners: Sequence[Calla
     parts.runner = Runner(
         parts.log, parts.store, parts.folds.projector,
         on_requests=parts.worker.submit if summarizes else (lambda r: None),
-        emit_requests=summarizes, partitions=[] if role == "worker" else None,
+        emit_requests=summarizes, partitions=[] if role == "worker" else partitions,
     )
 
 

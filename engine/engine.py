@@ -90,9 +90,12 @@ class MemoryEngine:
 
     def __init__(
         self, settings: Settings, *, start: bool = True, role: str = "embedded", log_timeout: float | None = None,
-        policy_changes: str = "rebuild",
+        policy_changes: str = "rebuild", partitions: Iterable[int] | None = None,
     ):
         """Open an engine of ``role`` (see :mod:`memfold.engine.builders`) over ``settings``; start it if ``start``.
+
+        ``partitions`` makes a ``projector`` a shard node folding only those
+        (``[]``: nothing until :meth:`memfold.engine.runner.Runner.own`).
 
         ``log_timeout`` bounds every wait on a Kafka log (default: the log's
         own). ``policy_changes`` says what to do when the settings ask for a
@@ -103,7 +106,7 @@ class MemoryEngine:
         """
         self._closed = True
         parts = builders.build(role, settings, log_timeout=log_timeout, policy_changes=policy_changes,
-                               listeners=[self._on_erasure], on_appended=self._wake)
+                               listeners=[self._on_erasure], on_appended=self._wake, partitions=partitions)
         self._hold(parts)
         builders.start(parts, start=start)
         if parts.follower is not None and (start or role == "worker"):
@@ -466,9 +469,36 @@ class MemoryEngine:
     def plan(self, conversation_id: str, *, policy: str | None = None, tenant_id: str = "default"):
         """Return the policy's :class:`ContextPlan` for a conversation (what memory is in force)."""
         _check_reading(conversation_id, tenant_id, policy=policy)
+        self.check_owned(conversation_id, tenant_id=tenant_id)
         name = self._policy_name(policy, tenant_id)
         impl, ctx = self.policies[name]
         return impl.plan(self.projector.state(name, tenant_id, conversation_id), ctx)
+
+    def owns(self, conversation_id: str, *, tenant_id: str = "default") -> bool:
+        """True when this engine folds the conversation's partition: always, except on a shard node."""
+        from memfold.core.partitioner import partition_for
+
+        if self.store is None:  # a client engine holds no projection
+            return False
+        return partition_for(conversation_key(tenant_id, conversation_id), self.log.partition_count) in set(
+            self.runner.partitions)
+
+    def check_owned(self, conversation_id: str, *, tenant_id: str = "default") -> None:
+        """Raise :class:`PartitionNotOwnedError` when a shard node does not fold this conversation's partition.
+
+        A shard node may still hold rows of a partition it folded before a
+        move; answering from them would be stale without saying so.
+        """
+        if self.store is not None and not self.owns(conversation_id, tenant_id=tenant_id):
+            from memfold.core.errors import PartitionNotOwnedError
+            from memfold.core.partitioner import partition_for
+
+            partition = partition_for(conversation_key(tenant_id, conversation_id), self.log.partition_count)
+            raise PartitionNotOwnedError(
+                f"this node does not fold partition {partition} (conversation {conversation_id!r}); read it from "
+                f"the node that owns it (memfold serve routes there), owned here: {self.runner.partitions}",
+                partition=partition,
+            )
 
     def context(
         self,
@@ -501,6 +531,7 @@ class MemoryEngine:
         ``lazy_timeout_ms`` for it, then fall back.
         """
         _check_reading(conversation_id, tenant_id, budget=budget, query=query, policy=policy)
+        self.check_owned(conversation_id, tenant_id=tenant_id)
         from memfold.projections.context import assemble
 
         if as_of is not None:
@@ -595,6 +626,7 @@ class MemoryEngine:
         or a naive datetime. Never waits for a summary.
         """
         _check_reading(conversation_id, tenant_id, budget=budget, query=query, policy=policy)
+        self.check_owned(conversation_id, tenant_id=tenant_id)
         from memfold.projections.context import assemble
         from memfold.projections.time_travel import seq_as_of, state_as_of
 
@@ -679,6 +711,7 @@ class MemoryEngine:
                  limit: int | None = None) -> list[MessageRecord]:
         """Return the conversation's stored messages from index ``start``, at most ``limit``, oldest first."""
         _check_reading(conversation_id, tenant_id)
+        self.check_owned(conversation_id, tenant_id=tenant_id)
         return self.store.messages(tenant_id, conversation_id, start, None if limit is None else start + limit - 1)
 
     def search_messages(self, conversation_id: str, query: str, *, tenant_id: str = "default",
@@ -717,11 +750,13 @@ class MemoryEngine:
     def history(self, conversation_id: str, *, tenant_id: str = "default") -> list[MessageRecord]:
         """Return every message of a conversation as stored, oldest first."""
         _check_reading(conversation_id, tenant_id)
+        self.check_owned(conversation_id, tenant_id=tenant_id)
         return self.store.messages(tenant_id, conversation_id)
 
     def summaries(self, conversation_id: str, *, tenant_id: str = "default", policy: str | None = None) -> list[dict[str, Any]]:
         """Return the summary chain(s): every request with its outcome and lineage, oldest first."""
         _check_reading(conversation_id, tenant_id, policy=policy)
+        self.check_owned(conversation_id, tenant_id=tenant_id)
         return self.store.summary_rows(tenant_id, conversation_id, policy)
 
     def audit(self, conversation_id: str, *, tenant_id: str = "default") -> dict[str, Any]:
@@ -733,6 +768,7 @@ class MemoryEngine:
         ``erasure pending`` until a ``forget`` finishes it.
         """
         _check_reading(conversation_id, tenant_id)
+        self.check_owned(conversation_id, tenant_id=tenant_id)
         from memfold.projections.audit import audit
 
         return audit(self.store, tenant_id, conversation_id,
@@ -972,6 +1008,7 @@ class MemoryEngine:
         conversations: Sequence[str] | None = None,
         progress: Callable[[int, int], None] | None = None,
         batch_size: int = 5000,
+        processes: int = 1,
     ):
         """Fold the log with other settings into the namespace ``name``; create it or resume it; return a report.
 
@@ -993,6 +1030,9 @@ class MemoryEngine:
         other settings than the namespace's raises :class:`ConfigError`.
         ``progress(done, total)`` is called after every batch of up to
         ``batch_size`` log events (one transaction each).
+        ``processes`` > 1 folds a new namespace's source in that many
+        processes, each a share of the partitions, merged into the namespace
+        (:mod:`memfold.engine.replay_group`; the same rows as one process).
         Returns a :class:`~memfold.engine.namespaces.ReplayReport`.
         """
         from memfold.engine.replaying import replay
@@ -1000,7 +1040,7 @@ class MemoryEngine:
         if self.store is None:
             raise ConfigError("a client engine keeps no projection; replay from an embedded or projector engine")
         return replay(self, name, policy=policy, overrides=overrides, settings_file=settings_file,
-                      conversations=conversations, progress=progress, batch_size=batch_size)
+                      conversations=conversations, progress=progress, batch_size=batch_size, processes=processes)
 
     def replays(self) -> list[dict[str, Any]]:
         """Return the manifest of every replay namespace of this data dir (name, settings, status, head...).

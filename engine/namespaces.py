@@ -218,7 +218,7 @@ class ReplayFold:
     ``emit`` names the policies whose requests are the replay's own (their
     settings differ from the live ones): those go to ``side``. ``keep``
     filters events (a conversation subset); skipped events still advance
-    the positions.
+    the positions. ``summarizer`` None: only :meth:`fold_source` may be called.
     """
 
     def __init__(
@@ -230,7 +230,7 @@ class ReplayFold:
         counter: TokenCounter,
         *,
         emit: Iterable[str],
-        summarizer: Summarizer,
+        summarizer: Summarizer | None,
         settings: Settings,
         keep: Callable[[Event], bool] | None = None,
         batch_size: int = 5000,
@@ -249,6 +249,11 @@ class ReplayFold:
         self.batch_size = batch_size
         self.progress = progress
         self.stats = ReplayStats()
+
+    def fold_source(self, target: Mapping[int, int]) -> ReplayStats:
+        """Fold the source up to ``target`` only (a replay group's part): requests go to the side log, none answered."""
+        self._fold(self.source, [(p, p, end) for p, end in sorted(target.items())])
+        return self.stats
 
     def run(self, target: Mapping[int, int]) -> ReplayStats:
         """Fold the source up to ``target`` (partition -> next offset), then the side log until no request is open.
@@ -324,6 +329,8 @@ class ReplayFold:
         newest: dict[tuple[str, str, str, str | None], SummaryRequested] = {}
         for r in requests:
             newest[_lane(r)] = r
+        if self.summarizer is None:
+            raise ConfigError("this replay fold has no summarizer: it folds the source only (fold_source)")
         name = self.summarizer.name
         winners = [r for r in requests if newest[_lane(r)] is r]
         inputs = [build_input(r, self.inputs, self.inputs, self.settings) for r in winners]

@@ -63,6 +63,7 @@ def replay(
     target: Mapping[int, int] | None = None,
     root: Path | None = None,
     batch_size: int = 5000,
+    processes: int = 1,
 ) -> ReplayReport:
     """Create or resume the namespace ``name`` and catch it up with the log (see :meth:`MemoryEngine.replay`)."""
     from memfold.engine import namespaces as ns
@@ -89,7 +90,8 @@ def replay(
             conversations=sorted(conversations) if conversations is not None else None,
         ))
     with _held(root):
-        return _catch_up(engine, space, settings, progress=progress, target=target, batch_size=batch_size)
+        return _catch_up(engine, space, settings, progress=progress, target=target, batch_size=batch_size,
+                         processes=processes)
 
 
 @contextlib.contextmanager
@@ -107,7 +109,7 @@ def _held(root: Path) -> Iterator[None]:
 
 def _catch_up(engine: MemoryEngine, space: Namespace, settings: Settings, *,
               progress: Callable[[int, int], None] | None, target: Mapping[int, int] | None,
-              batch_size: int = 5000) -> ReplayReport:
+              batch_size: int = 5000, processes: int = 1) -> ReplayReport:
     """Fold the namespace up to its target (the recorded one when resuming, else ``target`` or the log's end)."""
     from memfold.engine import namespaces as ns
     from memfold.projections.fold import FOLD_VERSION
@@ -143,10 +145,17 @@ def _catch_up(engine: MemoryEngine, space: Namespace, settings: Settings, *,
         if store.meta("policies") is None:
             store.set_meta("policies", json.dumps(ov.hashes(settings), sort_keys=True))
             store.set_meta("fold_version", str(FOLD_VERSION))  # the rules this namespace is folded by
+        grouped = ns.ReplayStats()
+        if processes > 1 and not any(o for p, o in store.position().items() if p < ns.SIDE):
+            from memfold.engine.replay_group import fold_in_parts
+
+            # A fresh namespace: the source fold runs in a replay group; the side log and answers follow here.
+            grouped = fold_in_parts(engine, space, settings, store, goal, emit=emit, conversations=m["conversations"],
+                                    processes=processes, batch_size=batch_size, progress=advance)
         fold = ns.ReplayFold(engine.log, side, store, policies, engine.counter, emit=emit,
                              summarizer=engine.summarizer, settings=settings, keep=keep, progress=advance,
                              batch_size=batch_size)
-        stats = fold.run(goal)
+        stats = fold.run(goal).add(grouped)
     m["status"], m["head"] = "ready", m["target"]
     m["stats"] = _asdict(space.stats().add(stats))
     space.save()
@@ -322,23 +331,27 @@ def erase_in_replays(data_dir: Path, tenant_id: str, conversation_id: str) -> tu
     named in the failures: forget again once it is free.
     """
     from memfold.engine.namespaces import list_namespaces
+    from memfold.engine.replay_group import PARTS
     from memfold.projections.store import DuckDBProjectionStore
 
     touched, failed = [], []
     for space in list_namespaces(data_dir):
-        if not space.store_path.is_file():
-            continue
-        try:
-            store = DuckDBProjectionStore(space.store_path)
-        except ProjectionError as exc:
-            failed.append(f"replay {space.name}: {exc}")
-            continue
-        try:
-            if store.erase(tenant_id, conversation_id, fold_states=True) or store.compaction_owed():
-                store.compact()
-                touched.append(space.name)
-        except ProjectionError as exc:
-            failed.append(f"replay {space.name}: {exc}")
-        finally:
-            store.close()
+        # The namespace's projection, and the part files of a replay group not merged yet (running or killed).
+        for path in [space.store_path, *sorted((space.root / PARTS).glob("*.duckdb"))]:
+            if not path.is_file():
+                continue
+            try:
+                store = DuckDBProjectionStore(path)
+            except ProjectionError as exc:
+                failed.append(f"replay {space.name}: {exc}")
+                continue
+            try:
+                if store.erase(tenant_id, conversation_id, fold_states=True) or store.compaction_owed():
+                    store.compact()
+                    if space.name not in touched:
+                        touched.append(space.name)
+            except ProjectionError as exc:
+                failed.append(f"replay {space.name}: {exc}")
+            finally:
+                store.close()
     return touched, failed

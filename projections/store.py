@@ -504,6 +504,108 @@ class DuckDBProjectionStore:
                     self._reopen()  # DuckDB invalidated the database (an I/O error such as a full disk)
                 raise ProjectionError(f"cannot erase {tenant_id}/{conversation_id}: {exc}") from exc
 
+    def absorb(self, parts: Sequence[str | Path]) -> int:
+        """Insert every row of other projection files that folded *other partitions* into this one; one transaction.
+
+        A replay group folds disjoint partitions into a file per process
+        (:mod:`memfold.engine.replay_group`); this merges them. Their
+        ``store_meta`` is not copied (this file keeps its own). Raises
+        :class:`ProjectionError` and changes nothing when a part holds a
+        position this file already has (the partitions are not disjoint).
+        Returns how many rows were inserted.
+        """
+        if self.read_only:
+            raise ProjectionError("this projection is open read-only")
+        cur = self.connection
+        count = 0
+        aliases = [f"part{i}" for i in range(len(parts))]
+        with self._write_lock:
+            attached = []
+            try:
+                for alias, path in zip(aliases, parts):  # outside the transaction: DuckDB attaches there only
+                    cur.execute(f"ATTACH '{Path(path)}' AS {alias} (READ_ONLY)")
+                    attached.append(alias)
+                mine = {r[0] for r in cur.execute("SELECT table_name FROM information_schema.tables WHERE "
+                                                  "table_catalog = current_database() AND table_type = 'BASE TABLE'"
+                                                  ).fetchall()}
+                cur.execute("BEGIN TRANSACTION")
+                for alias, path in zip(aliases, parts):
+                    clash = cur.execute(f"SELECT p.partition FROM {alias}.positions p JOIN positions m "
+                                        "USING (partition) WHERE m.next_offset > 0 AND p.next_offset > 0").fetchall()
+                    if clash:
+                        raise ProjectionError(f"{path} folded partitions {sorted(r[0] for r in clash)} that this "
+                                              "projection holds already: a replay group's parts must be disjoint")
+                    tables = [r[0] for r in cur.execute(
+                        "SELECT table_name FROM information_schema.tables WHERE table_catalog = ? "
+                        "AND table_type = 'BASE TABLE'", [alias]
+                    ).fetchall() if r[0] != "store_meta" and r[0] in mine]
+                    for table in sorted(tables):
+                        if table == "positions":
+                            cur.execute(f"DELETE FROM positions WHERE partition IN (SELECT partition FROM {alias}.positions)")
+                        conflict = "OR IGNORE " if table == "llm_cache" else ""  # content-addressed: same key, same entry
+                        count += cur.execute(
+                            f"INSERT {conflict}INTO {table} BY NAME SELECT * FROM {alias}.{table}").fetchone()[0]
+                cur.execute("COMMIT")
+            except (duckdb.Error, ProjectionError) as exc:
+                try:
+                    cur.execute("ROLLBACK")
+                except duckdb.Error:
+                    pass  # no transaction was open (the attach failed)
+                if isinstance(exc, ProjectionError):
+                    raise
+                raise ProjectionError(f"cannot merge the replay group's parts into {self.path}: {exc}") from exc
+            finally:
+                for alias in attached:
+                    try:
+                        cur.execute(f"DETACH {alias}")
+                    except duckdb.Error:
+                        self._reopen()
+                        break
+            self._positions = {p: o for p, o in cur.execute("SELECT * FROM positions").fetchall()}
+        return count
+
+    def drop_partitions(self, partitions: Iterable[int]) -> int:
+        """Delete every row of the conversations of ``partitions``, and their positions, in one transaction.
+
+        A shard node that loses partitions stops holding them: if they come
+        back, it folds them again from offset 0 (nothing stale is kept).
+        Returns how many rows went.
+        """
+        wanted = sorted(set(partitions))
+        if not wanted:
+            return 0
+        if self.read_only:
+            raise ProjectionError("this projection is open read-only")
+        cur = self.connection
+        marks = ", ".join("?" for _ in wanted)
+        count = 0
+        with self._write_lock:
+            try:
+                cur.execute("BEGIN TRANSACTION")
+                cur.execute(f"CREATE TEMP TABLE dropped AS SELECT tenant_id, conversation_id FROM conversations "
+                            f"WHERE partition IN ({marks})", wanted)
+                tables = {r[0] for r in cur.execute("SELECT table_name FROM information_schema.tables WHERE "
+                                                    "table_catalog = current_database() AND table_type = 'BASE TABLE'"
+                                                    ).fetchall()}
+                for table in ("summaries", "facts", "policy_state", "policy_rows", "search_docs", "state_history",
+                              "llm_cache", "dense_vectors", "messages", "events"):
+                    if table in tables:
+                        count += cur.execute(f"DELETE FROM {table} WHERE (tenant_id, conversation_id) IN "
+                                             "(SELECT tenant_id, conversation_id FROM dropped)").fetchone()[0]
+                for table in ("events", "poison_events", "conversations", "positions"):
+                    count += cur.execute(f'DELETE FROM {table} WHERE "partition" IN ({marks})', wanted).fetchone()[0]
+                cur.execute("DROP TABLE dropped")
+                cur.execute("COMMIT")
+            except duckdb.Error as exc:
+                try:
+                    cur.execute("ROLLBACK")
+                except duckdb.Error:
+                    self._reopen()
+                raise ProjectionError(f"cannot drop partitions {wanted} from {self.path}: {exc}") from exc
+            for p in wanted:
+                self._positions.pop(p, None)
+        return count
+
     def compact(self) -> None:
         """Rewrite the DuckDB file so that deleted rows leave no bytes behind, then reopen it.
 

@@ -28,6 +28,7 @@ from memfold.core.errors import (
     LogUnavailableError,
     MemfoldError,
     MessageTooLargeError,
+    PartitionNotOwnedError,
     ProjectionLagTimeout,
     SqlTimeoutError,
     UnknownConversationError,
@@ -56,7 +57,7 @@ def _error(status: int, kind: str, message: str, *, field=None, line=None, heade
     return JSONResponse({"error": body}, status_code=status, headers=headers)
 
 
-_HTTP_KINDS = {401: "Unauthorized", 403: "Forbidden", 404: "NotFound", 408: "Timeout", 409: "Conflict",
+_HTTP_KINDS = {401: "Unauthorized", 403: "Forbidden", 404: "NotFound", 408: "Timeout", 409: "Conflict", 421: "Misdirected",
                410: "Gone", 413: "PayloadTooLarge", 429: "RateLimited"}
 
 
@@ -96,6 +97,8 @@ def _install_error_handlers(app: FastAPI) -> None:
             return _error(422, kind, str(exc))
         if isinstance(exc, ProjectionLagTimeout):
             return _error(504, kind, str(exc))
+        if isinstance(exc, PartitionNotOwnedError):  # a shard node; the router asks the owner (service/router.py)
+            return _error(421, kind, str(exc), headers={"Retry-After": "1"})
         if isinstance(exc, LogUnavailableError):
             return _error(503, kind, str(exc), headers={"Retry-After": "1"})
         return _error(500, kind, str(exc))
@@ -139,8 +142,13 @@ def operation_id(route: APIRoute) -> str:
     return first + "".join(w.capitalize() for w in rest)
 
 
-def create_app(engine, keys: ApiKeyStore, limits: Limits | None = None) -> FastAPI:
-    """Return the service app over a running ``engine`` and the data dir's ``keys``."""
+def create_app(engine, keys: ApiKeyStore, limits: Limits | None = None, *, routing=None) -> FastAPI:
+    """Return the service app over a running ``engine`` and ``keys``.
+
+    ``routing`` (a :class:`memfold.service.router.Routing`) makes it a shard
+    node's app: requests of conversations served elsewhere are forwarded,
+    tenant-wide reads fan out (:mod:`memfold.service.router`).
+    """
     from memfold.service.portability import router as portability_router
     from memfold.service.replays import ReplayJobs
     from memfold.service.replays import router as replays_router
@@ -184,6 +192,12 @@ def create_app(engine, keys: ApiKeyStore, limits: Limits | None = None) -> FastA
 
     context_route = next(r for r in router.routes if r.path == "/v1/conversations/{conversation_id:path}/context")
     app.add_middleware(ContextFastPath, services=app.state.memfold, route=context_route)  # inside the metrics
+    if routing is not None:
+        from memfold.service.router import ShardRouter
+
+        app.state.memfold.owns = routing.owns
+        metrics.collector.partitions = routing.owned
+        app.add_middleware(ShardRouter, services=app.state.memfold, routing=routing)  # before the fast path
     app.add_middleware(_RequestMetrics, metrics=metrics)
     app.add_middleware(BodySizeLimit, limit=limits.max_body_bytes)
     return app

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Annotated
@@ -28,6 +29,8 @@ class Services:
     appender: GroupAppender
     contexts: ContextCache
     replays: object = None  # replays.ReplayJobs (imported with the routes)
+    # A shard node: (tenant, conversation) -> served here now; None when every partition is (router.Routing.owns).
+    owns: Callable[[str, str], bool] | None = None
     # Appends are validated here, not in the thread pool the reads use: fifty clients appending at once
     # then keep two threads busy, not forty, and a context read does not queue behind them for the GIL.
     validator: ThreadPoolExecutor = field(

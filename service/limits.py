@@ -6,6 +6,7 @@ import json
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 
@@ -27,27 +28,80 @@ class Limits:
 
 
 class RateLimiter:
-    """Token buckets keyed by API key id; :meth:`take` returns 0 or the seconds to wait."""
+    """Token buckets keyed by API key id; :meth:`take` returns 0 or the seconds to wait.
 
-    def __init__(self, rate: float, burst: int):
+    ``share(key)`` is the fraction of ``rate`` (and ``burst``) this process
+    may grant the key: 1 alone; less when service replicas split a key's
+    limit between them (:class:`ReplicaShares`). Granted requests are
+    counted per key for :meth:`granted`.
+    """
+
+    def __init__(self, rate: float, burst: int, *, share: Callable[[str], float] | None = None,
+                 clock: Callable[[], float] = time.monotonic):
         self.rate = rate
         self.burst = max(1, burst)
+        self.share = share
+        self._clock = clock
         self._buckets: dict[str, tuple[float, float]] = {}
+        self._granted: dict[str, int] = {}
+        self._since = clock()
         self._lock = threading.Lock()
 
     def take(self, key: str) -> float:
         """Spend one token of ``key``'s bucket; return 0.0 if allowed, else the delay until a token is due."""
         if self.rate <= 0:
             return 0.0
-        now = time.monotonic()
+        fraction = 1.0 if self.share is None else self.share(key)
+        rate, burst = self.rate * fraction, max(1.0, self.burst * fraction)
+        now = self._clock()
         with self._lock:
-            tokens, last = self._buckets.get(key, (float(self.burst), now))
-            tokens = min(float(self.burst), tokens + (now - last) * self.rate)
+            tokens, last = self._buckets.get(key, (burst, now))
+            tokens = min(burst, tokens + (now - last) * rate)
             if tokens >= 1.0:
                 self._buckets[key] = (tokens - 1.0, now)
+                self._granted[key] = self._granted.get(key, 0) + 1
                 return 0.0
             self._buckets[key] = (tokens, now)
-            return (1.0 - tokens) / self.rate
+            return (1.0 - tokens) / rate
+
+    def granted(self, top: int = 500) -> dict[str, float]:
+        """Return the requests per second granted to each key since the last call (the ``top`` busiest), and reset."""
+        now = self._clock()
+        with self._lock:
+            counts, self._granted = self._granted, {}
+            elapsed, self._since = max(1e-3, now - self._since), now
+        busiest = sorted(counts.items(), key=lambda kv: -kv[1])[:top]
+        return {k: round(n / elapsed, 3) for k, n in busiest}
+
+
+class ReplicaShares:
+    """Split each key's rate between the ``memfold serve`` replicas of a Kafka deployment.
+
+    Every replica publishes, with its node-directory heartbeat, the rate it
+    granted each busy key over the last beat (:meth:`RateLimiter.granted`).
+    A replica then grants a key ``rate - (what the others granted it)``, and
+    never less than ``rate / N`` (N replicas alive), so a key whose requests
+    all land on one replica (one keep-alive connection) still gets the whole
+    rate, and one spread over N replicas gets it split between them.
+
+    Tolerance: the others' rates are at most two heartbeats old (2 s by
+    default). In a steady state a key's requests across all replicas stay
+    within ``rate`` plus each replica's ``burst`` share; for up to two
+    heartbeats after its traffic moves between replicas (or when N changes)
+    it can get up to ``N x rate``.
+    """
+
+    def __init__(self, directory, rate: float):
+        self.directory = directory
+        self.rate = rate
+
+    def __call__(self, key: str) -> float:
+        live = self.directory.live()
+        others = sum(float((e.extra.get("load") or {}).get(key, 0.0)) for e in live if e.node != self.directory.node_id)
+        if self.rate <= 0:
+            return 1.0
+        floor = 1.0 / max(1, len(live))
+        return min(1.0, max(floor, 1.0 - others / self.rate))
 
 
 class BodySizeLimit:

@@ -43,7 +43,8 @@ class ServiceMetrics:
             "memfold_context_cache", "Context reads answered from the cache (hit) or computed (miss).", ("outcome",),
             registry=self.registry,
         )
-        self.registry.register(_ProjectionCollector(engine))
+        self.collector = _ProjectionCollector(engine)
+        self.registry.register(self.collector)
 
 
 class _ProjectionCollector:
@@ -51,6 +52,7 @@ class _ProjectionCollector:
 
     def __init__(self, engine):
         self.engine = engine
+        self.partitions = None  # a shard node: () -> the partitions it serves (lag counts only those)
 
     def describe(self):
         return []  # figures are computed per scrape; no fixed description needed
@@ -59,7 +61,8 @@ class _ProjectionCollector:
         engine = self.engine
         ends, applied = engine.progress()
         lag = GaugeMetricFamily("memfold_projector_lag_events", "Events in the log not yet in the projection.")
-        lag.add_metric([], sum(max(0, end - applied.get(p, 0)) for p, end in ends.items()))
+        mine = None if self.partitions is None else set(self.partitions())
+        lag.add_metric([], sum(max(0, end - applied.get(p, 0)) for p, end in ends.items() if mine is None or p in mine))
         yield lag
         by_status = engine.summary_counts()
         queue = GaugeMetricFamily("memfold_summary_queue", "Summary requests still processing (no outcome yet).")

@@ -186,8 +186,22 @@ def _validated(engine, tenant: str, conversation_id: str, body: AppendRequest) -
 def list_conversations(
     request: Request, key: Reader, limit: int = Query(100, ge=1, le=1000), offset: int = Query(0, ge=0),
 ) -> ConversationsResponse:
-    """List the tenant's conversations, most recently active first; ``message_count`` leaves retracted messages out."""
-    rows = services(request).engine.conversations(tenant_id=key.tenant_id, limit=limit, offset=offset)
+    """List the tenant's conversations, most recently active first; ``message_count`` leaves retracted messages out.
+
+    A shard node lists the conversations it serves (the router merges every node's list).
+    """
+    svc = services(request)
+    if svc.owns is None:
+        rows = svc.engine.conversations(tenant_id=key.tenant_id, limit=limit, offset=offset)
+    else:  # rows of partitions it folded before a move stay in its file: left out, page by page
+        rows, seen = [], 0
+        while len(rows) < offset + limit:
+            chunk = svc.engine.conversations(tenant_id=key.tenant_id, limit=1000, offset=seen)
+            rows += [r for r in chunk if svc.owns(key.tenant_id, r["conversation_id"])]
+            seen += len(chunk)
+            if len(chunk) < 1000:
+                break
+        rows = rows[offset: offset + limit]
     return ConversationsResponse(conversations=rows)
 
 
@@ -421,7 +435,7 @@ def get_audit(request: Request, key: Reader, conversation_id: ConversationPath) 
 
 
 @router.post("/search", response_model=SearchResponse, tags=["memory"])
-def search(request: Request, body: SearchRequest, key: Reader) -> SearchResponse:
+def search(request: Request, body: SearchRequest, key: Reader, response: Response) -> SearchResponse:
     """Return the tenant's messages best matching ``query`` (BM25 per conversation, merged by score), a page at a time.
 
     Searches the listed ``conversation_ids`` (unknown ids are skipped, exactly
@@ -431,22 +445,36 @@ def search(request: Request, body: SearchRequest, key: Reader) -> SearchResponse
     every conversation, including those created meanwhile with later ids.
     """
     engine = services(request).engine
+    owns = services(request).owns  # a shard node searches the conversations it serves; the router merges
     next_cursor = None
     if body.conversation_ids:
-        ids = body.conversation_ids
+        ids = [c for c in body.conversation_ids if owns is None or owns(key.tenant_id, c)]
     else:
         after = _after(body.cursor)
-        found = engine.conversation_ids(tenant_id=key.tenant_id, after=after, limit=body.conversations + 1)
-        ids = found[: body.conversations]
-        if len(found) > body.conversations:
+        ids, more = [], False
+        while True:
+            found = engine.conversation_ids(tenant_id=key.tenant_id, after=after, limit=body.conversations + 1)
+            ids += [c for c in found if owns is None or owns(key.tenant_id, c)]
+            if len(ids) > body.conversations:
+                more = True
+                break
+            if len(found) <= body.conversations:
+                break
+            after = found[-1]
+        ids = ids[: body.conversations]
+        if more:
             next_cursor = _cursor(ids[-1])
+    if owns is not None:
+        from memfold.service.router import SEARCHED, searched_header
+
+        response.headers[SEARCHED.decode()] = searched_header(list(ids))
     hits = []
     for conversation_id in dict.fromkeys(ids):
         if engine.conversation(conversation_id, tenant_id=key.tenant_id) is None:
             continue
         hits += [(score, conversation_id, m) for score, m in
                  engine.search_messages(conversation_id, body.query, tenant_id=key.tenant_id, limit=body.limit)]
-    hits.sort(key=lambda h: -h[0])
+    hits.sort(key=lambda h: (-round(h[0], 4), h[1], h[2].index))  # ties in one order on every node (router merges)
     return SearchResponse(query=body.query, next_cursor=next_cursor, conversations=len(ids), hits=[
         {"conversation_id": c, "index": m.index, "role": m.role, "content": m.content, "occurred_at": m.occurred_at,
          "score": round(score, 4)}

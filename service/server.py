@@ -16,20 +16,27 @@ import signal
 import threading
 from collections.abc import Iterator
 
+from memfold.core.errors import ConfigError
 from memfold.core.settings import Settings
 from memfold.service.limits import Limits
+from memfold.service.router import Routing
 
 log = logging.getLogger("memfold.service")
 
 
 def serve(settings: Settings, *, host: str = "127.0.0.1", port: int = 8080, limits: Limits | None = None,
-          log_level: str = "warning", fold_process: bool = True) -> None:
+          log_level: str = "warning", fold_process: bool = True, shard: tuple[list[int] | None, str | None] | None = None,
+          advertise: str | None = None, session_timeout: float = 10.0) -> None:
     """Run the service until SIGINT/SIGTERM; the engine is closed (threads stopped, files closed) on the way out.
 
     ``fold_process`` (with an embedded log): the projector, DuckDB and the
     summarizer worker run in a process of their own (:mod:`.fold_process`);
     this one serves HTTP, validates and appends. With a Kafka log the
-    service is a read replica folding in this process.
+    service is a read replica folding in this process, and announces itself
+    (``advertise``, default ``http://HOST:PORT``) on the node directory;
+    ``shard`` ``(partitions, None)`` or ``(None, group)`` makes it a shard
+    node folding a fixed list or what its consumer group assigns, with reads
+    of other partitions routed to their owners (:mod:`.router`).
     """
     import uvicorn
 
@@ -37,7 +44,7 @@ def serve(settings: Settings, *, host: str = "127.0.0.1", port: int = 8080, limi
     from memfold.core.runtime import tune_gc, tune_switch_interval
     from memfold.engine.engine import MemoryEngine
     from memfold.service.app import close_app, create_app
-    from memfold.service.keys import ApiKeyStore
+    from memfold.service.keys import open_api_keys
     from memfold.streams.sqlite_log import RECENT_LIMIT
 
     tune_switch_interval()  # reads on the event loop wait less for the lock the folding threads hold
@@ -47,17 +54,40 @@ def serve(settings: Settings, *, host: str = "127.0.0.1", port: int = 8080, limi
     if settings.summarizer.processes is None:  # summarizing in a process of its own: see summarizer_processes
         settings = settings.model_copy(update={"summarizer": settings.summarizer.model_copy(update={"processes": 1})})
     kafka = settings.log_url().startswith("kafka://")
+    if shard is not None and not kafka:
+        raise ConfigError("shard nodes (--partitions, --group) run on a Kafka log: pass --log kafka://HOST:PORT")
     if fold_process and not kafka:
         from memfold.service.fold_process import RemoteEngine
 
         engine = RemoteEngine(settings)
     else:
-        engine = MemoryEngine(settings, role="projector" if kafka else "embedded")
+        engine = MemoryEngine(settings, role="projector" if kafka else "embedded",
+                              partitions=[] if shard is not None else None)
         if isinstance(engine.log, KeepsAppended):  # the SQLite log: its projector here reads what was appended
             engine.log.keep_appended(RECENT_LIMIT)
-    app = None
+    app = directory = shards = keys = None
     try:
-        app = create_app(engine, ApiKeyStore(settings.data_dir), limits)
+        routing = None
+        if kafka:
+            from memfold.engine.sharding import open_directory, open_shards
+
+            url = advertise or f"http://{host}:{port}"
+            directory = open_directory(settings, url, url)
+            if shard is not None:
+                shards = open_shards(engine, partitions=shard[0], group=shard[1], directory=directory,
+                                     session_timeout=session_timeout)
+                routing = Routing(directory, engine.log.partition_count, shards.node.serving)
+            else:
+                directory.publish(None)
+            directory.start()
+        keys = open_api_keys(settings)
+        app = create_app(engine, keys, limits, routing=routing)
+        if directory is not None:  # replicas split each key's rate (limits.ReplicaShares)
+            from memfold.service.limits import ReplicaShares
+
+            limiter = app.state.memfold.limiter
+            limiter.share = ReplicaShares(directory, limiter.rate)
+            directory.extra = lambda: {"load": limiter.granted()}
         # loop/http "auto": uvloop and httptools when installed (they are dependencies), else asyncio and h11.
         # Keep-alive 60 s (uvicorn's default is 5): an agent reads context once per turn, and a connection
         # closed while idle races with the client's next request on it (a "disconnected" error, a reconnect).
@@ -70,6 +100,12 @@ def serve(settings: Settings, *, host: str = "127.0.0.1", port: int = 8080, limi
     finally:
         if app is not None:
             close_app(app)
+        if shards is not None:
+            shards.close()  # leaves the group: the partitions go to the other nodes at once
+        if directory is not None:
+            directory.close()
+        if keys is not None:
+            keys.close()
         engine.close()
 
 

@@ -54,7 +54,8 @@ def compose() -> dict[str, Any]:
 
 
 def test_compose_runs_kafka_a_worker_a_projector_and_the_service(compose):
-    assert set(compose["services"]) == {"kafka", "memfold-worker", "memfold-projector", "memfold-service"}
+    assert set(compose["services"]) == {"kafka", "memfold-worker", "memfold-projector", "memfold-service",
+                                        "memfold-service-b"}
 
 
 def test_compose_service_serves_on_its_own_volume_and_port(compose):
@@ -87,7 +88,7 @@ def test_compose_kafka_is_a_kraft_broker_of_the_local_broker_version(compose):
 
 
 @pytest.mark.parametrize(("service", "subcommand"), [("memfold-worker", "worker"), ("memfold-projector", "project"),
-                                                    ("memfold-service", "serve")])
+                                                    ("memfold-service", "serve"), ("memfold-service-b", "serve")])
 def test_compose_memfold_services_use_the_cli_against_the_advertised_broker(compose, service, subcommand):
     spec = compose["services"][service]
     assert spec["image"] == MEMFOLD_IMAGE
@@ -142,6 +143,11 @@ def _resolve(value: str, container: dict[str, Any], k8s) -> str:
     for source in container.get("envFrom", []):
         env.update(k8s[("ConfigMap", source["configMapRef"]["name"])]["data"])
     env.update({e["name"]: e["value"] for e in container.get("env", []) if "value" in e})
+    # Downward-API values, as the kubelet fills them for the first pod of a StatefulSet.
+    fields = {"metadata.name": f"{container['name']}-0", "metadata.labels['apps.kubernetes.io/pod-index']": "0"}
+    for e in container.get("env", []):
+        if "fieldRef" in e.get("valueFrom", {}):
+            env[e["name"]] = fields[e["valueFrom"]["fieldRef"]["fieldPath"]]
 
     def expand(match: re.Match[str]) -> str:
         assert match[1] in env, f"$({match[1]}) is not defined for container {container['name']}"
@@ -215,6 +221,38 @@ def test_k8s_projector_replicas_each_get_their_own_volume_at_the_data_dir(k8s):
     assert projector["spec"]["template"]["spec"]["securityContext"]["fsGroup"] is not None
 
 
+def test_k8s_service_pods_are_shard_nodes_with_stable_slices_and_more_than_one_replica(k8s):
+    service = k8s[("StatefulSet", "memfold-service")]
+    (container,) = _containers(service)
+    command = container["command"]
+    replicas = service["spec"]["replicas"]
+    assert replicas >= 2  # more than one API replica: keys and rate limits are shared through the topic
+    # Slice POD_INDEX of REPLICAS: pod k keeps the same partitions across restarts, and together they cover all.
+    assert command[command.index("--partitions") + 1] == f"$(POD_INDEX)/{replicas}"
+    env = {e["name"]: e for e in container["env"]}
+    assert env["POD_INDEX"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.labels['apps.kubernetes.io/pod-index']"
+    assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    assert replicas <= int(k8s[("ConfigMap", "memfold-config")]["data"]["MEMFOLD_PARTITIONS"])
+    # Other pods reach it at its stable DNS name under the governing headless Service, on its port.
+    advertised = command[command.index("--advertise") + 1]
+    port = command[command.index("--port") + 1]
+    assert advertised == f"http://$(POD_NAME).{service['spec']['serviceName']}:{port}"
+    (claim,) = service["spec"]["volumeClaimTemplates"]
+    assert next(m for m in container["volumeMounts"] if m["name"] == claim["metadata"]["name"])["mountPath"] == \
+        command[command.index("--data-dir") + 1]
+
+
+def test_compose_runs_two_shard_service_nodes_covering_every_partition(compose):
+    nodes = [compose["services"][name] for name in ("memfold-service", "memfold-service-b")]
+    slices = [n["command"][n["command"].index("--partitions") + 1] for n in nodes]
+    assert sorted(slices) == ["0/2", "1/2"]
+    for name, node in zip(("memfold-service", "memfold-service-b"), nodes):
+        command = node["command"]
+        assert command[command.index("--advertise") + 1] == f"http://{name}:{command[command.index('--port') + 1]}"
+    volumes = [n["volumes"][0].split(":")[0] for n in nodes]
+    assert len(set(volumes)) == 2 and set(volumes) <= set(compose["volumes"])  # one DuckDB writer per file
+
+
 def test_k8s_kafka_is_a_kraft_broker_of_the_local_broker_version(k8s):
     (broker,) = _containers(k8s[("StatefulSet", "kafka")])
     assert broker["image"] == f"apache/kafka:{KAFKA_VERSION}"
@@ -251,7 +289,7 @@ def test_the_image_installs_the_package_the_manifests_run():
 
 def _manifest_commands() -> list[tuple[str, list[str]]]:
     compose = yaml.safe_load((DEPLOY / "docker-compose.yml").read_text())
-    services = ("memfold-worker", "memfold-projector")
+    services = ("memfold-worker", "memfold-projector", "memfold-service", "memfold-service-b")
     commands = [(f"compose {name}", compose["services"][name]["command"]) for name in services]
     objects = {}
     for path in K8S.glob("*.yaml"):
@@ -277,6 +315,11 @@ def test_the_cli_accepts_every_manifest_command(where, command):
     assert args.log == command[command.index("--log") + 1], where
     if "--data-dir" in command:
         assert str(args.data_dir) == command[command.index("--data-dir") + 1], where
+    if args.command in ("serve", "project") and "--partitions" in command:
+        from memfold.cli.main import shard_request
+
+        fixed, group = shard_request(args, 8)
+        assert fixed and group is None, where
 
 
 def test_dockerfile_copies_every_package_folder():
