@@ -65,7 +65,8 @@ def _args(command: str, jsonl: Path) -> tuple[str, ...]:
         "worker": ("worker",), "demo": ("demo",), "forget": ("forget", "c1"), "reopen": ("reopen", "c1"),
         "verify": ("verify",), "audit": ("audit", "c1"), "replay": ("replay", "--name", "r1"),
         "replays": ("replays",), "drop": ("drop", "r1"), "promote": ("promote", "r1"), "diff": ("diff", "r1"),
-        "serve": ("serve", "--port", "1"), "keys": ("keys", "list"),
+        "serve": ("serve", "--port", "1"), "keys": ("keys", "list"), "export": ("export", str(jsonl.parent / "out")),
+        "import": ("import", str(jsonl.parent / "out")), "snapshot": ("snapshot", str(jsonl.parent / "snap")),
     }[command]
 
 

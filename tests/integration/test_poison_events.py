@@ -68,7 +68,7 @@ def test_an_unreadable_record_is_set_aside_and_everything_else_keeps_working(eng
         engine.append_message("healthy", "user", f"healthy {i}")
     engine.wait_idle(timeout=120)
     caplog.set_level(logging.WARNING)
-    planted = _plant(engine.log.path, "default", "sick", engine.log.partition_count)
+    planted = _plant(engine.settings.data_dir / "events.sqlite", "default", "sick", engine.log.partition_count)
 
     # 1. The log's read returns the bad rows in place, and the records around them as usual.
     partition, first = planted[0]

@@ -10,7 +10,10 @@ route that fits neither fails this test, so no route can skip the check.
 
 from __future__ import annotations
 
+import io
+import json
 import re
+import tarfile
 import time
 
 import pytest
@@ -45,6 +48,18 @@ def _checked_me(a, b_conv):
     assert a.get("/v1/me").json()["tenant_id"] == "tenant-a"
 
 
+def _checked_export(a, b_conv):
+    """An admin key exports its own tenant's events only, and cannot ask for another tenant's."""
+    refused = a.post("/v1/admin/export", params={"tenant": "tenant-b", "format": "jsonl"})
+    assert refused.status_code == 422, refused.text
+    archive = a.post("/v1/admin/export", params={"format": "jsonl", "plaintext": "true"})
+    assert archive.status_code == 200, archive.text
+    with tarfile.open(fileobj=io.BytesIO(archive.content)) as tar:
+        events = tar.extractfile("events.jsonl").read().decode()
+    tenants = {json.loads(line)["tenant_id"] for line in events.splitlines() if line}
+    assert tenants == {"tenant-a"} and b_conv not in events and "b secret" not in events
+
+
 def _operator_only(method: str, template: str):
     """Routes acting on the whole data dir (every tenant): a tenant's admin key is refused outright."""
 
@@ -61,6 +76,7 @@ TENANT_SCOPED = {
     ("POST", "/v1/sql"): _checked_sql,
     ("POST", "/v1/search"): _checked_search,
     ("GET", "/v1/me"): _checked_me,
+    ("POST", "/v1/admin/export"): _checked_export,
     **{route: _operator_only(*route) for route in (
         ("POST", "/v1/replays"), ("GET", "/v1/replays"), ("GET", "/v1/replays/{name}"),
         ("DELETE", "/v1/replays/{name}"), ("POST", "/v1/replays/{name}/promote"), ("GET", "/v1/replays/{name}/diff"),
