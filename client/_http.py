@@ -21,9 +21,7 @@ from urllib.parse import quote
 
 import httpx
 
-from memfold.engine.errors import ValidationError
-
-from .models import (
+from memfold.client.models import (
     Appended,
     Context,
     Conversation,
@@ -36,12 +34,14 @@ from .models import (
     SqlResult,
     error_for,
 )
+from memfold.engine.errors import ValidationError
 
 _RETRY_STATUS = {429, 502, 503, 504}
 PROMPT_FORMATS = ("openai", "anthropic", "responses")
 
 
-def _messages_body(messages: Iterable[Mapping[str, Any]], format: str = "openai") -> dict[str, Any]:
+def _messages_body(messages: Iterable[Mapping[str, Any]], format: str = "openai",
+                   user_id: str | None = None) -> dict[str, Any]:
     out = []
     for m in messages:
         if hasattr(m, "model_dump"):  # an SDK object (openai's ChatCompletionMessage, anthropic's MessageParam...)
@@ -51,7 +51,10 @@ def _messages_body(messages: Iterable[Mapping[str, Any]], format: str = "openai"
         if "occurred_at" in m and not isinstance(m["occurred_at"], str):
             m["occurred_at"] = m["occurred_at"].isoformat()
         out.append(m)
-    return {"format": format, "messages": out}
+    body: dict[str, Any] = {"format": format, "messages": out}
+    if user_id is not None:
+        body["user_id"] = user_id
+    return body
 
 
 def _shaped(format: str) -> str:
@@ -63,6 +66,10 @@ def _shaped(format: str) -> str:
 
 def _conv(conversation_id: str) -> str:
     return f"/v1/conversations/{quote(conversation_id, safe='')}"
+
+
+def _user(user_id: str) -> str:
+    return "/v1/users/" + quote(user_id, safe="")
 
 
 def _when(as_of: str | datetime | None) -> str | None:
@@ -161,7 +168,7 @@ class Client(_Base):
         raise AssertionError("unreachable")
 
     def append(self, conversation_id: str, messages: Iterable[Mapping[str, Any]], *, wait: bool = True,
-               format: str = "openai") -> list[Appended]:
+               format: str = "openai", user_id: str | None = None) -> list[Appended]:
         """Append messages in order, all or nothing; ``format`` names their shape.
 
         ``openai`` (default): chat messages as the openai SDK gives and takes
@@ -173,14 +180,17 @@ class Client(_Base):
         message (an Anthropic message with tool results stores several).
         ``wait`` returns once the service's projection holds them, so a read
         that follows sees them. Retried safely (see the module docstring).
-        Raises :class:`ConversationGoneError` (410) for a forgotten conversation.
+        ``user_id`` names the user the conversation belongs to (every message
+        of the batch). Raises :class:`ConversationGoneError` (410) for a
+        forgotten conversation, :class:`UserIdConflictError` (409) when the
+        conversation belongs to another user.
         """
-        body = self._request("POST", _conv(conversation_id) + "/messages", json=_messages_body(messages, format),
-                             params=_params(wait=wait))
+        body = self._request("POST", _conv(conversation_id) + "/messages",
+                             json=_messages_body(messages, format, user_id), params=_params(wait=wait))
         return [Appended.model_validate(m) for m in body["messages"]]
 
     def add(self, conversation_id: str, role: str, content: str, **fields: Any) -> Appended:
-        """Append one message; ``fields`` are the optional message keys (id, metadata, name, ...)."""
+        """Append one message; ``fields`` are the optional message keys (id, metadata, name, user_id, ...)."""
         return self.append(conversation_id, [{"role": role, "content": content, **fields}])[0]
 
     def messages(self, conversation_id: str, *, start: int = 0, limit: int = 1000) -> list[Message]:
@@ -245,6 +255,25 @@ class Client(_Base):
     def audit(self, conversation_id: str) -> dict[str, Any]:
         """Return the conversation's memory evolution (summary versions, bi-temporal facts, settings, erasure)."""
         return self._request("GET", _conv(conversation_id) + "/audit")
+
+    def user_memory(self, user_id: str, *, policy: str | None = None,
+                    as_of: str | datetime | None = None) -> dict[str, Any]:
+        """Return a user's memory across its conversations (current facts with their origin, every statement
+        with its lineage, the user summary, the conversations); ``as_of``: the facts as they stood then.
+        Raises :class:`UserNotFoundError` (404) for a user no conversation of the tenant belongs to."""
+        return self._request("GET", _user(user_id) + "/memory", params=_params(policy=policy, as_of=_when(as_of)))
+
+    def search_user(self, user_id: str, query: str, *, limit: int = 10) -> list[dict[str, Any]]:
+        """Return the messages of every conversation of the user best matching ``query``, best first."""
+        return self._request("POST", _user(user_id) + "/search", json={"query": query, "limit": limit})["hits"]
+
+    def audit_user(self, user_id: str) -> dict[str, Any]:
+        """Return how the user's memory evolved: each statement of a fact, where it came from, what replaced it."""
+        return self._request("GET", _user(user_id) + "/audit")
+
+    def forget_user(self, user_id: str, *, reason: str | None = None) -> dict[str, Any]:
+        """Erase a user (admin keys): every conversation of the user is forgotten, the user memory deleted."""
+        return self._request("DELETE", _user(user_id), params=_params(reason=reason))
 
     def search(self, query: str, *, conversation_ids: list[str] | None = None, limit: int = 10) -> list[dict[str, Any]]:
         """Return the best hits of ``query`` in the listed conversations, else in the first page of them only.
@@ -388,10 +417,10 @@ class AsyncClient(_Base):
         raise AssertionError("unreachable")
 
     async def append(self, conversation_id: str, messages: Iterable[Mapping[str, Any]], *, wait: bool = True,
-                     format: str = "openai") -> list[Appended]:
+                     format: str = "openai", user_id: str | None = None) -> list[Appended]:
         """See :meth:`Client.append`."""
         body = await self._request("POST", _conv(conversation_id) + "/messages",
-                                   json=_messages_body(messages, format), params=_params(wait=wait))
+                                   json=_messages_body(messages, format, user_id), params=_params(wait=wait))
         return [Appended.model_validate(m) for m in body["messages"]]
 
     async def add(self, conversation_id: str, role: str, content: str, **fields: Any) -> Appended:
@@ -443,6 +472,23 @@ class AsyncClient(_Base):
         """See :meth:`Client.audit`."""
         return await self._request("GET", _conv(conversation_id) + "/audit")
 
+    async def user_memory(self, user_id: str, *, policy: str | None = None,
+                          as_of: str | datetime | None = None) -> dict[str, Any]:
+        """See :meth:`Client.user_memory`."""
+        return await self._request("GET", _user(user_id) + "/memory",
+                                   params=_params(policy=policy, as_of=_when(as_of)))
+
+    async def search_user(self, user_id: str, query: str, *, limit: int = 10) -> list[dict[str, Any]]:
+        """See :meth:`Client.search_user`."""
+        return (await self._request("POST", _user(user_id) + "/search", json={"query": query, "limit": limit}))["hits"]
+
+    async def audit_user(self, user_id: str) -> dict[str, Any]:
+        """See :meth:`Client.audit_user`."""
+        return await self._request("GET", _user(user_id) + "/audit")
+
+    async def forget_user(self, user_id: str, *, reason: str | None = None) -> dict[str, Any]:
+        """See :meth:`Client.forget_user`."""
+        return await self._request("DELETE", _user(user_id), params=_params(reason=reason))
     async def search(self, query: str, *, conversation_ids: list[str] | None = None, limit: int = 10) -> list[dict[str, Any]]:
         """See :meth:`Client.search`."""
         body = _search_body(query, conversation_ids, limit, None, None)

@@ -22,8 +22,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .erasure import private_dir
-from .errors import (
+from memfold.engine.erasure import private_dir
+from memfold.engine.errors import (
     AlreadyRetractedError,
     ConfigError,
     ErasureIncompleteError,
@@ -32,9 +32,10 @@ from .errors import (
     ProjectionLagTimeout,
     UnknownConversationError,
     UnknownMessageError,
+    UnknownUserError,
     ValidationError,
 )
-from .events import (
+from memfold.engine.events import (
     MessageAppended,
     MessageRetracted,
     MessageRetractedPayload,
@@ -43,13 +44,14 @@ from .events import (
     same_message,
     utcnow,
 )
-from .ids import content_hash, new_event_id
-from .ports import ContextMessage, ContextPlan, FoldContext, MessageRecord, Policy
-from .positions import Position
-from .settings import Settings
-from .shapes import FORMATS, INPUT_FORMATS, Shaped, messages_from, shaped
-from .tokens import counter as token_counter
-from .validation import validate_message
+from memfold.engine.ids import content_hash, new_event_id
+from memfold.engine.ports import ContextMessage, ContextPlan, FoldContext, MessageRecord, Policy
+from memfold.engine.positions import Position
+from memfold.engine.settings import Settings
+from memfold.engine.shapes import FORMATS, INPUT_FORMATS, Shaped, messages_from, shaped
+from memfold.engine.tokens import MESSAGE_OVERHEAD
+from memfold.engine.tokens import counter as token_counter
+from memfold.engine.validation import validate_message
 
 if TYPE_CHECKING:
     from memfold.projections.store import Changes
@@ -131,6 +133,9 @@ class MemoryEngine:
     """Append messages, read assembled context, query projections. Use :meth:`open`; close when done."""
 
     ROLES = ("embedded", "worker", "projector", "client")
+    # A client engine's source of conversations' users (tenant, conversation) -> user, when a projection
+    # elsewhere holds them (the service's fold process sets it); appends check a message's user against it.
+    owners: Callable[[str, str], str | None] | None = None
 
     def __init__(
         self, settings: Settings, *, start: bool = True, role: str = "embedded", log_timeout: float | None = None,
@@ -178,7 +183,7 @@ class MemoryEngine:
         private_dir(settings.data_dir)
         settings = _bind_log(settings)
         if role != "client":
-            from .replaying import with_promoted
+            from memfold.engine.replaying import with_promoted
 
             settings = with_promoted(settings)
         self.settings = settings
@@ -196,6 +201,7 @@ class MemoryEngine:
             log_.close()
             raise
         self.switching = threading.RLock()  # held while the settings change (promote, following the log)
+        self._appended_users: dict[tuple[str, str], str] = {}  # conversation -> user, as appended (engine.users)
         self._follower = self._following = None
         if role == "client":
             self.store = None
@@ -203,7 +209,7 @@ class MemoryEngine:
             _track(self)
             return
         if role in ("worker", "projector") and settings.log_url().startswith("kafka://"):
-            from .settings_follow import SettingsFollower, at_start
+            from memfold.engine.settings_follow import SettingsFollower, at_start
 
             try:  # nodes sharing a Kafka log fold with the settings promoted on it (see settings_follow)
                 self._follower = SettingsFollower(self.log)
@@ -252,7 +258,7 @@ class MemoryEngine:
         if start and role != "worker":
             self.runner.start()
         if self._follower is not None and (start or role == "worker"):
-            from .settings_follow import FollowThread
+            from memfold.engine.settings_follow import FollowThread
 
             self._following = FollowThread(self)
             self._following.start()
@@ -349,6 +355,7 @@ class MemoryEngine:
         name: str | None = None,
         occurred_at: datetime | None = None,
         event_id: str | None = None,
+        user_id: str | None = None,
     ) -> Position:
         """Validate and append one message; return its log position (projection follows asynchronously).
 
@@ -359,12 +366,16 @@ class MemoryEngine:
         Give ``event_id`` to make the append idempotent: appending the same
         id again returns the stored position and stores nothing; the same id
         with different content raises :class:`EventConflictError`.
+
+        ``user_id`` names the user the conversation belongs to (its memory
+        then joins the user's, :meth:`user_memory`); a conversation belongs
+        to at most one user: naming another raises :class:`UserConflictError`.
         """
         message = {
             "conversation_id": conversation_id, "role": role, "content": content, "tenant_id": tenant_id,
             "model_variant": model_variant, "metadata": metadata, "importance": importance,
             "tool_calls": tool_calls, "tool_call_id": tool_call_id, "name": name, "occurred_at": occurred_at,
-            "event_id": event_id,
+            "event_id": event_id, "user_id": user_id,
         }
         event = self.validate(message)
         if event_id is not None:
@@ -455,10 +466,18 @@ class MemoryEngine:
         return stored
 
     def append_events(self, events: Sequence[MessageAppended]) -> list[Position]:
-        """Append already validated events as one batch and wake the projector."""
+        """Append already validated events as one batch and wake the projector.
+
+        Raises :class:`UserConflictError`, writing nothing, when a message
+        names another user than its conversation's (:func:`memfold.engine.users.check_owners`).
+        """
+        from memfold.engine import users
+
         if not events:
             return []
+        users.check_owners(self, events)
         positions = self.log.append(self._with_embeddings(events))
+        users.appended(self, events)
         if self.store is not None:
             self.runner.notify()
         return positions
@@ -477,10 +496,9 @@ class MemoryEngine:
         todo = [i for i, e in enumerate(events) if e.payload.role == "user" and e.payload.embedding is None]
         if not todo:
             return events
+        from memfold.engine.errors import EmbedderError
         from memfold.projections.embedders import LocalHashEmbedder
         from memfold.projections.summarizers import build_embedder
-
-        from .errors import EmbedderError
 
         texts = [events[i].payload.content or "" for i in todo]
         source = self.settings.embedder.kind
@@ -650,6 +668,7 @@ class MemoryEngine:
         ``lazy_timeout_ms`` for it, then fall back.
         """
         _check_reading(conversation_id, tenant_id, budget=budget, query=query, policy=policy)
+        from memfold.engine.users import with_user_part
         from memfold.projections.context import assemble
 
         if as_of is not None:
@@ -667,11 +686,33 @@ class MemoryEngine:
         log_budget_decisions(name, conversation_id, plan)
         verbatim = self._verbatim(plan, tenant_id, conversation_id, budget)
         older = self._older(tenant_id, conversation_id, dense)
-        return assemble(
-            plan, verbatim, budget=budget, system_prompt=self.settings.system_prompt, count_tokens=self.counter.count,
+        mine = self._user_part(name, plan, verbatim, tenant_id, conversation_id, budget, query)
+        messages = assemble(
+            plan, verbatim, budget=None if budget is None else budget - sum(m.tokens for m in mine),
+            system_prompt=self.settings.system_prompt, count_tokens=self.counter.count,
             older=None if plan.fallback == "deleted" else older, query=query,
             recall_share=self.settings.context.recall_share,
         )
+        return with_user_part(messages, mine)
+
+    def _user_part(self, name: str, plan, verbatim, tenant_id: str, conversation_id: str, budget: int | None,
+                   query: str | None) -> list[ContextMessage]:
+        """Return the user messages of a context: none without a budget, a user, or a user share."""
+        from memfold.engine import users
+
+        if budget is None or not self.settings.context.user_share or plan.fallback == "deleted":
+            return []
+        user = self.projector.users.owner(tenant_id, conversation_id)
+        if user is None:
+            return []
+        current = verbatim[-1] if verbatim and verbatim[-1].role == "user" else None
+        fixed = sum(m.tokens or self._count_cached(m.content) + MESSAGE_OVERHEAD for m in plan.memory)
+        if self.settings.system_prompt:
+            fixed += self._count_cached(self.settings.system_prompt) + MESSAGE_OVERHEAD
+        fixed += current.tokens if current is not None else 0
+        if query is None and current is not None:
+            query = current.content
+        return users.user_context(self, user, conversation_id, tenant_id, name, budget, fixed, query)
 
     def prompt(
         self,
@@ -811,6 +852,89 @@ class MemoryEngine:
         _check_search(kinds, limit)
         return self.projector.search.rank((tenant_id, conversation_id), query, kinds=kinds, policy=policy, limit=limit)
 
+    # ----------------------------------------------------------------- users
+
+    def user_memory(
+        self, user_id: str, *, tenant_id: str = "default", policy: str | None = None, as_of: datetime | None = None,
+    ) -> dict[str, Any]:
+        """Return a user's memory across its conversations: what the fold keeps of the user.
+
+        Keys: ``conversations`` (id, message_count, first_at, last_at; most
+        recently active first), ``facts`` (the current value of each key, with
+        the conversation, message index and time it was stated in),
+        ``statements`` (every statement, with ``superseded_by`` /
+        ``superseded_in`` naming the later one that replaced it),
+        ``summary`` (each conversation's newest summary text). ``as_of`` (a
+        timezone-aware datetime): the facts as they stood then. Raises
+        :class:`UnknownUserError` when no live conversation of the tenant
+        belongs to the user.
+        """
+        from memfold.engine import users
+
+        _check_reading("-", tenant_id, policy=policy)
+        users.check_user_id(user_id)
+        return users.memory(self, user_id, tenant_id, self._policy_name(policy, tenant_id), as_of)
+
+    def user_of(self, conversation_id: str, *, tenant_id: str = "default") -> str | None:
+        """Return the user a conversation belongs to (None: no user named, or not projected yet)."""
+        _check_reading(conversation_id, tenant_id)
+        return self.projector.users.owner(tenant_id, conversation_id)
+
+    def search_user(self, user_id: str, query: str, *, limit: int = 10, tenant_id: str = "default") -> list[dict[str, Any]]:
+        """Return the messages of every conversation of a user best matching ``query`` (BM25), best first.
+
+        Each hit: conversation_id, index, role, content, occurred_at, score.
+        Raises :class:`UnknownUserError` for a user with no live conversation.
+        """
+        from memfold.engine import users
+
+        _check_reading("-", tenant_id, query=query, query_required=True)
+        _check_search(("message",), limit)
+        users.check_user_id(user_id)
+        return users.search(self, user_id, query, tenant_id, limit)
+
+    def audit_user(self, user_id: str, *, tenant_id: str = "default") -> dict[str, Any]:
+        """Return how a user's memory evolved: every statement of a fact, the conversation that taught it, what replaced it."""
+        from memfold.engine import users
+
+        _check_reading("-", tenant_id)
+        users.check_user_id(user_id)
+        return users.audit(self, user_id, tenant_id)
+
+    def forget_user(
+        self, user_id: str, *, tenant_id: str = "default", reason: str | None = None, timeout: float = 120.0,
+    ) -> list[str]:
+        """Erase a user: crypto-shred every conversation of the user and the user memory; return the conversations.
+
+        Steps: (1) list the user's conversations (the projection's, and those
+        this process appended and the projection does not hold yet); (2)
+        :meth:`forget` each (its data key destroyed, its rows erased, the
+        file rewritten); (3) delete what is left of the user memory and
+        rewrite the file. Resumable: a run cut short is finished by running it
+        again (forgotten conversations no longer name the user). Raises
+        :class:`UnknownUserError` when the user has no conversation here.
+        """
+        from memfold.engine import users
+
+        _require_text("tenant_id", tenant_id)
+        users.check_user_id(user_id)
+        if self.store is None:
+            raise ConfigError("forget_user needs the projection to find the user's conversations; "
+                              "run it where the projection is (memfold forget --user, DELETE /v1/users/{user_id})")
+        found = [c["conversation_id"] for c in self.store.user_conversations(tenant_id, user_id)]
+        found += [c for (t, c), u in self._appended_users.items() if t == tenant_id and u == user_id]
+        conversations = list(dict.fromkeys(found))
+        if not conversations:
+            raise UnknownUserError(f"no conversation of tenant {tenant_id!r} belongs to user {user_id!r}",
+                                   field="user_id")
+        for conversation_id in conversations:
+            self.forget(conversation_id, tenant_id=tenant_id, reason=reason, timeout=timeout)
+        with self.runner.paused():
+            if self.store.erase_user(tenant_id, user_id) or self.store.compaction_owed():
+                self.store.compact()
+            self.projector.users.clear()
+        return conversations
+
     def history(self, conversation_id: str, *, tenant_id: str = "default") -> list[MessageRecord]:
         """Return every message of a conversation as stored, oldest first."""
         _check_reading(conversation_id, tenant_id)
@@ -880,10 +1004,9 @@ class MemoryEngine:
         :class:`ConfigError` when content is not sealed (a Kafka log without
         a ``keystore``): the log could not be erased.
         """
+        from memfold.engine.erasure import PendingErasures
         from memfold.engine.events import ConversationDeleted, ConversationDeletedPayload
-
-        from .erasure import PendingErasures
-        from .replaying import erase_in_replays
+        from memfold.engine.replaying import erase_in_replays
 
         _require_text("conversation_id", conversation_id)
         _require_text("tenant_id", tenant_id)
@@ -902,6 +1025,7 @@ class MemoryEngine:
             )
         pending = PendingErasures(self.settings.data_dir)
         pending.begin(tenant_id, conversation_id)
+        self._appended_users.pop((tenant_id, conversation_id), None)
         event = ConversationDeleted(
             event_id=new_event_id(), tenant_id=tenant_id, conversation_id=conversation_id, occurred_at=utcnow(),
             payload=ConversationDeletedPayload(reason=reason),
@@ -977,15 +1101,14 @@ class MemoryEngine:
 
     def erasure_pending(self, conversation_id: str, *, tenant_id: str = "default") -> bool:
         """True while a ``forget`` of the conversation has begun and not finished (run ``forget`` again)."""
-        from .erasure import PendingErasures
+        from memfold.engine.erasure import PendingErasures
 
         return PendingErasures(self.settings.data_dir).is_pending(tenant_id, conversation_id)
 
     def _remove_leftovers(self) -> list[str]:
         """Delete what killed commands left beside the projections (copies with plaintext); return their names."""
+        from memfold.engine.erasure import remove_leftovers
         from memfold.streams.replay import beside_path
-
-        from .erasure import remove_leftovers
 
         busy = {beside_path(self.store.path, "rebuild")} if self._rebuilding else set()
         removed = remove_leftovers(self.settings.data_dir, self.store.path, busy=busy)
@@ -1068,7 +1191,7 @@ class MemoryEngine:
         to the same positions; the live projection is never written, and the
         temporary namespace is removed afterwards.
         """
-        from .replaying import verify
+        from memfold.engine.replaying import verify
 
         return verify(self, conversation_id, tenant_id)
 
@@ -1105,7 +1228,7 @@ class MemoryEngine:
         ``batch_size`` log events (one transaction each).
         Returns a :class:`~memfold.streams.namespaces.ReplayReport`.
         """
-        from .replaying import replay
+        from memfold.engine.replaying import replay
 
         if self.store is None:
             raise ConfigError("a client engine keeps no projection; replay from an embedded or projector engine")
@@ -1145,7 +1268,7 @@ class MemoryEngine:
         ``questions`` (:class:`~memfold.engine.replay_diff.Question`, e.g. from
         ``replay_diff.load_questions``) and summarizer calls and tokens. Reads only.
         """
-        from .replay_diff import diff
+        from memfold.engine.replay_diff import diff
 
         if self.store is None:
             raise ConfigError("a client engine keeps no projection; diff from an embedded or projector engine")
@@ -1170,7 +1293,7 @@ class MemoryEngine:
         the settings from the ``SettingsChanged`` on the log
         (:meth:`follow_settings`).
         """
-        from .replaying import promote
+        from memfold.engine.replaying import promote
 
         return promote(self, name, timeout)
 
@@ -1183,8 +1306,8 @@ class MemoryEngine:
         """
         if self._follower is None or self._closed:
             return False
-        from .replaying import adopt
-        from .settings_follow import settings_of
+        from memfold.engine.replaying import adopt
+        from memfold.engine.settings_follow import settings_of
 
         with self.switching:
             change = self._follower.poll()

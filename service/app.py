@@ -37,14 +37,15 @@ from memfold.engine.errors import (
     UnknownConversationError,
     UnknownMessageError,
     UnknownReplayError,
+    UnknownUserError,
+    UserConflictError,
     ValidationError,
 )
-
-from .appender import GroupAppender
-from .context_cache import ContextCache
-from .keys import ApiKey, ApiKeyStore
-from .limits import BodySizeLimit, Limits, RateLimiter
-from .metrics import ServiceMetrics
+from memfold.service.appender import GroupAppender
+from memfold.service.context_cache import ContextCache
+from memfold.service.keys import ApiKey, ApiKeyStore
+from memfold.service.limits import BodySizeLimit, Limits, RateLimiter
+from memfold.service.metrics import ServiceMetrics
 
 log = logging.getLogger("memfold.service")
 
@@ -158,7 +159,7 @@ def _install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(MemfoldError)
     async def memfold_error(request: Request, exc: MemfoldError):
         kind = type(exc).__name__
-        if isinstance(exc, (EventConflictError, AlreadyRetractedError)):
+        if isinstance(exc, (EventConflictError, AlreadyRetractedError, UserConflictError)):
             return _error(409, kind, str(exc), field=exc.field, line=exc.line)
         if isinstance(exc, SqlTimeoutError):
             return _error(408, kind, str(exc), field=exc.field)
@@ -166,7 +167,7 @@ def _install_error_handlers(app: FastAPI) -> None:
             return _error(410, kind, str(exc), field=exc.field, line=exc.line)
         if isinstance(exc, ErasureIncompleteError):
             return _error(503, kind, str(exc), headers={"Retry-After": "5"})
-        if isinstance(exc, (UnknownReplayError, UnknownConversationError, UnknownMessageError)):
+        if isinstance(exc, (UnknownReplayError, UnknownConversationError, UnknownMessageError, UnknownUserError)):
             return _error(404, kind, str(exc), field=exc.field)
         if isinstance(exc, MessageTooLargeError):
             return _error(413, kind, str(exc), field=exc.field, line=exc.line)
@@ -221,10 +222,10 @@ def operation_id(route: APIRoute) -> str:
 
 def create_app(engine, keys: ApiKeyStore, limits: Limits | None = None) -> FastAPI:
     """Return the service app over a running ``engine`` and the data dir's ``keys``."""
-    from .replays import ReplayJobs
-    from .replays import router as replays_router
-    from .routes import router
-    from .ui import router as ui_router
+    from memfold.service.replays import ReplayJobs
+    from memfold.service.replays import router as replays_router
+    from memfold.service.routes import router
+    from memfold.service.ui import router as ui_router
 
     limits = limits or Limits()
     app = FastAPIOffline(  # /docs and /redoc load their scripts from this service, not a CDN
@@ -258,7 +259,7 @@ def create_app(engine, keys: ApiKeyStore, limits: Limits | None = None) -> FastA
 
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
-    from .fastpath import ContextFastPath
+    from memfold.service.fastpath import ContextFastPath
 
     context_route = next(r for r in router.routes if r.path == "/v1/conversations/{conversation_id:path}/context")
     app.add_middleware(ContextFastPath, services=app.state.memfold, route=context_route)  # inside the metrics

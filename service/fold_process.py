@@ -188,7 +188,7 @@ class _ReadShapes:
         A conversation answered ahead ``max_unread`` times since it was last
         read is skipped until its next read.
         """
-        from .schemas import context_body
+        from memfold.service.schemas import context_body
 
         with self._lock:
             unread = self._unread
@@ -226,9 +226,8 @@ def _fold_main(settings: Settings, address: str, authkey: bytes) -> None:
     """Entry point of the fold process: open the engine, answer calls until told to close."""
     from memfold.engine.engine import MemoryEngine
     from memfold.engine.runtime import tune_gc, tune_switch_interval
-
-    from .context_cache import follow_projector, touched_by
-    from .sql import run_tenant_sql
+    from memfold.service.context_cache import follow_projector, touched_by
+    from memfold.service.sql import run_tenant_sql
 
     parent = os.getppid()
     if FOLD_NICE:
@@ -667,6 +666,9 @@ class RemoteEngine:
         self.store = _Remote(self.fold, "store")
         self.projector = _Remote(self.fold, "projector")
         self.runner = _Remote(self.fold, "runner")
+        # Appends check a message's user against its conversation's: the projection's is in the fold process.
+        self.local.owners = lambda tenant_id, conversation_id: self.fold.call(
+            "user_of", (conversation_id,), {"tenant_id": tenant_id})
 
     def _settings_changed(self, settings: Settings) -> None:
         self.settings = settings
@@ -736,6 +738,17 @@ class RemoteEngine:
 
     def context_in_memory(self, *args: Any, **kwargs: Any) -> bool:
         return False  # every read is computed in the fold process: hand it to a thread
+
+    def forget(self, conversation_id: str, **kwargs: Any):
+        # What this process appended named the conversation's user: a reopened conversation may have another.
+        self.local._appended_users.pop((kwargs.get("tenant_id", "default"), conversation_id), None)
+        return self.fold.call("forget", (conversation_id,), kwargs)
+
+    def forget_user(self, user_id: str, **kwargs: Any):
+        tenant_id = kwargs.get("tenant_id", "default")
+        for key in [k for k, u in self.local._appended_users.items() if k[0] == tenant_id and u == user_id]:
+            self.local._appended_users.pop(key, None)
+        return self.fold.call("forget_user", (user_id,), kwargs)
 
     def close(self) -> None:
         self.fold.close()
