@@ -49,8 +49,8 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from . import cli_diff, cli_memory, cli_replay
-from .errors import (
+from memfold.engine import cli_diff, cli_memory, cli_replay, cli_users
+from memfold.engine.errors import (
     ConfigError,
     ConversationForgottenError,
     ErasureIncompleteError,
@@ -59,7 +59,7 @@ from .errors import (
     ProjectionBusyError,
     ValidationError,
 )
-from .shapes import FORMATS, INPUT_FORMATS, shaped
+from memfold.engine.shapes import FORMATS, INPUT_FORMATS, shaped
 
 
 class UsageError(Exception):
@@ -117,6 +117,7 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--model-variant")
     a.add_argument("--importance", type=float, help="0..1")
     a.add_argument("--tool-call-id")
+    a.add_argument("--user", default=None, help="the user the conversation belongs to")
     a.add_argument("--no-wait", action="store_true", help="return once the event is in the log")
     a.add_argument("--json", action="store_true")
 
@@ -138,6 +139,9 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--budget", type=_positive_int, default=None, help="token budget (default: no limit)")
     c.add_argument("--query", default=None, help="what to recall older messages for (default: the current user message)")
     c.add_argument("--tenant", default="default")
+    c.add_argument("--user", default=None,
+                   help="read as a conversation of this user (its memory and other conversations join the context); "
+                        "a conversation not started yet shows what it would begin with")
     c.add_argument("--as-of", default=None, metavar="POSITION|TIME",
                    help="the context as it was at log position PARTITION:OFFSET or an ISO-8601 time with zone")
     c.add_argument("--json", action="store_true",
@@ -186,6 +190,7 @@ def _parser() -> argparse.ArgumentParser:
     d = command("demo", help="ingest the bundled sample and show what memfold keeps")
     d.add_argument("--budget", type=_positive_int, default=600)
     cli_memory.add_commands(command)
+    cli_users.add_commands(command, _positive_int)
     cli_replay.add_commands(command)
     cli_diff.add_commands(command, _positive_int)
 
@@ -231,13 +236,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = _parser().parse_args(argv)
         if argv is None and args.command in _BULK:
-            from .runtime import tune_gc
+            from memfold.engine.runtime import tune_gc
 
             tune_gc()
         flag = "--url" if args.url else "MEMFOLD_URL"
         args.url = args.url or os.environ.get("MEMFOLD_URL") or None
         if args.url:
-            from .cli_remote import REMOTE, run_remote
+            from memfold.engine.cli_remote import REMOTE, run_remote
 
             if args.command not in REMOTE:
                 raise UsageError(
@@ -276,7 +281,7 @@ def _one_line(text: str) -> str:
 
 
 def _fail(message: str, code: int) -> int:
-    from .render import terminal_safe
+    from memfold.engine.render import terminal_safe
 
     print(f"memfold: {terminal_safe(_one_line(message))}", file=sys.stderr)
     return code
@@ -286,7 +291,7 @@ def _fail(message: str, code: int) -> int:
 
 
 def _settings(args: argparse.Namespace, **extra: Any):
-    from .settings import Settings
+    from memfold.engine.settings import Settings
 
     overrides: dict[str, Any] = {"data_dir": Path(args.data_dir), **extra}
     if args.log:
@@ -308,7 +313,7 @@ def _engine(args: argparse.Namespace, *, writing: bool = False, read_only: bool 
     """
     if read_only is None:
         read_only = not writing
-    from .engine import LOG_BINDING, MemoryEngine, _bind_log
+    from memfold.engine.engine import LOG_BINDING, MemoryEngine, _bind_log
 
     settings = _settings(args)
     kafka = (settings.log or "").startswith("kafka://")
@@ -329,7 +334,7 @@ def _engine(args: argparse.Namespace, *, writing: bool = False, read_only: bool 
 
 def _require_conversation(engine, conversation_id: str, tenant_id: str) -> None:
     """Raise a one-line error when the projection has no such conversation (a typo, another tenant)."""
-    from .errors import UnknownConversationError
+    from memfold.engine.errors import UnknownConversationError
 
     if engine.store.conversation(tenant_id, conversation_id) is None:
         raise UnknownConversationError(
@@ -370,7 +375,7 @@ def cmd_append(args: argparse.Namespace) -> int:
     with _engine(args, writing=True) as engine:
         position = engine.append_message(
             args.conversation, args.role, args.content, tenant_id=args.tenant, model_variant=args.model_variant,
-            importance=args.importance, tool_call_id=args.tool_call_id,
+            importance=args.importance, tool_call_id=args.tool_call_id, user_id=args.user,
         )
         if not args.no_wait and engine.role == "embedded":
             engine.wait_for(position)
@@ -386,7 +391,7 @@ SHOWN_REJECTIONS = 20
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
-    from .ingest import check_readable, ingest_file
+    from memfold.engine.ingest import check_readable, ingest_file
 
     path = Path(args.file)
     check_readable(path)  # before the data dir is opened: a typo creates nothing
@@ -404,7 +409,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     finally:
         if errors is not None:
             errors.close()
-    from .render import terminal_safe
+    from memfold.engine.render import terminal_safe
 
     for rejection in report.rejected[:SHOWN_REJECTIONS]:
         print(f"memfold: line {rejection.line} rejected: {terminal_safe(_one_line(rejection.reason))}", file=sys.stderr)
@@ -454,15 +459,19 @@ def _open_errors_file(name: str | None):
 def cmd_context(args: argparse.Namespace) -> int:
     with _engine(args) as engine:
         _catch_up(engine)
-        _require_conversation(engine, args.conversation, args.tenant)
+        if args.user is None:  # with a user, a conversation not started yet is read as its first context
+            _require_conversation(engine, args.conversation, args.tenant)
+        elif args.as_of:
+            raise UsageError("--user reads today's user memory; --as-of reads a conversation's past without it")
         as_of = cli_memory.parse_as_of(args.as_of) if args.as_of else None
         messages = engine.context(
-            args.conversation, budget=args.budget, query=args.query, tenant_id=args.tenant, as_of=as_of
+            args.conversation, budget=args.budget, query=args.query, tenant_id=args.tenant, as_of=as_of,
+            user_id=args.user,
         )
     if args.json:
         _print_json(shaped(args.format, messages, conversation_id=args.conversation).as_dict())
     else:
-        from .render import print_context
+        from memfold.engine.render import print_context
 
         print_context(messages, title=f"context for {args.tenant}/{args.conversation}", budget=args.budget)
     return 0
@@ -486,7 +495,7 @@ def cmd_history(args: argparse.Namespace) -> int:
             ]
         )
     else:
-        from .render import history_line
+        from memfold.engine.render import history_line
 
         for m in history:
             print(history_line(m.index, m.role, m.content))
@@ -501,7 +510,7 @@ def cmd_summaries(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(rows)
     else:
-        from .render import print_summaries
+        from memfold.engine.render import print_summaries
 
         print_summaries(rows)
     return 0
@@ -537,14 +546,14 @@ def cmd_sql(args: argparse.Namespace) -> int:
         w.writerow(columns)
         w.writerows([[_jsonable(v) for v in r] for r in rows])
     else:
-        from .render import print_table
+        from memfold.engine.render import print_table
 
         print_table(columns, rows)
     return 0
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
-    from .events import json_schemas
+    from memfold.engine.events import json_schemas
 
     _print_json(json_schemas())
     return 0
@@ -565,7 +574,7 @@ def cmd_project(args: argparse.Namespace) -> int:
     import signal
     import threading
 
-    from .engine import MemoryEngine, _bind_log
+    from memfold.engine.engine import MemoryEngine, _bind_log
 
     settings = _bind_log(_settings(args))
     stop = threading.Event()
@@ -598,9 +607,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
     import logging.config
     import signal
 
+    from memfold.engine.engine import MemoryEngine, _bind_log
     from memfold.streams.kafka_worker import PartitionWorker, logging_config, peak_rss_mb
-
-    from .engine import MemoryEngine, _bind_log
 
     settings = _bind_log(_settings(args))
     if not settings.log_url().startswith("kafka://"):
@@ -667,16 +675,15 @@ def _ownership(args: argparse.Namespace, settings, engine, fixed: list[int] | No
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from .demo import run_demo
+    from memfold.engine.demo import run_demo
 
     return run_demo(Path(args.data_dir), budget=args.budget, config=args.config)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    from memfold.engine.engine import _bind_log
     from memfold.service.limits import Limits
     from memfold.service.server import serve
-
-    from .engine import _bind_log
 
     limits = Limits(max_body_bytes=args.max_body_bytes, max_batch=args.max_batch, rate=args.rate, burst=args.burst)
     serve(_bind_log(_settings(args)), host=args.host, port=args.port, limits=limits, log_level=args.log_level,
@@ -702,7 +709,7 @@ def cmd_keys(args: argparse.Namespace) -> int:
             _print_json([{"key_id": k.key_id, "tenant_id": k.tenant_id, "role": k.role, "name": k.name,
                           "created_at": k.created_at, "revoked_at": k.revoked_at} for k in keys])
         else:
-            from .render import print_table
+            from memfold.engine.render import print_table
 
             print_table(["key_id", "tenant", "role", "name", "created", "revoked"],
                         [(k.key_id, k.tenant_id, k.role, k.name or "", k.created_at, k.revoked_at or "") for k in keys])
@@ -730,6 +737,7 @@ _COMMANDS = {
     "worker": cmd_worker,
     "demo": cmd_demo,
     **cli_memory.COMMANDS,
+    **cli_users.COMMANDS,
     **cli_replay.COMMANDS,
     **cli_diff.COMMANDS,
     "serve": cmd_serve,

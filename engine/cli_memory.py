@@ -14,8 +14,10 @@ from typing import Any
 
 def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
     """Add this module's sub-commands with ``command`` (the CLI's ``add_parser`` with the common options)."""
-    f = command("forget", help="erase a conversation: delete its rows, destroy its data key (crypto-shredding)")
-    f.add_argument("conversation")
+    f = command("forget", help="erase a conversation (or every conversation of --user): delete its rows, destroy "
+                               "its data key (crypto-shredding)")
+    f.add_argument("conversation", nargs="?")
+    f.add_argument("--user", default=None, help="forget every conversation of this user and the user memory")
     f.add_argument("--tenant", default="default")
     f.add_argument("--reason", default=None, help="recorded on the ConversationDeleted event")
 
@@ -28,19 +30,32 @@ def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
     v.add_argument("--tenant", default="default")
 
     a = command("audit", help="how a conversation's memory evolved: summary versions, facts, settings, erasure")
-    a.add_argument("conversation")
+    a.add_argument("conversation", nargs="?")
+    a.add_argument("--user", default=None, help="how this user's memory evolved: which conversation taught each fact")
     a.add_argument("--tenant", default="default")
     a.add_argument("--json", action="store_true", help="print the whole audit as JSON")
     a.add_argument("--html", metavar="FILE", help="also write a self-contained HTML page with a timeline")
 
 
-def cmd_forget(args: argparse.Namespace) -> int:
-    from .cli import _engine
-    from .errors import ValidationError
+def one_scope(args: argparse.Namespace) -> str:
+    """Return "user" or "conversation": what ``forget`` / ``audit`` name; exactly one of them (else exit 2)."""
+    from memfold.engine.cli import UsageError
 
+    if (args.conversation is None) == (args.user is None):
+        raise UsageError(f"{args.command} takes a CONVERSATION or --user USER (one of them)")
+    return "user" if args.user is not None else "conversation"
+
+
+def cmd_forget(args: argparse.Namespace) -> int:
+    from memfold.engine.cli import _engine
+    from memfold.engine.cli_users import forget_user
+    from memfold.engine.errors import ValidationError
+
+    if one_scope(args) == "user":
+        return forget_user(args)
     if not args.conversation.strip():
         raise ValidationError("conversation is required and must not be blank", field="conversation")
-    from .render import terminal_safe
+    from memfold.engine.render import terminal_safe
 
     with _engine(args, read_only=False) as engine:
         position = engine.forget(args.conversation, tenant_id=args.tenant, reason=args.reason)
@@ -51,8 +66,8 @@ def cmd_forget(args: argparse.Namespace) -> int:
 
 def cmd_reopen(args: argparse.Namespace) -> int:
     """Start a forgotten conversation again: appends to it are accepted from now on, under a new data key."""
-    from .cli import _engine
-    from .render import terminal_safe
+    from memfold.engine.cli import _engine
+    from memfold.engine.render import terminal_safe
 
     with _engine(args, read_only=False) as engine:
         position = engine.reopen(args.conversation, tenant_id=args.tenant)
@@ -62,8 +77,11 @@ def cmd_reopen(args: argparse.Namespace) -> int:
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
-    from .cli import _catch_up, _engine
+    from memfold.engine.cli import _catch_up, _engine
+    from memfold.engine.cli_users import audit_user
 
+    if one_scope(args) == "user":
+        return audit_user(args)
     with _engine(args) as engine:
         _catch_up(engine)
         report = engine.audit(args.conversation, tenant_id=args.tenant)
@@ -74,11 +92,11 @@ def show_audit(report: dict[str, Any], args: argparse.Namespace) -> int:
     """Write the audit page (``--html``), then print the report as JSON or as lines; return 0. Local and remote alike."""
     from pathlib import Path
 
-    from .cli import _print_json
-    from .render import terminal_safe
+    from memfold.engine.cli import _print_json
+    from memfold.engine.render import terminal_safe
 
     if args.html:
-        from .audit_page import render
+        from memfold.engine.audit_page import render
 
         Path(args.html).write_text(render(report), encoding="utf-8")
     if args.json:
@@ -91,7 +109,7 @@ def show_audit(report: dict[str, Any], args: argparse.Namespace) -> int:
 
 
 def _print_audit(report: dict[str, Any]) -> None:
-    from .render import print_table, terminal_safe
+    from memfold.engine.render import print_table, terminal_safe
 
     def print(line: str) -> None:  # noqa: A001 - every line below shows stored values
         sys.stdout.write(terminal_safe(line) + "\n")
@@ -127,7 +145,7 @@ def _print_audit(report: dict[str, Any]) -> None:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     """Exit 0 when the live projection equals a replay with the live settings, 1 (each difference printed) if not."""
-    from .cli import _engine
+    from memfold.engine.cli import _engine
 
     with _engine(args) as engine:
         diffs = engine.verify(args.conversation, tenant_id=args.tenant)
@@ -135,7 +153,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if not diffs:
         print(f"verified: the live projection of {scope} is exactly what the log folds to")
         return 0
-    from .render import terminal_safe
+    from memfold.engine.render import terminal_safe
 
     for d in diffs:
         print(terminal_safe(d.describe()))
@@ -147,8 +165,8 @@ def parse_as_of(text: str):
     """Return the :class:`Position` (``PARTITION:OFFSET``) or aware ``datetime`` (ISO-8601) ``text`` names."""
     from datetime import datetime
 
-    from .errors import ValidationError
-    from .positions import Position
+    from memfold.engine.errors import ValidationError
+    from memfold.engine.positions import Position
 
     part, sep, offset = text.partition(":")
     if sep and part.isdigit() and offset.isdigit():
@@ -166,9 +184,8 @@ def parse_as_of(text: str):
 
 def print_views(args: argparse.Namespace) -> int:
     """Print the documented SQL views (``memfold sql --views``): name, description, definition with --json."""
+    from memfold.engine.cli import _print_json
     from memfold.projections.views import VIEWS
-
-    from .cli import _print_json
 
     if getattr(args, "json", False):
         _print_json([{"name": v.name, "description": v.doc, "sql": " ".join(v.sql.split())} for v in VIEWS])

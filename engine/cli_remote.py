@@ -21,7 +21,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .errors import ValidationError
+from memfold.engine import cli_users
+from memfold.engine.errors import ValidationError
 
 
 def run_remote(args: argparse.Namespace) -> int:
@@ -36,7 +37,7 @@ def run_remote(args: argparse.Namespace) -> int:
 
 
 def _usage(message: str) -> Exception:
-    from .cli import UsageError
+    from memfold.engine.cli import UsageError
 
     return UsageError(message)
 
@@ -53,13 +54,13 @@ def _check_tenant(client, args: argparse.Namespace) -> None:
 
 
 def _print_json(value: Any) -> None:
-    from .cli import _print_json as print_json
+    from memfold.engine.cli import _print_json as print_json
 
     print_json(value)
 
 
 def _say(line: str) -> None:
-    from .render import terminal_safe
+    from memfold.engine.render import terminal_safe
 
     print(terminal_safe(line))
 
@@ -67,7 +68,7 @@ def _say(line: str) -> None:
 def _append(client, args) -> int:
     message = {"role": args.role, "content": args.content, "model_variant": args.model_variant,
                "importance": args.importance, "tool_call_id": args.tool_call_id}
-    done = client.append(args.conversation, [message], wait=not args.no_wait)[0]
+    done = client.append(args.conversation, [message], wait=not args.no_wait, user_id=args.user)[0]
     if args.json:
         _print_json({"event_id": done.event_id, "partition": done.partition, "offset": done.offset})
     else:
@@ -76,14 +77,18 @@ def _append(client, args) -> int:
 
 
 def _context(client, args) -> int:
+    if getattr(args, "user", None) is not None:
+        # The service reads a conversation of a user with its user memory already; it cannot read one not
+        # started yet as the user's, so --user is refused here rather than answered differently.
+        raise _usage("context --user reads a conversation not started yet as the user's: it works on a local "
+                     "data dir; with --url, append to the conversation with the user first, then read it")
     query = getattr(args, "query", None)
     if args.json:
         _print_json(_context_document(client, args, query))
         return 0
     context = client.context(args.conversation, budget=args.budget, query=query, policy=args.policy, as_of=args.as_of)
     from memfold.engine.ports import ContextMessage
-
-    from .render import print_context
+    from memfold.engine.render import print_context
 
     messages = [ContextMessage(role=m.role, content=m.content, kind=m.kind, tokens=m.tokens) for m in context.messages]
     print_context(messages, title=f"context for {args.conversation} ({client.url})", budget=args.budget)
@@ -97,7 +102,7 @@ def _context_document(client, args, query: str | None) -> dict[str, Any]:
     format the service's shaped read (:meth:`Client.prompt`), so messages and
     annotations are the service's own, not converted here.
     """
-    from .shapes import Shaped
+    from memfold.engine.shapes import Shaped
 
     fmt = getattr(args, "format", "openai")
     if fmt == "compact":
@@ -128,7 +133,7 @@ def _history(client, args) -> int:
     if args.json:
         _print_json([m.model_dump(mode="json") for m in messages])
     else:
-        from .render import history_line
+        from memfold.engine.render import history_line
 
         for m in messages:
             print(history_line(m.index, m.role, m.content))
@@ -140,7 +145,7 @@ def _summaries(client, args) -> int:
     if args.json:
         _print_json(rows)
     else:
-        from .render import print_summaries
+        from memfold.engine.render import print_summaries
 
         print_summaries(rows)
     return 0
@@ -148,7 +153,7 @@ def _summaries(client, args) -> int:
 
 def _sql(client, args) -> int:
     if args.views:  # the documented views are part of this memfold, not of the data
-        from .cli_memory import print_views
+        from memfold.engine.cli_memory import print_views
 
         return print_views(args)
     if args.replay:
@@ -165,7 +170,7 @@ def _sql(client, args) -> int:
         w.writerow(result.columns)
         w.writerows(result.rows)
     else:
-        from .render import print_table
+        from memfold.engine.render import print_table
 
         print_table(result.columns, result.rows)
     return 0
@@ -173,9 +178,12 @@ def _sql(client, args) -> int:
 
 def _forget(client, args) -> int:
     from memfold.client import ApiError
+    from memfold.engine.cli_memory import one_scope
+    from memfold.engine.cli_users import remote_forget_user
+    from memfold.engine.errors import ErasureIncompleteError
 
-    from .errors import ErasureIncompleteError
-
+    if one_scope(args) == "user":
+        return remote_forget_user(client, args)
     if not args.conversation.strip():
         raise ValidationError("conversation is required and must not be blank", field="conversation")
     try:
@@ -197,8 +205,11 @@ def _reopen(client, args) -> int:
 
 
 def _audit(client, args) -> int:
-    from .cli_memory import show_audit
+    from memfold.engine.cli_memory import one_scope, show_audit
+    from memfold.engine.cli_users import remote_audit_user
 
+    if one_scope(args) == "user":
+        return remote_audit_user(client, args)
     return show_audit(client.audit(args.conversation), args)
 
 
@@ -215,7 +226,7 @@ def _verify(client, args) -> int:
 
 
 def _replay(client, args) -> int:
-    from .overrides import load_file, parse_assignments
+    from memfold.engine.overrides import load_file, parse_assignments
 
     overrides = parse_assignments(args.assignments)
     if args.settings:
@@ -247,7 +258,7 @@ def _replays(client, args) -> int:
     if not rows:
         _say(f"no replays at {client.url}")
         return 0
-    from .render import print_table
+    from memfold.engine.render import print_table
 
     print_table(["name", "settings", "status", "job", "created"],
                 [(r["name"], r.get("settings_hash"), r.get("status"), (r.get("job") or {}).get("state"),
@@ -272,7 +283,7 @@ def _diff(client, args) -> int:
     """Print the service's diff as JSON (``--json`` or not: the table is drawn from the local result only)."""
     questions = None
     if args.questions:
-        from .replay_diff import load_questions
+        from memfold.engine.replay_diff import load_questions
 
         questions = [{"conversation_id": q.conversation_id, "question": q.question, "answer": q.answer}
                      for q in load_questions(args.questions)]
@@ -335,7 +346,7 @@ class _RemoteIngest:
 
         Raises :class:`ValidationError` for a line ``--format`` cannot convert.
         """
-        from .shapes import messages_from
+        from memfold.engine.shapes import messages_from
 
         # openai lines are sent as they are: the service makes them canonical (the flat alias included)
         out = [row] if self.format == "openai" else messages_from(self.format, [row])
@@ -437,8 +448,7 @@ class _RemoteIngest:
     def run(self, path: Path) -> None:
         """Read ``path`` and send every line; stop at the first bad line with ``--strict``."""
         from memfold.client import ServiceUnavailableError
-
-        from .ingest import line_key
+        from memfold.engine.ingest import line_key
 
         source = self.args.source or path.name
         seen: dict[bytes, int] = {}
@@ -464,9 +474,9 @@ class _RemoteIngest:
 
 def _ingest(client, args) -> int:
     """Ingest a JSONL file through the service; the report and exit codes are a local ingest's."""
-    from .cli import SHOWN_REJECTIONS, _one_line, refuse_errors_on_input
-    from .ingest import check_readable
-    from .render import terminal_safe
+    from memfold.engine.cli import SHOWN_REJECTIONS, _one_line, refuse_errors_on_input
+    from memfold.engine.ingest import check_readable
+    from memfold.engine.render import terminal_safe
 
     path = Path(args.file)
     check_readable(path)
@@ -499,6 +509,6 @@ def _ingest(client, args) -> int:
 REMOTE: dict[str, Callable[[Any, argparse.Namespace], int]] = {
     "append": _append, "ingest": _ingest, "context": _context, "history": _history, "summaries": _summaries,
     "sql": _sql, "forget": _forget, "reopen": _reopen, "audit": _audit, "verify": _verify, "replay": _replay,
-    "replays": _replays, "drop": _drop, "promote": _promote, "diff": _diff,
+    "replays": _replays, "drop": _drop, "promote": _promote, "diff": _diff, **cli_users.REMOTE,
 }
 """The commands ``--url`` runs against the service; every other command refuses ``--url``."""

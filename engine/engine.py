@@ -33,6 +33,7 @@ from memfold.engine.errors import (
     UnknownConversationError,
     UnknownMessageError,
     UnknownUserError,
+    UserConflictError,
     ValidationError,
 )
 from memfold.engine.events import (
@@ -647,8 +648,17 @@ class MemoryEngine:
         tenant_id: str = "default",
         as_of: Position | datetime | None = None,
         dense: bool | None = None,
+        user_id: str | None = None,
     ) -> list[ContextMessage]:
         """Return the messages for the next model call, within ``budget`` tokens. Never calls a summarizer.
+
+        In a conversation of a user (or given ``user_id``: a conversation
+        about to start, read before its first append), ``context.user_share``
+        of the budget goes to the user's memory (``kind="memory:user"``) and
+        to messages recalled from the user's other conversations
+        (``kind="user_recalled"``), after the conversation's own memory.
+        ``user_id`` naming another user than the conversation's raises
+        :class:`UserConflictError`.
 
         With dense retrieval configured (``retrieval.embedder``), recall fuses
         BM25 with the cosine ranking of message embeddings, embedding the
@@ -686,7 +696,7 @@ class MemoryEngine:
         log_budget_decisions(name, conversation_id, plan)
         verbatim = self._verbatim(plan, tenant_id, conversation_id, budget)
         older = self._older(tenant_id, conversation_id, dense)
-        mine = self._user_part(name, plan, verbatim, tenant_id, conversation_id, budget, query)
+        mine = self._user_part(name, plan, verbatim, tenant_id, conversation_id, budget, query, user_id)
         messages = assemble(
             plan, verbatim, budget=None if budget is None else budget - sum(m.tokens for m in mine),
             system_prompt=self.settings.system_prompt, count_tokens=self.counter.count,
@@ -696,14 +706,18 @@ class MemoryEngine:
         return with_user_part(messages, mine)
 
     def _user_part(self, name: str, plan, verbatim, tenant_id: str, conversation_id: str, budget: int | None,
-                   query: str | None) -> list[ContextMessage]:
+                   query: str | None, user_id: str | None = None) -> list[ContextMessage]:
         """Return the user messages of a context: none without a budget, a user, or a user share."""
         from memfold.engine import users
 
-        if budget is None or not self.settings.context.user_share or plan.fallback == "deleted":
-            return []
         user = self.projector.users.owner(tenant_id, conversation_id)
-        if user is None:
+        if user_id is not None:
+            users.check_user_id(user_id)
+            if user is not None and user != user_id:
+                raise UserConflictError(f"conversation {conversation_id!r} belongs to user {user!r}, not {user_id!r}",
+                                        field="user_id", user_id=user_id, owner=user)
+            user = user_id
+        if user is None or budget is None or not self.settings.context.user_share or plan.fallback == "deleted":
             return []
         current = verbatim[-1] if verbatim and verbatim[-1].role == "user" else None
         fixed = sum(m.tokens or self._count_cached(m.content) + MESSAGE_OVERHEAD for m in plan.memory)

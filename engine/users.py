@@ -183,11 +183,21 @@ def audit(engine: MemoryEngine, user_id: str, tenant_id: str) -> dict[str, Any]:
 def search(engine: MemoryEngine, user_id: str, query: str, tenant_id: str, limit: int) -> list[dict[str, Any]]:
     """Return the messages of the user's conversations best matching ``query``, best first (BM25 merged by score)."""
     conversations = [c["conversation_id"] for c in conversations_of(engine, user_id, tenant_id)]
-    per = max(limit, 1)
+    return search_conversations(engine, conversations, query, tenant_id, limit)
+
+
+def search_conversations(
+    engine: MemoryEngine, conversations: Sequence[str], query: str, tenant_id: str, limit: int,
+) -> list[dict[str, Any]]:
+    """Return the messages of ``conversations`` best matching ``query``: BM25 per conversation, merged by score.
+
+    Ties go to the earlier conversation id and message index. Each hit:
+    conversation_id, index, role, content, occurred_at, score.
+    """
     scored = []
     for other in conversations:
         key = (tenant_id, other)
-        ranked = engine.projector.search.rank(key, query, kinds=("message",), limit=per)
+        ranked = engine.projector.search.rank(key, query, kinds=("message",), limit=limit)
         found = {m.index: m for m in engine.projector.search.messages_at(key, sorted(h.idx for h in ranked))}
         scored += [(h.score, other, found[h.idx]) for h in ranked if h.idx in found]
     scored.sort(key=lambda h: (-h[0], h[1], h[2].index))

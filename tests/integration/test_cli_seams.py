@@ -54,7 +54,7 @@ def commands() -> list[str]:
 # ----------------------------------------------------------------- finding 13: --url is remote, or refused
 
 REMOTE = {"append", "ingest", "context", "history", "summaries", "sql", "forget", "reopen", "audit", "verify",
-          "replay", "replays", "drop", "promote", "diff"}
+          "replay", "replays", "drop", "promote", "diff", "user", "search"}
 
 
 def _args(command: str, jsonl: Path) -> tuple[str, ...]:
@@ -65,7 +65,8 @@ def _args(command: str, jsonl: Path) -> tuple[str, ...]:
         "worker": ("worker",), "demo": ("demo",), "forget": ("forget", "c1"), "reopen": ("reopen", "c1"),
         "verify": ("verify",), "audit": ("audit", "c1"), "replay": ("replay", "--name", "r1"),
         "replays": ("replays",), "drop": ("drop", "r1"), "promote": ("promote", "r1"), "diff": ("diff", "r1"),
-        "serve": ("serve", "--port", "1"), "keys": ("keys", "list"),
+        "serve": ("serve", "--port", "1"), "keys": ("keys", "list"), "user": ("user", "show", "u1"),
+        "search": ("search", "order"),
     }[command]
 
 
