@@ -122,6 +122,8 @@ def test_a_later_value_in_another_conversation_supersedes_with_lineage_and_a_reb
         assert engine.sql("SELECT * FROM user_facts ORDER BY ALL") == before
         assert engine.sql("SELECT * FROM user_notes ORDER BY ALL") == notes
         assert engine.verify() == []
+        engine.sql("UPDATE user_facts SET value = 'Hamburg' WHERE value = 'Munich'", write=True)
+        assert [d.table for d in engine.verify()] == ["user_facts"]  # verify covers the user projection
 
 
 def test_audit_and_time_travel_of_a_user(tmp_path):
