@@ -654,9 +654,10 @@ class MemoryEngine:
 
         In a conversation of a user (or given ``user_id``: a conversation
         about to start, read before its first append), ``context.user_share``
-        of the budget goes to the user's memory (``kind="memory:user"``) and
-        to messages recalled from the user's other conversations
-        (``kind="user_recalled"``), after the conversation's own memory.
+        of the budget, and what the conversation's own context leaves
+        unused, goes to the user's memory (``kind="memory:user"``) and to
+        messages recalled from the user's other conversations
+        (``kind="user_recalled"``), placed after the conversation's own memory.
         ``user_id`` naming another user than the conversation's raises
         :class:`UserConflictError`.
 
@@ -696,18 +697,23 @@ class MemoryEngine:
         log_budget_decisions(name, conversation_id, plan)
         verbatim = self._verbatim(plan, tenant_id, conversation_id, budget)
         older = self._older(tenant_id, conversation_id, dense)
-        mine = self._user_part(name, plan, verbatim, tenant_id, conversation_id, budget, query, user_id)
+        part = self._user_part(name, plan, verbatim, tenant_id, conversation_id, budget, query, user_id)
+        mine = part.render() if part is not None else []
         messages = assemble(
             plan, verbatim, budget=None if budget is None else budget - sum(m.tokens for m in mine),
             system_prompt=self.settings.system_prompt, count_tokens=self.counter.count,
             older=None if plan.fallback == "deleted" else older, query=query,
             recall_share=self.settings.context.recall_share,
         )
+        if part is not None:  # what the conversation's own context left unused goes to the user part too
+            left = budget - sum(m.tokens for m in messages) - sum(m.tokens for m in mine)
+            if left > 0:
+                mine = part.render(part.room + left)
         return with_user_part(messages, mine)
 
     def _user_part(self, name: str, plan, verbatim, tenant_id: str, conversation_id: str, budget: int | None,
-                   query: str | None, user_id: str | None = None) -> list[ContextMessage]:
-        """Return the user messages of a context: none without a budget, a user, or a user share."""
+                   query: str | None, user_id: str | None = None):
+        """Return the context's :class:`~memfold.engine.users.UserPart`: None without a budget, a user, or a user share."""
         from memfold.engine import users
 
         user = self.projector.users.owner(tenant_id, conversation_id)
@@ -718,7 +724,7 @@ class MemoryEngine:
                                         field="user_id", user_id=user_id, owner=user)
             user = user_id
         if user is None or budget is None or not self.settings.context.user_share or plan.fallback == "deleted":
-            return []
+            return None
         current = verbatim[-1] if verbatim and verbatim[-1].role == "user" else None
         fixed = sum(m.tokens or self._count_cached(m.content) + MESSAGE_OVERHEAD for m in plan.memory)
         if self.settings.system_prompt:
@@ -726,7 +732,7 @@ class MemoryEngine:
         fixed += current.tokens if current is not None else 0
         if query is None and current is not None:
             query = current.content
-        return users.user_context(self, user, conversation_id, tenant_id, name, budget, fixed, query)
+        return users.user_part(self, user, conversation_id, tenant_id, name, budget, fixed, query)
 
     def prompt(
         self,

@@ -8,6 +8,7 @@ does with it. :class:`MemoryEngine` methods delegate here.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -69,25 +70,43 @@ def appended(engine: MemoryEngine, events: Sequence[MessageAppended]) -> None:
             engine._appended_users.setdefault((event.tenant_id, event.conversation_id), event.payload.user_id)
 
 
-def user_context(
+@dataclass
+class UserPart:
+    """The user part of one context read: what the user's memory and recall hold, rendered to a room on demand."""
+
+    memory: Any
+    recalled: list[tuple[str, Any]]
+    conversation_id: str
+    policy: str
+    room: int
+    query: str | None
+    count_tokens: Any
+
+    def render(self, room: int | None = None) -> list[ContextMessage]:
+        """Return the user messages within ``room`` tokens (default: the share :func:`user_part` gave)."""
+        from memfold.projections.user_context import user_block
+
+        return user_block(self.memory, self.recalled, conversation_id=self.conversation_id, policy=self.policy,
+                          room=self.room if room is None else room, count_tokens=self.count_tokens, query=self.query)
+
+
+def user_part(
     engine: MemoryEngine, user_id: str, conversation_id: str, tenant_id: str, policy: str, budget: int,
     own_fixed: int, query: str | None,
-) -> list[ContextMessage]:
-    """Return the user messages of a context (:func:`memfold.projections.user_context.user_block`).
+) -> UserPart | None:
+    """Return the user part of a context, or None when it has no room.
 
-    Their room: ``context.user_share`` of ``budget``, and never what the
+    Its room: ``context.user_share`` of ``budget``, and never what the
     conversation's fixed part (system prompt, its memory, the current
-    message: ``own_fixed``) needs.
+    message: ``own_fixed``) needs. What the conversation's own context then
+    leaves unused may be given to it too (:meth:`MemoryEngine.context`).
     """
-    from memfold.projections.user_context import user_block
-
     room = min(int(budget * engine.settings.context.user_share), budget - own_fixed)
     if room <= 0:
-        return []
+        return None
     memory = engine.projector.users.memory(tenant_id, user_id)
     recalled = recall(engine, tenant_id, memory.conversations, conversation_id, query) if query else []
-    return user_block(memory, recalled, conversation_id=conversation_id, policy=policy, room=room,
-                      count_tokens=engine._count_cached, query=query)
+    return UserPart(memory, recalled, conversation_id, policy, room, query, engine._count_cached)
 
 
 def recall(
