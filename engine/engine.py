@@ -706,9 +706,9 @@ class MemoryEngine:
             recall_share=self.settings.context.recall_share,
         )
         if part is not None:  # what the conversation's own context left unused goes to the user part too
-            left = budget - sum(m.tokens for m in messages) - sum(m.tokens for m in mine)
-            if left > 0:
-                mine = part.render(part.room + left)
+            room = budget - sum(m.tokens for m in messages)
+            if room > sum(m.tokens for m in mine):
+                mine = part.render(room)
         return with_user_part(messages, mine)
 
     def _user_part(self, name: str, plan, verbatim, tenant_id: str, conversation_id: str, budget: int | None,
@@ -848,6 +848,8 @@ class MemoryEngine:
         return FusedOlder(older, self.dense, (tenant_id, conversation_id), self.settings.retrieval.rrf_k)
 
     def _verbatim(self, plan, tenant_id: str, conversation_id: str, budget: int | None) -> list[MessageRecord]:
+        if not self.projector.users.holds(tenant_id, conversation_id):
+            return []  # not started yet (read as a user's new conversation): nothing to ask the store
         if plan.verbatim_indices is not None:
             return self.store.messages_at(tenant_id, conversation_id, plan.verbatim_indices)
         return self.projector.recent_messages(tenant_id, conversation_id, plan.verbatim_from, budget)

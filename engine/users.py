@@ -105,7 +105,10 @@ def user_part(
     if room <= 0:
         return None
     memory = engine.projector.users.memory(tenant_id, user_id)
-    recalled = recall(engine, tenant_id, memory.conversations, conversation_id, query) if query else []
+    # Enough hits to fill the whole budget (what the conversation leaves unused may come to the user part).
+    limit = max(RECALL_LIMIT, budget // 100)
+    recalled = recall(engine, tenant_id, memory.conversations, conversation_id, query,
+                      per_conversation=max(RECALL_PER_CONVERSATION, limit // 4), limit=limit) if query else []
     return UserPart(memory, recalled, conversation_id, policy, room, query, engine._count_cached)
 
 
@@ -120,12 +123,8 @@ def recall(
     ``conversation_id`` (the one being read) is left out.
     """
     search = engine.projector.search
-    hits = []
-    for other in conversations:
-        if other == conversation_id:
-            continue
-        for h in search.rank((tenant_id, other), query, kinds=("message",), limit=per_conversation):
-            hits.append((h.score, other, h.idx))
+    keys = [(tenant_id, other) for other in conversations if other != conversation_id]
+    hits = [(h.score, key[1], h.idx) for key, h in search.rank_many(keys, query, per_conversation)]
     hits.sort(key=lambda h: (-h[0], h[1], h[2]))
     hits = hits[:limit]
     wanted: dict[str, list[int]] = {}
@@ -213,12 +212,14 @@ def search_conversations(
     Ties go to the earlier conversation id and message index. Each hit:
     conversation_id, index, role, content, occurred_at, score.
     """
+    search = engine.projector.search
+    ranked: dict[str, list[Any]] = {}
+    for key, h in search.rank_many([(tenant_id, c) for c in conversations], query, limit):
+        ranked.setdefault(key[1], []).append(h)
     scored = []
-    for other in conversations:
-        key = (tenant_id, other)
-        ranked = engine.projector.search.rank(key, query, kinds=("message",), limit=limit)
-        found = {m.index: m for m in engine.projector.search.messages_at(key, sorted(h.idx for h in ranked))}
-        scored += [(h.score, other, found[h.idx]) for h in ranked if h.idx in found]
+    for other, hits in ranked.items():
+        found = {m.index: m for m in search.messages_at((tenant_id, other), sorted(h.idx for h in hits))}
+        scored += [(h.score, other, found[h.idx]) for h in hits if h.idx in found]
     scored.sort(key=lambda h: (-h[0], h[1], h[2].index))
     return [{"conversation_id": c, "index": m.index, "role": m.role, "content": m.content,
              "occurred_at": m.occurred_at, "score": round(score, 4)} for score, c, m in scored[:limit]]

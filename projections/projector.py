@@ -89,7 +89,7 @@ class Projector:
         self.tail = TailCache()
         self.search = retrieval.SearchIndex(store.search_rows, store.messages)
         self.history = time_travel.HistoryCache(store)
-        self.users = UserReads(store)  # conversations' users and users' memory, for reads
+        self.users = UserReads(store, counter.count)  # conversations' users and users' memory, for reads
         # Called with each batch's Changes once durable (the dense index queues its messages to embed).
         self.listeners: list[Callable[[Changes], None]] = []
         # Called every PAUSE_EVERY folded events: where a process serving reads lets them go first

@@ -859,12 +859,12 @@ class DuckDBProjectionStore:
     # ----------------------------------------------------------------- user memory reads
 
     @_read_again_after_a_swap
-    def user_of(self, tenant_id: str, conversation_id: str) -> str | None:
-        """Return the user a conversation belongs to, or None (no user named, unknown, or forgotten)."""
+    def conversation_owner(self, tenant_id: str, conversation_id: str) -> tuple[bool, str | None]:
+        """Return whether the projection holds the conversation, and its user (None: no user named, or forgotten)."""
         rows = self.connection.execute(
             "SELECT user_id FROM conversations WHERE tenant_id = ? AND conversation_id = ?", [tenant_id, conversation_id]
         ).fetchall()
-        return rows[0][0] if rows else None
+        return (True, rows[0][0]) if rows else (False, None)
 
     @_read_again_after_a_swap
     def user_conversations(self, tenant_id: str, user_id: str) -> list[dict[str, Any]]:

@@ -34,12 +34,37 @@ NOTE_CHARS = 600
 
 
 @dataclass(frozen=True, slots=True)
+class Line:
+    """One line of the user's memory message, rendered and counted once (when the user's memory is loaded)."""
+
+    policy: str
+    conversation_id: str
+    text: str
+    tokens: int  # of ``text`` and its newline
+
+
+@dataclass(frozen=True, slots=True)
 class UserMemory:
-    """What the fold keeps of a user for reads: its live conversations, current facts and notes (by policy)."""
+    """What the fold keeps of a user for reads: its live conversations, current facts and notes, as counted lines."""
 
     conversations: tuple[str, ...]
-    facts: tuple[dict[str, Any], ...]
-    notes: tuple[dict[str, Any], ...]
+    facts: tuple[Line, ...]  # current facts, by policy and key
+    notes: tuple[Line, ...]  # each conversation's newest summary, newest conversation first
+
+
+def user_memory(
+    conversations: Sequence[str], facts: Sequence[dict[str, Any]], notes: Sequence[dict[str, Any]],
+    count_tokens: Callable[[str], int],
+) -> UserMemory:
+    """Return the :class:`UserMemory` of store rows (``user_facts``, ``user_notes``): every line rendered and counted."""
+    def line(row: dict[str, Any], text: str) -> Line:
+        return Line(row["policy"], row["conversation_id"], text, count_tokens(text) + 1)
+
+    return UserMemory(
+        tuple(conversations),
+        tuple(line(f, fact_line(f)) for f in facts if f["current"]),
+        tuple(line(n, _note_line(n)) for n in notes),
+    )
 
 
 def _day(at: Any) -> str:
@@ -68,39 +93,52 @@ def user_block(
     of its passages holding the query's words.
     """
     out: list[ContextMessage] = []
-    facts = [fact_line(f) for f in memory.facts
-             if f["policy"] == policy and f["current"] and f["conversation_id"] != conversation_id]
-    notes = [n for n in memory.notes if n["policy"] == policy and n["conversation_id"] != conversation_id]
     parts: list[str] = []
     used = MESSAGE_OVERHEAD
-    for title, lines in (("What this user told you in other conversations:", facts),
-                         ("Summary of this user's other conversations:", [_note_line(n) for n in notes])):
+    for title, lines in (("What this user told you in other conversations:", memory.facts),
+                         ("Summary of this user's other conversations:", memory.notes)):
         cost = count_tokens(title) + 1
         kept = []
         for line in lines:
-            c = count_tokens(line) + 1
-            if used + cost + c > room:
+            if line.policy != policy or line.conversation_id == conversation_id:
+                continue
+            if used + cost + line.tokens > room:
                 break
-            kept.append(line)
-            cost += c
+            kept.append(line.text)
+            cost += line.tokens
         if kept:
             parts += [title, *kept]
             used += cost
     if parts:
-        content = "\n".join(parts)
-        out.append(ContextMessage("system", content, USER_MEMORY_KIND, count_tokens(content) + MESSAGE_OVERHEAD))
+        message = _fitted(parts, room, USER_MEMORY_KIND, count_tokens)
+        if message is not None:
+            out.append(message)
     left = room - sum(m.tokens for m in out)
     recalled_lines = _recalled_lines(recalled, left, count_tokens, query)
     if recalled_lines:
-        content = "\n".join(["From this user's other conversations:", *recalled_lines])
-        tokens = count_tokens(content) + MESSAGE_OVERHEAD
-        while recalled_lines and tokens > left:  # line counts are estimates of the joined text's
-            recalled_lines.pop()
-            content = "\n".join(["From this user's other conversations:", *recalled_lines])
-            tokens = count_tokens(content) + MESSAGE_OVERHEAD
-        if recalled_lines:
-            out.append(ContextMessage("system", content, USER_RECALLED_KIND, tokens))
+        message = _fitted(["From this user's other conversations:", *recalled_lines], left, USER_RECALLED_KIND,
+                          count_tokens)
+        if message is not None:
+            out.append(message)
     return out
+
+
+def _fitted(lines: list[str], room: int, kind: str, count_tokens: Callable[[str], int]) -> ContextMessage | None:
+    """Return ``lines`` as one system message of at most ``room`` tokens, its last lines dropped if need be.
+
+    Lines were counted one by one; the joined text is counted exactly here (a
+    title left alone is no message: None).
+    """
+    lines = list(lines)
+    while len(lines) > 1:
+        content = "\n".join(lines)
+        tokens = count_tokens(content) + MESSAGE_OVERHEAD
+        if tokens <= room:
+            return ContextMessage("system", content, kind, tokens)
+        lines.pop()
+        if lines[-1].endswith(":") and not lines[-1].startswith(("-", "[")):  # a title left without its lines
+            lines.pop()
+    return None
 
 
 def _note_line(n: dict[str, Any]) -> str:
@@ -144,24 +182,35 @@ class UserReads:
     drops what it changed.
     """
 
-    def __init__(self, store: Any, max_users: int = 4096):
+    def __init__(self, store: Any, count_tokens: Callable[[str], int], max_users: int = 4096):
         self.store = store
+        self.count_tokens = count_tokens
         self.max_users = max_users
-        self._owners: dict[tuple[str, str], str | None] = {}
+        self._owners: dict[tuple[str, str], tuple[bool, str | None]] = {}
         self._memory: dict[tuple[str, str], UserMemory] = {}
+        # Bumped by each committed batch: a value read from the store while a batch committed is
+        # returned but not kept (it may predate the batch), as read_cache.ColdReads does per conversation.
+        self._version = 0
+
+    def _owner(self, tenant_id: str, conversation_id: str) -> tuple[bool, str | None]:
+        key = (tenant_id, conversation_id)
+        found = self._owners.get(key)
+        if found is None:
+            version = self._version
+            found = self.store.conversation_owner(tenant_id, conversation_id)
+            if len(self._owners) >= self.max_users * 16:
+                self._owners.clear()
+            if version == self._version:
+                self._owners[key] = found
+        return found
 
     def owner(self, tenant_id: str, conversation_id: str) -> str | None:
         """Return the user of a conversation (None: no user, or not folded yet)."""
-        key = (tenant_id, conversation_id)
-        try:
-            return self._owners[key]
-        except KeyError:
-            pass
-        user = self.store.user_of(tenant_id, conversation_id)
-        if len(self._owners) >= self.max_users * 16:
-            self._owners.clear()
-        self._owners[key] = user
-        return user
+        return self._owner(tenant_id, conversation_id)[1]
+
+    def holds(self, tenant_id: str, conversation_id: str) -> bool:
+        """True when the projection holds the conversation (a read of one not started yet asks the store nothing)."""
+        return self._owner(tenant_id, conversation_id)[0]
 
     def memory(self, tenant_id: str, user_id: str) -> UserMemory:
         """Return the user's live conversations, facts (every statement, with lineage) and notes."""
@@ -169,26 +218,29 @@ class UserReads:
         found = self._memory.get(key)
         if found is not None:
             return found
-        found = UserMemory(
-            conversations=tuple(c["conversation_id"] for c in self.store.user_conversations(tenant_id, user_id)),
-            facts=tuple(self.store.user_facts(tenant_id, user_id)),
-            notes=tuple(self.store.user_notes(tenant_id, user_id)),
+        version = self._version
+        found = user_memory(
+            [c["conversation_id"] for c in self.store.user_conversations(tenant_id, user_id)],
+            self.store.user_facts(tenant_id, user_id), self.store.user_notes(tenant_id, user_id), self.count_tokens,
         )
         if len(self._memory) >= self.max_users:
             self._memory.pop(next(iter(self._memory)))
-        self._memory[key] = found
+        if version == self._version:
+            self._memory[key] = found
         return found
 
     def committed(self, changes: Any) -> None:
         """Drop what ``changes`` made stale (called once they are durable)."""
+        self._version += 1
         for key, row in changes.conversations.items():
-            if key in self._owners and self._owners[key] != row.get("user_id"):
-                self._owners[key] = row.get("user_id")
+            if key in self._owners:
+                self._owners[key] = (True, row.get("user_id"))
         for key in changes.deleted:
             self._owners.pop(key, None)
         for key in changes.users:
             self._memory.pop(key, None)
 
     def clear(self) -> None:
+        self._version += 1
         self._owners.clear()
         self._memory.clear()

@@ -178,6 +178,19 @@ def test_context_of_a_new_conversation_carries_the_users_memory_and_recall_withi
         assert [m.kind for m in engine.context("wed", budget=2000)] == ["current"]
 
 
+def test_a_new_conversation_of_a_user_never_exceeds_its_budget(tmp_path):
+    with _engine(tmp_path / "data") as engine:
+        long_turn = "I keep my bike, a blue Gazelle with order #7781, in Leeds; " * 20
+        for k in range(6):
+            engine.append_many(_session(f"s{k}", MARCH + timedelta(days=k), f"Session {k}: {long_turn}"))
+        engine.wait_idle(60)
+        for budget in (40, 90, 150, 300, 700, 1500, 4000):
+            context = engine.context("new", budget=budget, query="where is my bike, order #7781?", user_id="dana")
+            assert sum(m.tokens for m in context) <= budget, budget
+            assert all(m.kind in ("memory:user", "user_recalled") for m in context)
+        assert sum(m.tokens for m in context) > 2000  # a new conversation gives the user part what it does not use
+
+
 def test_the_conversations_own_memory_keeps_priority(tmp_path):
     with _engine(tmp_path / "data") as engine:
         _three_sessions(engine)
