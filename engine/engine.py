@@ -707,7 +707,7 @@ class MemoryEngine:
         )
         if part is not None:  # what the conversation's own context left unused goes to the user part too
             room = budget - sum(m.tokens for m in messages)
-            if room > sum(m.tokens for m in mine):
+            if room > part.room:  # more than it was given: render it again (a user part is at most its room)
                 mine = part.render(room)
         return with_user_part(messages, mine)
 

@@ -102,6 +102,8 @@ def user_part(
     leaves unused may be given to it too (:meth:`MemoryEngine.context`).
     """
     room = min(int(budget * engine.settings.context.user_share), budget - own_fixed)
+    if not engine.projector.users.holds(tenant_id, conversation_id):
+        room = budget - own_fixed  # a conversation not started yet has nothing of its own to keep room for
     if room <= 0:
         return None
     memory = engine.projector.users.memory(tenant_id, user_id)
