@@ -928,33 +928,45 @@ class MemoryEngine:
     ) -> list[str]:
         """Erase a user: crypto-shred every conversation of the user and the user memory; return the conversations.
 
-        Steps: (1) list the user's conversations (the projection's, and those
-        this process appended and the projection does not hold yet); (2)
-        :meth:`forget` each (its data key destroyed, its rows erased, the
-        file rewritten); (3) delete what is left of the user memory and
-        rewrite the file. Resumable: a run cut short is finished by running it
-        again (forgotten conversations no longer name the user). Raises
-        :class:`UnknownUserError` when the user has no conversation here.
+        Steps: (1) list the user's conversations (the projection's, those
+        this process appended and the projection does not hold yet, and those
+        of an earlier run cut short) and record them as a pending user erasure
+        (``data_dir/erasures``: conversation ids, not the user id); (2)
+        :meth:`forget` each not forgotten yet, and finish each whose own
+        erasure is pending (its data key destroyed, its rows erased, the file
+        rewritten, replay namespaces too); (3) delete what is left of the
+        user memory and rewrite the file; (4) clear the record. Resumable: a
+        run cut short is finished by running it again. Raises
+        :class:`UnknownUserError` when the user has no conversation here and
+        no erasure of it is pending.
         """
         from memfold.engine import users
+        from memfold.engine.erasure import PendingErasures
 
         _require_text("tenant_id", tenant_id)
         users.check_user_id(user_id)
         if self.store is None:
             raise ConfigError("forget_user needs the projection to find the user's conversations; "
                               "run it where the projection is (memfold forget --user, DELETE /v1/users/{user_id})")
-        found = [c["conversation_id"] for c in self.store.user_conversations(tenant_id, user_id)]
+        pending = PendingErasures(self.settings.data_dir)
+        found = pending.user_conversations(tenant_id, user_id)
+        found += [c["conversation_id"] for c in self.store.user_conversations(tenant_id, user_id)]
         found += [c for (t, c), u in self._appended_users.items() if t == tenant_id and u == user_id]
         conversations = list(dict.fromkeys(found))
         if not conversations:
             raise UnknownUserError(f"no conversation of tenant {tenant_id!r} belongs to user {user_id!r}",
                                    field="user_id")
+        pending.begin_user(tenant_id, user_id, conversations)
         for conversation_id in conversations:
-            self.forget(conversation_id, tenant_id=tenant_id, reason=reason, timeout=timeout)
+            done = (self.sealer is not None and not pending.is_pending(tenant_id, conversation_id)
+                    and self.sealer.keys.status(conversation_key(tenant_id, conversation_id)) == "forgotten")
+            if not done:  # forgotten by the run cut short, and finished: forgetting it again would add nothing
+                self.forget(conversation_id, tenant_id=tenant_id, reason=reason, timeout=timeout)
         with self.runner.paused():
             if self.store.erase_user(tenant_id, user_id) or self.store.compaction_owed():
                 self.store.compact()
             self.projector.users.clear()
+        pending.done_user(tenant_id, user_id)
         return conversations
 
     def history(self, conversation_id: str, *, tenant_id: str = "default") -> list[MessageRecord]:

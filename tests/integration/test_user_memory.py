@@ -4,7 +4,10 @@ audit, time travel and erasure of a user, on the real SQLite log and DuckDB proj
 from __future__ import annotations
 
 import json
+import random
+import subprocess
 import sys
+import time
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -247,3 +250,62 @@ def test_forget_user_leaves_no_byte_of_the_user_or_their_conversations(tmp_path)
         kept = engine.history("kept")
         assert any(k["content"] in r.content for r in kept) and engine.user_memory("other")["conversations"]
     assert files_with([data], needles) == {}
+
+
+KIT = Path(__file__).resolve().parents[1] / "support" / "erasure_kit.py"
+
+
+def _planted_user(root: Path) -> tuple[Path, Path, str, dict[str, str]]:
+    """A data dir with two conversations of a fresh user and one of another, every field marked, all folded."""
+    data, user = root / "data", f"zquser{uuid.uuid4().hex[:10]}"
+    m1, m2, k = markers("u1"), markers("u2"), markers("k")
+    with MemoryEngine(Settings.load(None, data_dir=data, **SETTINGS)) as engine:
+        for conversation, marks, owner in (("u-1", m1, user), ("u-2", m2, user), ("kept", k, "other")):
+            engine.append_message(conversation, "user", f"{marks['content']} I live in Leeds.", user_id=owner)
+            plant(engine, conversation, marks, turns=4)
+        engine.wait_idle(120)
+        engine.replay("standing")  # a namespace the killed forget has to reach too
+    settings_file = root / "settings.json"
+    settings_file.write_text(json.dumps(SETTINGS))
+    needles = {"user": user, **{f"1{f}": v for f, v in m1.items()}, **{f"2{f}": v for f, v in m2.items()}}
+    assert files_with([data], needles)
+    return data, settings_file, user, needles
+
+
+def _forget_user_child(data: Path, settings_file: Path, user: str, kill_after: float | None = None):
+    cmd = [sys.executable, str(KIT), "forget-user", str(data), str(settings_file), user]
+    if kill_after is None:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    child = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert child.stdout.readline().strip() == "opened"
+    time.sleep(kill_after)
+    child.kill()
+    child.communicate(timeout=60)
+    return None
+
+
+def test_a_forget_user_killed_at_random_points_is_finished_by_the_next(tmp_path):
+    data, settings_file, user, needles = _planted_user(tmp_path / "probe")
+    started = time.monotonic()
+    done = _forget_user_child(data, settings_file, user)
+    window = time.monotonic() - started  # how long one run takes: the window the kills are spread over
+    assert done.returncode == 0, done.stderr
+    assert files_with([data], needles) == {}
+    rng = random.Random(46)
+    for trial in range(2):
+        data, settings_file, user, needles = _planted_user(tmp_path / f"trial{trial}")
+        _forget_user_child(data, settings_file, user, kill_after=rng.uniform(0.05, 0.5 * window))
+        cut_short = bool(list((data / "erasures").glob("user-*.json")))
+        again = _forget_user_child(data, settings_file, user)
+        if cut_short:
+            assert again.returncode == 0, again.stderr
+        else:  # the killed run had finished: nothing keeps the user's id to say it ever existed
+            assert again.returncode == 1 and "UnknownUserError" in again.stderr, again.stderr
+        assert files_with([data], needles) == {}, f"trial {trial}"
+        assert not list((data / "erasures").glob("*.json")), "an erasure is still recorded as pending"
+        with MemoryEngine(Settings.load(None, data_dir=data, **SETTINGS)) as engine:
+            assert engine.verify() == []
+            for conversation in ("u-1", "u-2"):
+                assert engine.audit(conversation)["conversation"]["status"] == "erased"
+            assert engine.user_memory("other")["conversations"]
+
