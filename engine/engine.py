@@ -763,7 +763,8 @@ class MemoryEngine:
         """True when :meth:`context` of this conversation (no ``as_of``) is computed from memory alone.
 
         Its policy state, recall index and newest messages are held in
-        memory, no embedder is configured (a query would be embedded), the
+        memory (and, for a conversation of a user, the user's memory and the
+        recall index of each of the user's conversations), no embedder is configured (a query would be embedded), the
         policy never waits for a pending summary (``lazy_timeout_ms`` 0) and
         its plan does not name verbatim messages one by one (topics): the
         read makes no model call, no sleep and, unless a verbatim window
@@ -777,7 +778,11 @@ class MemoryEngine:
         _, ctx = self._read_context(name)
         if not (self.dense is None and not getattr(ctx.settings, "lazy_timeout_ms", 0)
                 and self.projector.holds_state(name, *key) and self.projector.search.loaded(key)
-                and self.projector.tail.holds(key)):
+                and self.projector.tail.holds(key) and self.projector.users.warm(*key)):
+            return False
+        user = self.projector.users.owner(*key)
+        if user is not None and not all(self.projector.search.loaded((tenant_id, c))
+                                        for c in self.projector.users.memory(tenant_id, user).conversations):
             return False
         # A plan naming its verbatim messages one by one (topics) reads them from the store.
         return not self._read_plan(name, *key)[2].verbatim_indices

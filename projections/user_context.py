@@ -212,6 +212,11 @@ class UserReads:
         """Return the user of a conversation (None: no user, or not folded yet)."""
         return self._owner(tenant_id, conversation_id)[1]
 
+    def warm(self, tenant_id: str, conversation_id: str) -> bool:
+        """True when a read of the conversation's user part asks the store nothing (its user and memory are held)."""
+        found = self._owners.get((tenant_id, conversation_id))
+        return found is not None and (found[1] is None or (tenant_id, found[1]) in self._memory)
+
     def holds(self, tenant_id: str, conversation_id: str) -> bool:
         """True when the projection holds the conversation (a read of one not started yet asks the store nothing)."""
         return self._owner(tenant_id, conversation_id)[0]
