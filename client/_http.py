@@ -199,12 +199,21 @@ class Client(_Base):
         return [Message.model_validate(m) for m in body["messages"]]
 
     def context(self, conversation_id: str, *, budget: int | None = None, query: str | None = None,
-                policy: str | None = None, as_of: str | datetime | None = None) -> Context:
+                policy: str | None = None, as_of: str | datetime | None = None, user_id: str | None = None) -> Context:
         """Return the context for the next model call; ``query`` picks which older messages to recall.
 
         ``as_of`` (a ``"PARTITION:OFFSET"`` log position or an aware datetime)
         returns the context as it was right after that point (time travel).
+        ``user_id`` reads it as a conversation of that user, one not started
+        yet too (``GET /v1/users/{user_id}/context``, not with ``as_of``).
         """
+        if user_id is not None:
+            if as_of is not None:
+                raise ValidationError("as_of reads a conversation's past without the user part; not with user_id",
+                                      field="as_of")
+            body = self._request("GET", _user(user_id) + "/context", params=_params(
+                conversation_id=conversation_id, budget=budget, query=query, policy=policy, format="compact"))
+            return Context.model_validate(body)
         body = self._request("GET", _conv(conversation_id) + "/context", params=_params(
             budget=budget, query=query, policy=policy, as_of=_when(as_of), format="compact"))
         return Context.model_validate(body)

@@ -77,12 +77,23 @@ def _append(client, args) -> int:
 
 
 def _context(client, args) -> int:
-    if getattr(args, "user", None) is not None:
-        # The service reads a conversation of a user with its user memory already; it cannot read one not
-        # started yet as the user's, so --user is refused here rather than answered differently.
-        raise _usage("context --user reads a conversation not started yet as the user's: it works on a local "
-                     "data dir; with --url, append to the conversation with the user first, then read it")
     query = getattr(args, "query", None)
+    if getattr(args, "user", None) is not None:
+        if args.json and getattr(args, "format", "openai") != "compact":
+            raise _usage("context --user with --url answers the compact form: add --format compact")
+        context = client.context(args.conversation, budget=args.budget, query=query, policy=args.policy,
+                                 user_id=args.user)
+        if args.json:
+            _print_json({"format": "compact", "messages": [m.model_dump(mode="json", exclude_none=True)
+                                                           for m in context.messages]})
+            return 0
+        from memfold.engine.ports import ContextMessage
+        from memfold.engine.render import print_context
+
+        print_context([ContextMessage(role=m.role, content=m.content, kind=m.kind, tokens=m.tokens)
+                       for m in context.messages], title=f"context for {args.conversation} of {args.user} "
+                       f"({client.url})", budget=args.budget)
+        return 0
     if args.json:
         _print_json(_context_document(client, args, query))
         return 0

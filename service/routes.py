@@ -510,6 +510,28 @@ def user_memory(
     return services(request).engine.user_memory(user_id, tenant_id=key.tenant_id, policy=policy, as_of=point)
 
 
+@router.get("/users/{user_id}/context", response_model=ShapedContextResponse | ContextResponse, tags=["users"],
+            responses={404: {"model": ErrorResponse}, 409: {"model": ErrorResponse}})
+def user_context(
+    request: Request, key: Reader, user_id: UserPath,
+    conversation_id: str = Query(min_length=1, max_length=400, description="the user's conversation, started or not"),
+    budget: int | None = Query(None, ge=1), policy: str | None = Query(None),
+    query: str | None = Query(None, max_length=10_000),
+    format: Annotated[ContextFormat, Query()] = "openai",
+) -> Response:
+    """Return the context of a conversation of the user, one not started yet too (its first turn's context: what the
+    user's other conversations taught). 409 for a conversation of another user, 404 for a user no conversation of
+    this tenant belongs to. Not cached: the conversation's own route is the one to poll."""
+    engine = services(request).engine
+    engine.user_memory(user_id, tenant_id=key.tenant_id)  # 404 for a user this tenant does not have
+    name = policy or engine.settings.policy_for(key.tenant_id)
+    messages = tuple(engine.context(conversation_id, budget=budget, query=query, policy=name,
+                                    tenant_id=key.tenant_id, user_id=user_id))
+    body = (context_body(conversation_id, name, budget, messages) if format == "compact"
+            else shaped_body(format, conversation_id, name, budget, messages))
+    return Response(body, media_type="application/json")
+
+
 @router.post("/users/{user_id}/search", response_model=UserSearchResponse, tags=["users"],
              responses={404: {"model": ErrorResponse}})
 def user_search(request: Request, key: Reader, user_id: UserPath, body: UserSearchRequest) -> UserSearchResponse:

@@ -72,7 +72,6 @@ def test_user_commands_with_url(service, tmp_path):
     run(*remote, "append", "r-tue", "user", "What was my order number?", "--user", "rita")
     hits = json.loads(run(*remote, "search", "order number", "--user", "rita", "--json").stdout)
     assert {h["conversation_id"] for h in hits} == {"r-mon", "r-tue"}
-    assert "context --user" in run(*remote, "context", "r-new", "--user", "rita", code=2).stderr
     deadline = time.monotonic() + 60  # the service summarizes in the background: poll until the fact is folded
     while True:
         shown = json.loads(run(*remote, "user", "show", "rita", "--json").stdout)
@@ -80,6 +79,10 @@ def test_user_commands_with_url(service, tmp_path):
             break
         assert time.monotonic() < deadline, shown
         time.sleep(0.2)
+    context = json.loads(run(*remote, "context", "r-new", "--user", "rita", "--budget", "1500", "--query",
+                             "order number", "--json", "--format", "compact").stdout)
+    assert "#5150" in "\n".join(m["content"] for m in context["messages"])  # a new conversation knows it already
+    assert "--format compact" in run(*remote, "context", "r-new", "--user", "rita", "--json", code=2).stderr
     audit = json.loads(run(*remote, "audit", "--user", "rita", "--json").stdout)
     assert {c["conversation_id"] for c in audit["conversations"]} == {"r-mon", "r-tue"}
     assert "2 conversation(s)" in run(*remote, "forget", "--user", "rita").stdout

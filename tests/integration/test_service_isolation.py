@@ -96,7 +96,7 @@ def test_every_route_hides_other_tenants(service):
             if "{user_id}" in template:  # B's user answers as a user that exists nowhere: 404
                 answers = []
                 for user in ("b-user", f"nowhere-{walked}"):
-                    r = a.request(method, template.replace("{user_id}", user),
+                    r = a.request(method, template.replace("{user_id}", user), params={"conversation_id": "b-private"},
                                   json={"query": "b secret"} if method == "POST" else None)
                     answers.append((r.status_code, r.text.replace(user, "<user>")))
                 assert answers[0] == answers[1] and answers[0][0] == 404, f"{method} {template}: {answers}"

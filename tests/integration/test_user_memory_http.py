@@ -51,6 +51,11 @@ def test_user_routes_append_read_search_audit_and_forget(service):
         assert {f["key"]: f["value"] for f in then["facts"]}["lives_in"] == "Berlin"
         with pytest.raises(UserConflictError):
             client.add("mon", "user", "I am Eve", user_id="eve")
+        first = client.context("thu", budget=1500, query="where do I live?", user_id="dana")  # not started yet
+        assert "Munich" in "\n".join(m.content for m in first.messages)
+        assert {m.kind for m in first.messages} <= {"memory:user", "user_recalled"}
+        with pytest.raises(UserConflictError):
+            client.context("mon", budget=1500, user_id="eve")
         client.add("wed", "user", "Where do I live and what is my order number?", user_id="dana")
         context = client.context("wed", budget=2000)
         kinds = [m.kind for m in context.messages]
