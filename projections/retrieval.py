@@ -625,7 +625,8 @@ class SearchIndex:
                 if corpus is None:
                     continue
                 scores = corpus.scores(terms)
-                for score, d in sorted(zip(scores.values(), scores.keys()), reverse=True)[:limit]:
+                # The best few of many candidates: a heap, not a sort (same order, ties to the newer document).
+                for score, d in heapq.nlargest(limit, zip(scores.values(), scores.keys())):
                     doc_id, idx, doc_policy = corpus.meta[d]
                     out.append((key, Hit("message", doc_id, idx, score, doc_policy)))
         return out
