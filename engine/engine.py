@@ -898,7 +898,9 @@ class MemoryEngine:
         """
         from memfold.engine import users
 
-        _check_reading("-", tenant_id, policy=policy)
+        _require_text("tenant_id", tenant_id)
+        if policy is not None and not isinstance(policy, str):
+            raise ValidationError(f"policy must be a policy name (a string), got {type(policy).__name__}", field="policy")
         users.check_user_id(user_id)
         return users.memory(self, user_id, tenant_id, self._policy_name(policy, tenant_id), as_of)
 
@@ -915,7 +917,8 @@ class MemoryEngine:
         """
         from memfold.engine import users
 
-        _check_reading("-", tenant_id, query=query, query_required=True)
+        _require_text("tenant_id", tenant_id)
+        _require_text("query", query)
         _check_search(("message",), limit)
         users.check_user_id(user_id)
         return users.search(self, user_id, query, tenant_id, limit)
@@ -924,7 +927,7 @@ class MemoryEngine:
         """Return how a user's memory evolved: every statement of a fact, the conversation that taught it, what replaced it."""
         from memfold.engine import users
 
-        _check_reading("-", tenant_id)
+        _require_text("tenant_id", tenant_id)
         users.check_user_id(user_id)
         return users.audit(self, user_id, tenant_id)
 
