@@ -202,7 +202,7 @@ class MemoryEngine:
             log_.close()
             raise
         self.switching = threading.RLock()  # held while the settings change (promote, following the log)
-        self._appended_users: dict[tuple[str, str], str] = {}  # conversation -> user, as appended (engine.users)
+        self.appended_users: dict[tuple[str, str], str] = {}  # conversation -> user, as appended (engine.users)
         self._follower = self._following = None
         if role == "client":
             self.store = None
@@ -959,7 +959,7 @@ class MemoryEngine:
         pending = PendingErasures(self.settings.data_dir)
         found = pending.user_conversations(tenant_id, user_id)
         found += [c["conversation_id"] for c in self.store.user_conversations(tenant_id, user_id)]
-        found += [c for (t, c), u in self._appended_users.items() if t == tenant_id and u == user_id]
+        found += [c for (t, c), u in self.appended_users.items() if t == tenant_id and u == user_id]
         conversations = list(dict.fromkeys(found))
         if not conversations:
             raise UnknownUserError(f"no conversation of tenant {tenant_id!r} belongs to user {user_id!r}",
@@ -1067,7 +1067,7 @@ class MemoryEngine:
             )
         pending = PendingErasures(self.settings.data_dir)
         pending.begin(tenant_id, conversation_id)
-        self._appended_users.pop((tenant_id, conversation_id), None)
+        self.appended_users.pop((tenant_id, conversation_id), None)
         event = ConversationDeleted(
             event_id=new_event_id(), tenant_id=tenant_id, conversation_id=conversation_id, occurred_at=utcnow(),
             payload=ConversationDeletedPayload(reason=reason),

@@ -49,7 +49,7 @@ def check_owners(engine: MemoryEngine, events: Sequence[MessageAppended], lines:
         if user is None:
             continue
         key = (event.tenant_id, event.conversation_id)
-        owner = named.get(key) or engine._appended_users.get(key)
+        owner = named.get(key) or engine.appended_users.get(key)
         if owner is None:
             owner = engine.projector.users.owner(*key) if engine.store is not None else \
                 engine.owners(*key) if engine.owners is not None else None
@@ -67,7 +67,7 @@ def appended(engine: MemoryEngine, events: Sequence[MessageAppended]) -> None:
     """Remember the users named by ``events``, now in the log (until the projection holds them)."""
     for event in events:
         if event.payload.user_id is not None:
-            engine._appended_users.setdefault((event.tenant_id, event.conversation_id), event.payload.user_id)
+            engine.appended_users.setdefault((event.tenant_id, event.conversation_id), event.payload.user_id)
 
 
 @dataclass

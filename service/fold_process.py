@@ -741,13 +741,13 @@ class RemoteEngine:
 
     def forget(self, conversation_id: str, **kwargs: Any):
         # What this process appended named the conversation's user: a reopened conversation may have another.
-        self.local._appended_users.pop((kwargs.get("tenant_id", "default"), conversation_id), None)
+        self.local.appended_users.pop((kwargs.get("tenant_id", "default"), conversation_id), None)
         return self.fold.call("forget", (conversation_id,), kwargs)
 
     def forget_user(self, user_id: str, **kwargs: Any):
         tenant_id = kwargs.get("tenant_id", "default")
-        for key in [k for k, u in self.local._appended_users.items() if k[0] == tenant_id and u == user_id]:
-            self.local._appended_users.pop(key, None)
+        for key in [k for k, u in self.local.appended_users.items() if k[0] == tenant_id and u == user_id]:
+            self.local.appended_users.pop(key, None)
         return self.fold.call("forget_user", (user_id,), kwargs)
 
     def close(self) -> None:
