@@ -90,6 +90,9 @@ class Projector:
         self.search = retrieval.SearchIndex(store.search_rows, store.messages)
         self.history = time_travel.HistoryCache(store)
         self.users = UserReads(store, counter.count)  # conversations' users and users' memory, for reads
+        # Set by a reader that caches contexts (the service): each commit then names, in Changes.related, the
+        # other conversations of the users it touched (their contexts hold those users' memory and recall).
+        self.relate_users = False
         # Called with each batch's Changes once durable (the dense index queues its messages to embed).
         self.listeners: list[Callable[[Changes], None]] = []
         # Called every PAUSE_EVERY folded events: where a process serving reads lets them go first
@@ -181,9 +184,10 @@ class Projector:
         self.search.extend(changes.search, records)
         self.history.extend(changes)
         self.users.committed(changes)
-        owners = {(t, row["user_id"]) for (t, _), row in changes.conversations.items() if row.get("user_id")}
-        for tenant_id, user_id in sorted(owners | changes.users):
-            changes.related.update((tenant_id, c) for c in self.users.memory(tenant_id, user_id).conversations)
+        if self.relate_users:
+            owners = {(t, row["user_id"]) for (t, _), row in changes.conversations.items() if row.get("user_id")}
+            for tenant_id, user_id in sorted(owners | changes.users):
+                changes.related.update((tenant_id, c) for c in self.users.memory(tenant_id, user_id).conversations)
         self._bound(changes.conversations)
         for listener in self.listeners:
             listener(changes)

@@ -76,6 +76,7 @@ def follow_projector(engine, listener: Callable, on_switch: Callable[[Any], None
     """
     current = [engine.projector]
     current[0].listeners.append(listener)
+    current[0].relate_users = True  # a context of a user's conversation changes with the user's other ones
     previous = engine.runner.on_committed
 
     def committed(positions: dict[int, int]) -> None:
@@ -83,6 +84,7 @@ def follow_projector(engine, listener: Callable, on_switch: Callable[[Any], None
         if engine.projector is not current[0]:
             current[0] = engine.projector
             current[0].listeners.append(listener)
+            current[0].relate_users = True
             on_switch(current[0])
 
     engine.runner.on_committed = committed

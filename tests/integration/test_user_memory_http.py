@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -23,8 +24,6 @@ def _session(day: datetime, first: str, count: int = 22) -> list[dict]:
 
 
 def _settled(client: Client, user: str, key: str, value: str, timeout: float = 60.0) -> dict:
-    import time
-
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -62,6 +61,14 @@ def test_user_routes_append_read_search_audit_and_forget(service):
         assert "memory:user" in kinds and "user_recalled" in kinds and kinds[-1] == "current"
         text = "\n".join(m.content for m in context.messages)
         assert "Munich" in text and "#4471" in text and "zqeve" not in text and "Paris" not in text
+        # A cached context of "wed" changes when another conversation of the user does (same read, same key).
+        assert "pelican" not in "\n".join(m.content for m in client.context("wed", budget=2000, query="pelican").messages)
+        client.append("tue", [{"role": "user", "content": "I adopted a pelican named Gus."}], wait=False)
+        deadline = time.monotonic() + 30
+        while "pelican named Gus" not in "\n".join(
+                m.content for m in client.context("wed", budget=2000, query="pelican").messages):
+            assert time.monotonic() < deadline, "the cached context of wed never saw what tue said"
+            time.sleep(0.1)
         hits = client.search_user("dana", "order number")
         assert hits[0]["conversation_id"] == "mon" and all(h["conversation_id"] != "eve-1" for h in hits)
         trail = client.audit_user("dana")
