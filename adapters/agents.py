@@ -62,8 +62,10 @@ class MemfoldSession(SessionABC):
     """An Agents SDK session whose items live in the memfold conversation ``session_id``."""
 
     def __init__(self, session_id: str, client: AsyncClient, *, budget: int | None = 4000,
-                 compaction_wait: float = 10.0, compaction_quiet: float = 0.25):
+                 compaction_wait: float = 10.0, compaction_quiet: float = 0.25, user_id: str | None = None):
         self.session_id = session_id
+        # The user the session belongs to: memfold's context then holds what the user's other sessions taught.
+        self.user_id = user_id
         self.client = client
         self.budget = budget
         self.compaction_wait = compaction_wait
@@ -96,7 +98,7 @@ class MemfoldSession(SessionABC):
     async def add_items(self, items: list[dict[str, Any]]) -> None:
         """Append ``items`` in order, all or nothing."""
         if items:
-            await self.client.append(self.session_id, [to_message(dict(item)) for item in items])
+            await self.client.append(self.session_id, [to_message(dict(item)) for item in items], user_id=self.user_id)
 
     async def pop_item(self) -> dict[str, Any] | None:
         """Retract the newest item (a ``MessageRetracted`` event; the log keeps both) and return it, or None if empty."""

@@ -71,8 +71,10 @@ class MemfoldChatMessageHistory(BaseChatMessageHistory):
     messages first, then the recent turns), what the next model call should see.
     """
 
-    def __init__(self, conversation_id: str, client: Client, *, context_budget: int | None = None):
+    def __init__(self, conversation_id: str, client: Client, *, context_budget: int | None = None,
+                 user_id: str | None = None):
         self.conversation_id = conversation_id
+        self.user_id = user_id  # the user the conversation belongs to: its memory spans the user's conversations
         self.client = client
         self.context_budget = context_budget
 
@@ -91,7 +93,7 @@ class MemfoldChatMessageHistory(BaseChatMessageHistory):
     def add_messages(self, messages: Sequence[BaseMessage]) -> None:
         """Append ``messages`` in one batch (all or nothing); wait until reads see them."""
         if messages:
-            self.client.append(self.conversation_id, [to_memfold(m) for m in messages])
+            self.client.append(self.conversation_id, [to_memfold(m) for m in messages], user_id=self.user_id)
 
     def clear(self) -> None:
         """memfold's log is append-only and this service has no forget route yet: say so, change nothing."""
@@ -109,14 +111,29 @@ class MemfoldMiddleware(AgentMiddleware):
     their LangChain ids, so the whole state can be sent each time and only
     new messages are stored. The state's messages are then replaced by
     memfold's context within ``budget`` tokens; those carry ids starting
-    with ``memfold:`` and are never stored back.
+    with ``memfold:`` and are never stored back. The thread belongs to the
+    user ``user_id``, or ``config["configurable"]["user_id"]`` when given:
+    its context then holds what the user's other threads taught.
     """
 
-    def __init__(self, client: Client, *, budget: int | None = 4000, conversation_id: str | None = None):
+    def __init__(self, client: Client, *, budget: int | None = 4000, conversation_id: str | None = None,
+                 user_id: str | None = None):
         super().__init__()
         self.client = client
         self.budget = budget
         self.conversation_id = conversation_id
+        self.user_id = user_id
+
+    def _user(self) -> str | None:
+        if self.user_id:
+            return self.user_id
+        from langgraph.config import get_config
+
+        try:
+            user = (get_config().get("configurable") or {}).get("user_id")
+        except RuntimeError:  # not inside a runnable: no config to read
+            return None
+        return str(user) if user else None
 
     def _thread(self) -> str:
         if self.conversation_id:
@@ -135,7 +152,7 @@ class MemfoldMiddleware(AgentMiddleware):
         new = [to_memfold(m) for m in state["messages"]
                if m.type in _ROLES and m.id and not m.id.startswith(CONTEXT_ID_PREFIX)]
         if new:
-            self.client.append(thread, new)
+            self.client.append(thread, new, user_id=self._user())
         context = self.client.context(thread, budget=self.budget)
         shown = [to_langchain(m.role, m.content, tool_calls=m.tool_calls, tool_call_id=m.tool_call_id,
                               id=f"{CONTEXT_ID_PREFIX}{uuid.uuid4().hex}")
@@ -146,5 +163,5 @@ class MemfoldMiddleware(AgentMiddleware):
         """Store the model's answer at once (a final answer has no later ``before_model`` to store it)."""
         last = state["messages"][-1] if state["messages"] else None
         if last is not None and last.type == "ai" and last.id and not last.id.startswith(CONTEXT_ID_PREFIX):
-            self.client.append(self._thread(), [to_memfold(last)])
+            self.client.append(self._thread(), [to_memfold(last)], user_id=self._user())
         return None

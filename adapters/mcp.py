@@ -1,7 +1,11 @@
 """An MCP server over a memfold service (``pip install 'memfold[mcp]'``; the official ``mcp`` SDK, 2.x).
 
 Tools: ``memory_append``, ``memory_context``, ``memory_search``,
-``memory_audit`` (read-only hints set) and ``memory_forget`` (destructive).
+``memory_audit``, ``memory_user`` and ``memory_user_audit`` (read-only
+hints set), ``memory_forget`` and ``memory_forget_user`` (destructive). The
+user scope: ``memory_append`` takes the ``user_id`` a conversation belongs
+to, ``memory_search`` searches one user's conversations, ``memory_user``
+returns what memfold knows of a user across conversations.
 Each calls a running ``memfold serve`` with one API key, so the tenant and
 what the tools may do are the key's. Transports: stdio (an MCP client
 launches ``python -m memfold.adapters.mcp``) or streamable HTTP (``python -m memfold.adapters.mcp --transport
@@ -48,9 +52,12 @@ def build_server(client: AsyncClient, *, name: str = "memfold") -> MCPServer:
 
     @server.tool(annotations=WRITE)
     @_reported
-    async def memory_append(conversation_id: str, role: str, content: str, message_id: str | None = None) -> dict[str, Any]:
-        """Append one message (role: user, assistant, system or tool). Sending the same message_id again stores it once."""
-        done = await client.append(conversation_id, [{"role": role, "content": content, "id": message_id}])
+    async def memory_append(conversation_id: str, role: str, content: str, message_id: str | None = None,
+                            user_id: str | None = None) -> dict[str, Any]:
+        """Append one message (role: user, assistant, system or tool). Sending the same message_id again stores it once.
+        user_id names the user the conversation belongs to: its memory then joins the user's."""
+        done = await client.append(conversation_id, [{"role": role, "content": content, "id": message_id}],
+                                   user_id=user_id)
         return done[0].model_dump()
 
     @server.tool(annotations=READ)
@@ -63,8 +70,11 @@ def build_server(client: AsyncClient, *, name: str = "memfold") -> MCPServer:
 
     @server.tool(annotations=READ)
     @_reported
-    async def memory_search(query: str, conversation_ids: list[str] | None = None, limit: int = 10) -> dict[str, Any]:
-        """Find past messages matching a query, in the given conversations or in every conversation."""
+    async def memory_search(query: str, conversation_ids: list[str] | None = None, limit: int = 10,
+                            user_id: str | None = None) -> dict[str, Any]:
+        """Find past messages matching a query: in one user's conversations (user_id), the given conversations, or all."""
+        if user_id:
+            return {"hits": await client.search_user(user_id, query, limit=limit)}
         if conversation_ids:
             return {"hits": await client.search(query, conversation_ids=conversation_ids, limit=limit)}
         hits: list[dict[str, Any]] = []
@@ -83,6 +93,25 @@ def build_server(client: AsyncClient, *, name: str = "memfold") -> MCPServer:
     async def memory_audit(conversation_id: str) -> dict[str, Any]:
         """Return how the conversation's memory evolved: summary versions, facts (stated, changed, retired), erasure."""
         return await client.audit(conversation_id)
+
+    @server.tool(annotations=READ)
+    @_reported
+    async def memory_user(user_id: str, as_of: str | None = None) -> dict[str, Any]:
+        """Return what memfold knows of a user across conversations: current facts (each with the conversation and
+        time it was stated in), the user's summary and conversations; as_of (ISO-8601 time) for the past."""
+        return await client.user_memory(user_id, as_of=as_of)
+
+    @server.tool(annotations=READ)
+    @_reported
+    async def memory_user_audit(user_id: str) -> dict[str, Any]:
+        """Return how a user's memory evolved: which conversation taught each fact, when, and what replaced it."""
+        return await client.audit_user(user_id)
+
+    @server.tool(annotations=ERASE)
+    @_reported
+    async def memory_forget_user(user_id: str, reason: str | None = None) -> dict[str, Any]:
+        """Erase a user for good (needs an admin key): every conversation of the user and the user's memory."""
+        return await client.forget_user(user_id, reason=reason)
 
     @server.tool(annotations=ERASE)
     @_reported

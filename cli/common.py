@@ -140,3 +140,23 @@ def refuse_errors_on_input(errors: str | None, file: str) -> None:
         raise UsageError(f"--errors {errors} is the input file {file}; writing rejections there would erase "
                          "the input: give another file")
 
+
+def parse_as_of(text: str):
+    """Return the :class:`Position` (``PARTITION:OFFSET``) or aware ``datetime`` (ISO-8601) ``text`` names."""
+    from datetime import datetime
+
+    from memfold.core.errors import ValidationError
+    from memfold.core.positions import Position
+
+    part, sep, offset = text.partition(":")
+    if sep and part.isdigit() and offset.isdigit():
+        return Position(int(part), int(offset))
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise ValidationError(
+            f"--as-of {text!r} is neither a log position (PARTITION:OFFSET, e.g. 3:1200) nor an ISO-8601 time "
+            "(e.g. 2026-03-02T09:00:00+00:00)", field="as_of") from None
+    if when.tzinfo is None:
+        raise ValidationError(f"--as-of {text!r} has no time zone; add one (e.g. +00:00 or Z)", field="as_of")
+    return when

@@ -50,6 +50,7 @@ from memfold.cli import diff as cli_diff
 from memfold.cli import memory as cli_memory
 from memfold.cli import portability as cli_portability
 from memfold.cli import replay as cli_replay
+from memfold.cli import users as cli_users
 from memfold.cli.common import (
     SHOWN_REJECTIONS,
     UsageError,
@@ -57,6 +58,7 @@ from memfold.cli.common import (
     jsonable,
     one_line,
     open_engine,
+    parse_as_of,
     positive_float,
     positive_int,
     print_json,
@@ -107,6 +109,7 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--model-variant")
     a.add_argument("--importance", type=float, help="0..1")
     a.add_argument("--tool-call-id")
+    a.add_argument("--user", default=None, help="the user the conversation belongs to")
     a.add_argument("--no-wait", action="store_true", help="return once the event is in the log")
     a.add_argument("--json", action="store_true")
 
@@ -128,6 +131,9 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--budget", type=positive_int, default=None, help="token budget (default: no limit)")
     c.add_argument("--query", default=None, help="what to recall older messages for (default: the current user message)")
     c.add_argument("--tenant", default="default")
+    c.add_argument("--user", default=None,
+                   help="read as a conversation of this user (its memory and other conversations join the context); "
+                        "a conversation not started yet shows what it would begin with")
     c.add_argument("--as-of", default=None, metavar="POSITION|TIME",
                    help="the context as it was at log position PARTITION:OFFSET or an ISO-8601 time with zone")
     c.add_argument("--json", action="store_true",
@@ -179,6 +185,7 @@ def _parser() -> argparse.ArgumentParser:
     d = command("demo", help="ingest the bundled sample and show what memfold keeps")
     d.add_argument("--budget", type=positive_int, default=600)
     cli_memory.add_commands(command)
+    cli_users.add_commands(command, positive_int)
     cli_replay.add_commands(command)
     cli_portability.add_commands(command)
     cli_diff.add_commands(command, positive_int)
@@ -313,7 +320,7 @@ def cmd_append(args: argparse.Namespace) -> int:
     with open_engine(args, writing=True) as engine:
         position = engine.append_message(
             args.conversation, args.role, args.content, tenant_id=args.tenant, model_variant=args.model_variant,
-            importance=args.importance, tool_call_id=args.tool_call_id,
+            importance=args.importance, tool_call_id=args.tool_call_id, user_id=args.user,
         )
         if not args.no_wait and engine.role == "embedded":
             engine.wait_for(position)
@@ -378,10 +385,14 @@ def _open_errors_file(name: str | None):
 def cmd_context(args: argparse.Namespace) -> int:
     with open_engine(args) as engine:
         catch_up(engine)
-        require_conversation(engine, args.conversation, args.tenant)
-        as_of = cli_memory.parse_as_of(args.as_of) if args.as_of else None
+        if args.user is None:  # with a user, a conversation not started yet is read as its first context
+            require_conversation(engine, args.conversation, args.tenant)
+        elif args.as_of:
+            raise UsageError("--user reads today's user memory; --as-of reads a conversation's past without it")
+        as_of = parse_as_of(args.as_of) if args.as_of else None
         messages = engine.context(
-            args.conversation, budget=args.budget, query=args.query, tenant_id=args.tenant, as_of=as_of
+            args.conversation, budget=args.budget, query=args.query, tenant_id=args.tenant, as_of=as_of,
+            user_id=args.user,
         )
     if args.json:
         print_json(shaped(args.format, messages, conversation_id=args.conversation).as_dict())
@@ -716,6 +727,7 @@ _COMMANDS = {
     "worker": cmd_worker,
     "demo": cmd_demo,
     **cli_memory.COMMANDS,
+    **cli_users.COMMANDS,
     **cli_replay.COMMANDS,
     **cli_portability.COMMANDS,
     **cli_diff.COMMANDS,

@@ -16,8 +16,10 @@ from memfold.cli.common import catch_up, open_engine, print_json
 
 def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
     """Add this module's sub-commands with ``command`` (the CLI's ``add_parser`` with the common options)."""
-    f = command("forget", help="erase a conversation: delete its rows, destroy its data key (crypto-shredding)")
-    f.add_argument("conversation")
+    f = command("forget", help="erase a conversation (or every conversation of --user): delete its rows, destroy "
+                               "its data key (crypto-shredding)")
+    f.add_argument("conversation", nargs="?")
+    f.add_argument("--user", default=None, help="forget every conversation of this user and the user memory")
     f.add_argument("--tenant", default="default")
     f.add_argument("--reason", default=None, help="recorded on the ConversationDeleted event")
 
@@ -30,15 +32,28 @@ def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
     v.add_argument("--tenant", default="default")
 
     a = command("audit", help="how a conversation's memory evolved: summary versions, facts, settings, erasure")
-    a.add_argument("conversation")
+    a.add_argument("conversation", nargs="?")
+    a.add_argument("--user", default=None, help="how this user's memory evolved: which conversation taught each fact")
     a.add_argument("--tenant", default="default")
     a.add_argument("--json", action="store_true", help="print the whole audit as JSON")
     a.add_argument("--html", metavar="FILE", help="also write a self-contained HTML page with a timeline")
 
 
+def one_scope(args: argparse.Namespace) -> str:
+    """Return "user" or "conversation": what ``forget`` / ``audit`` name; exactly one of them (else exit 2)."""
+    from memfold.cli.common import UsageError
+
+    if (args.conversation is None) == (args.user is None):
+        raise UsageError(f"{args.command} takes a CONVERSATION or --user USER (one of them)")
+    return "user" if args.user is not None else "conversation"
+
+
 def cmd_forget(args: argparse.Namespace) -> int:
+    from memfold.cli.users import forget_user
     from memfold.core.errors import ValidationError
 
+    if one_scope(args) == "user":
+        return forget_user(args)
     if not args.conversation.strip():
         raise ValidationError("conversation is required and must not be blank", field="conversation")
     from memfold.cli.render import terminal_safe
@@ -62,7 +77,10 @@ def cmd_reopen(args: argparse.Namespace) -> int:
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
+    from memfold.cli.users import audit_user
 
+    if one_scope(args) == "user":
+        return audit_user(args)
     with open_engine(args) as engine:
         catch_up(engine)
         report = engine.audit(args.conversation, tenant_id=args.tenant)
@@ -138,27 +156,6 @@ def cmd_verify(args: argparse.Namespace) -> int:
         print(terminal_safe(d.describe()))
     print(f"memfold: {len(diffs)} table(s) differ from a replay of the log ({scope})", file=sys.stderr)
     return 1
-
-
-def parse_as_of(text: str):
-    """Return the :class:`Position` (``PARTITION:OFFSET``) or aware ``datetime`` (ISO-8601) ``text`` names."""
-    from datetime import datetime
-
-    from memfold.core.errors import ValidationError
-    from memfold.core.positions import Position
-
-    part, sep, offset = text.partition(":")
-    if sep and part.isdigit() and offset.isdigit():
-        return Position(int(part), int(offset))
-    try:
-        when = datetime.fromisoformat(text)
-    except ValueError:
-        raise ValidationError(
-            f"--as-of {text!r} is neither a log position (PARTITION:OFFSET, e.g. 3:1200) nor an ISO-8601 time "
-            "(e.g. 2026-03-02T09:00:00+00:00)", field="as_of") from None
-    if when.tzinfo is None:
-        raise ValidationError(f"--as-of {text!r} has no time zone; add one (e.g. +00:00 or Z)", field="as_of")
-    return when
 
 
 def print_views(args: argparse.Namespace) -> int:

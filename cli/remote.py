@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from memfold.cli import users as cli_users
 from memfold.cli.common import SHOWN_REJECTIONS, UsageError, one_line, print_json, refuse_errors_on_input
 from memfold.core.errors import ValidationError
 
@@ -61,7 +62,7 @@ def _say(line: str) -> None:
 def _append(client, args) -> int:
     message = {"role": args.role, "content": args.content, "model_variant": args.model_variant,
                "importance": args.importance, "tool_call_id": args.tool_call_id}
-    done = client.append(args.conversation, [message], wait=not args.no_wait)[0]
+    done = client.append(args.conversation, [message], wait=not args.no_wait, user_id=args.user)[0]
     if args.json:
         print_json({"event_id": done.event_id, "partition": done.partition, "offset": done.offset})
     else:
@@ -71,6 +72,22 @@ def _append(client, args) -> int:
 
 def _context(client, args) -> int:
     query = getattr(args, "query", None)
+    if getattr(args, "user", None) is not None:
+        if args.json and getattr(args, "format", "openai") != "compact":
+            raise _usage("context --user with --url answers the compact form: add --format compact")
+        context = client.context(args.conversation, budget=args.budget, query=query, policy=args.policy,
+                                 user_id=args.user)
+        if args.json:
+            print_json({"format": "compact", "messages": [m.model_dump(mode="json", exclude_none=True)
+                                                           for m in context.messages]})
+            return 0
+        from memfold.cli.render import print_context
+        from memfold.core.ports import ContextMessage
+
+        print_context([ContextMessage(role=m.role, content=m.content, kind=m.kind, tokens=m.tokens)
+                       for m in context.messages], title=f"context for {args.conversation} of {args.user} "
+                       f"({client.url})", budget=args.budget)
+        return 0
     if args.json:
         print_json(_context_document(client, args, query))
         return 0
@@ -167,9 +184,13 @@ def _sql(client, args) -> int:
 
 
 def _forget(client, args) -> int:
+    from memfold.cli.memory import one_scope
+    from memfold.cli.users import remote_forget_user
     from memfold.client import ApiError
     from memfold.core.errors import ErasureIncompleteError
 
+    if one_scope(args) == "user":
+        return remote_forget_user(client, args)
     if not args.conversation.strip():
         raise ValidationError("conversation is required and must not be blank", field="conversation")
     try:
@@ -191,8 +212,11 @@ def _reopen(client, args) -> int:
 
 
 def _audit(client, args) -> int:
-    from memfold.cli.memory import show_audit
+    from memfold.cli.memory import one_scope, show_audit
+    from memfold.cli.users import remote_audit_user
 
+    if one_scope(args) == "user":
+        return remote_audit_user(client, args)
     return show_audit(client.audit(args.conversation), args)
 
 
@@ -491,6 +515,6 @@ def _ingest(client, args) -> int:
 REMOTE: dict[str, Callable[[Any, argparse.Namespace], int]] = {
     "append": _append, "ingest": _ingest, "context": _context, "history": _history, "summaries": _summaries,
     "sql": _sql, "forget": _forget, "reopen": _reopen, "audit": _audit, "verify": _verify, "replay": _replay,
-    "replays": _replays, "drop": _drop, "promote": _promote, "diff": _diff,
+    "replays": _replays, "drop": _drop, "promote": _promote, "diff": _diff, **cli_users.REMOTE,
 }
 """The commands ``--url`` runs against the service; every other command refuses ``--url``."""

@@ -33,6 +33,8 @@ from memfold.client.models import (
     SearchPage,
     ServiceUnavailableError,
     SqlResult,
+    UserIdConflictError,
+    UserNotFoundError,
 )
 
 __all__ = [
@@ -42,4 +44,5 @@ __all__ = [
     "Conversation", "ConversationGoneError", "Identity", "InvalidRequestError", "Message", "NotFoundError", "PermissionDeniedError",
     "Prompt",
     "RateLimitedError", "RequestTooLargeError", "SearchHit", "SearchPage", "ServiceUnavailableError", "SqlResult",
+    "UserIdConflictError", "UserNotFoundError",
 ]

@@ -40,7 +40,8 @@ _RETRY_STATUS = {429, 502, 503, 504}
 PROMPT_FORMATS = ("openai", "anthropic", "responses")
 
 
-def _messages_body(messages: Iterable[Mapping[str, Any]], format: str = "openai") -> dict[str, Any]:
+def _messages_body(messages: Iterable[Mapping[str, Any]], format: str = "openai",
+                   user_id: str | None = None) -> dict[str, Any]:
     out = []
     for m in messages:
         if hasattr(m, "model_dump"):  # an SDK object (openai's ChatCompletionMessage, anthropic's MessageParam...)
@@ -50,7 +51,10 @@ def _messages_body(messages: Iterable[Mapping[str, Any]], format: str = "openai"
         if "occurred_at" in m and not isinstance(m["occurred_at"], str):
             m["occurred_at"] = m["occurred_at"].isoformat()
         out.append(m)
-    return {"format": format, "messages": out}
+    body: dict[str, Any] = {"format": format, "messages": out}
+    if user_id is not None:
+        body["user_id"] = user_id
+    return body
 
 
 def _shaped(format: str) -> str:
@@ -62,6 +66,10 @@ def _shaped(format: str) -> str:
 
 def _conv(conversation_id: str) -> str:
     return f"/v1/conversations/{quote(conversation_id, safe='')}"
+
+
+def _user(user_id: str) -> str:
+    return "/v1/users/" + quote(user_id, safe="")
 
 
 def _when(as_of: str | datetime | None) -> str | None:
@@ -160,7 +168,7 @@ class Client(_Base):
         raise AssertionError("unreachable")
 
     def append(self, conversation_id: str, messages: Iterable[Mapping[str, Any]], *, wait: bool = True,
-               format: str = "openai") -> list[Appended]:
+               format: str = "openai", user_id: str | None = None) -> list[Appended]:
         """Append messages in order, all or nothing; ``format`` names their shape.
 
         ``openai`` (default): chat messages as the openai SDK gives and takes
@@ -172,14 +180,17 @@ class Client(_Base):
         message (an Anthropic message with tool results stores several).
         ``wait`` returns once the service's projection holds them, so a read
         that follows sees them. Retried safely (see the module docstring).
-        Raises :class:`ConversationGoneError` (410) for a forgotten conversation.
+        ``user_id`` names the user the conversation belongs to (every message
+        of the batch). Raises :class:`ConversationGoneError` (410) for a
+        forgotten conversation, :class:`UserIdConflictError` (409) when the
+        conversation belongs to another user.
         """
-        body = self._request("POST", _conv(conversation_id) + "/messages", json=_messages_body(messages, format),
-                             params=_params(wait=wait))
+        body = self._request("POST", _conv(conversation_id) + "/messages",
+                             json=_messages_body(messages, format, user_id), params=_params(wait=wait))
         return [Appended.model_validate(m) for m in body["messages"]]
 
     def add(self, conversation_id: str, role: str, content: str, **fields: Any) -> Appended:
-        """Append one message; ``fields`` are the optional message keys (id, metadata, name, ...)."""
+        """Append one message; ``fields`` are the optional message keys (id, metadata, name, user_id, ...)."""
         return self.append(conversation_id, [{"role": role, "content": content, **fields}])[0]
 
     def messages(self, conversation_id: str, *, start: int = 0, limit: int = 1000) -> list[Message]:
@@ -188,12 +199,21 @@ class Client(_Base):
         return [Message.model_validate(m) for m in body["messages"]]
 
     def context(self, conversation_id: str, *, budget: int | None = None, query: str | None = None,
-                policy: str | None = None, as_of: str | datetime | None = None) -> Context:
+                policy: str | None = None, as_of: str | datetime | None = None, user_id: str | None = None) -> Context:
         """Return the context for the next model call; ``query`` picks which older messages to recall.
 
         ``as_of`` (a ``"PARTITION:OFFSET"`` log position or an aware datetime)
         returns the context as it was right after that point (time travel).
+        ``user_id`` reads it as a conversation of that user, one not started
+        yet too (``GET /v1/users/{user_id}/context``, not with ``as_of``).
         """
+        if user_id is not None:
+            if as_of is not None:
+                raise ValidationError("as_of reads a conversation's past without the user part; not with user_id",
+                                      field="as_of")
+            body = self._request("GET", _user(user_id) + "/context", params=_params(
+                conversation_id=conversation_id, budget=budget, query=query, policy=policy, format="compact"))
+            return Context.model_validate(body)
         body = self._request("GET", _conv(conversation_id) + "/context", params=_params(
             budget=budget, query=query, policy=policy, as_of=_when(as_of), format="compact"))
         return Context.model_validate(body)
@@ -244,6 +264,25 @@ class Client(_Base):
     def audit(self, conversation_id: str) -> dict[str, Any]:
         """Return the conversation's memory evolution (summary versions, bi-temporal facts, settings, erasure)."""
         return self._request("GET", _conv(conversation_id) + "/audit")
+
+    def user_memory(self, user_id: str, *, policy: str | None = None,
+                    as_of: str | datetime | None = None) -> dict[str, Any]:
+        """Return a user's memory across its conversations (current facts with their origin, every statement
+        with its lineage, the user summary, the conversations); ``as_of``: the facts as they stood then.
+        Raises :class:`UserNotFoundError` (404) for a user no conversation of the tenant belongs to."""
+        return self._request("GET", _user(user_id) + "/memory", params=_params(policy=policy, as_of=_when(as_of)))
+
+    def search_user(self, user_id: str, query: str, *, limit: int = 10) -> list[dict[str, Any]]:
+        """Return the messages of every conversation of the user best matching ``query``, best first."""
+        return self._request("POST", _user(user_id) + "/search", json={"query": query, "limit": limit})["hits"]
+
+    def audit_user(self, user_id: str) -> dict[str, Any]:
+        """Return how the user's memory evolved: each statement of a fact, where it came from, what replaced it."""
+        return self._request("GET", _user(user_id) + "/audit")
+
+    def forget_user(self, user_id: str, *, reason: str | None = None) -> dict[str, Any]:
+        """Erase a user (admin keys): every conversation of the user is forgotten, the user memory deleted."""
+        return self._request("DELETE", _user(user_id), params=_params(reason=reason))
 
     def search(self, query: str, *, conversation_ids: list[str] | None = None, limit: int = 10) -> list[dict[str, Any]]:
         """Return the best hits of ``query`` in the listed conversations, else in the first page of them only.
@@ -387,10 +426,10 @@ class AsyncClient(_Base):
         raise AssertionError("unreachable")
 
     async def append(self, conversation_id: str, messages: Iterable[Mapping[str, Any]], *, wait: bool = True,
-                     format: str = "openai") -> list[Appended]:
+                     format: str = "openai", user_id: str | None = None) -> list[Appended]:
         """See :meth:`Client.append`."""
         body = await self._request("POST", _conv(conversation_id) + "/messages",
-                                   json=_messages_body(messages, format), params=_params(wait=wait))
+                                   json=_messages_body(messages, format, user_id), params=_params(wait=wait))
         return [Appended.model_validate(m) for m in body["messages"]]
 
     async def add(self, conversation_id: str, role: str, content: str, **fields: Any) -> Appended:
@@ -442,6 +481,23 @@ class AsyncClient(_Base):
         """See :meth:`Client.audit`."""
         return await self._request("GET", _conv(conversation_id) + "/audit")
 
+    async def user_memory(self, user_id: str, *, policy: str | None = None,
+                          as_of: str | datetime | None = None) -> dict[str, Any]:
+        """See :meth:`Client.user_memory`."""
+        return await self._request("GET", _user(user_id) + "/memory",
+                                   params=_params(policy=policy, as_of=_when(as_of)))
+
+    async def search_user(self, user_id: str, query: str, *, limit: int = 10) -> list[dict[str, Any]]:
+        """See :meth:`Client.search_user`."""
+        return (await self._request("POST", _user(user_id) + "/search", json={"query": query, "limit": limit}))["hits"]
+
+    async def audit_user(self, user_id: str) -> dict[str, Any]:
+        """See :meth:`Client.audit_user`."""
+        return await self._request("GET", _user(user_id) + "/audit")
+
+    async def forget_user(self, user_id: str, *, reason: str | None = None) -> dict[str, Any]:
+        """See :meth:`Client.forget_user`."""
+        return await self._request("DELETE", _user(user_id), params=_params(reason=reason))
     async def search(self, query: str, *, conversation_ids: list[str] | None = None, limit: int = 10) -> list[dict[str, Any]]:
         """See :meth:`Client.search`."""
         body = _search_body(query, conversation_ids, limit, None, None)

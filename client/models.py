@@ -15,6 +15,8 @@ from memfold.core.errors import (
     UnknownConversationError,
     UnknownMessageError,
     UnknownReplayError,
+    UnknownUserError,
+    UserConflictError,
     ValidationError,
 )
 
@@ -188,6 +190,10 @@ class ReplayNotFoundError(NotFoundError, UnknownReplayError):
     """404: no such replay namespace (the engine's ``UnknownReplayError``)."""
 
 
+class UserNotFoundError(NotFoundError, UnknownUserError):
+    """404: no conversation of this key's tenant belongs to that user (the engine's ``UnknownUserError``)."""
+
+
 class ConflictError(ApiError):
     """409: a message id already stored with different content, or a message retracted before; nothing was written."""
 
@@ -198,6 +204,10 @@ class EventIdConflictError(ConflictError, EventConflictError):
 
 class AlreadyRetractedConflictError(ConflictError, AlreadyRetractedError):
     """409: the message was retracted before (the engine's ``AlreadyRetractedError``)."""
+
+
+class UserIdConflictError(ConflictError, UserConflictError):
+    """409: the message names another user than its conversation's (the engine's ``UserConflictError``)."""
 
 
 class ConversationGoneError(ApiError, ConversationForgottenError):
@@ -229,7 +239,8 @@ _BY_STATUS = {401: AuthenticationError, 403: PermissionDeniedError, 404: NotFoun
 # status's and the engine's, so code catching the engine's errors works against a service too.
 _BY_TYPE = {(404, "UnknownConversationError"): ConversationNotFoundError, (404, "UnknownMessageError"): MessageNotFoundError,
             (404, "UnknownReplayError"): ReplayNotFoundError, (409, "EventConflictError"): EventIdConflictError,
-            (409, "AlreadyRetractedError"): AlreadyRetractedConflictError}
+            (409, "AlreadyRetractedError"): AlreadyRetractedConflictError,
+            (404, "UnknownUserError"): UserNotFoundError, (409, "UserConflictError"): UserIdConflictError}
 
 
 def error_for(status: int, body: Any, retry_after: str | None) -> ApiError:

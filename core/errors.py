@@ -6,6 +6,8 @@
      │    ├── EmptyContentError
      │    ├── MessageTooLargeError
      │    ├── EventConflictError                an event_id already stored with different content
+     │    ├── UserConflictError                 a message names a user other than its conversation's
+     │    ├── UnknownUserError                  a read names a user with no conversation (a typo, another tenant)
      │    ├── UnknownConversationError          a read names a conversation the projection does not hold
      │    ├── ConversationForgottenError        an append to a forgotten conversation (reopen it first)
      │    ├── UnknownMessageError               a retraction names no message of that conversation
@@ -84,6 +86,23 @@ class EventConflictError(ValidationError):
     def __init__(self, message: str, *, event_id: str | None = None, **kw):
         self.event_id = event_id
         super().__init__(message, **kw)
+
+
+class UserConflictError(ValidationError):
+    """A message names a ``user_id`` other than the one its conversation belongs to; nothing was written.
+
+    A conversation belongs to at most one user: the first its messages name.
+    ``owner`` is that user, ``user_id`` the one the message named.
+    """
+
+    def __init__(self, message: str, *, user_id: str | None = None, owner: str | None = None, **kw):
+        self.user_id = user_id
+        self.owner = owner
+        super().__init__(message, **kw)
+
+
+class UnknownUserError(ValidationError):
+    """A read names a user none of the tenant's conversations belongs to (a typo, another tenant, forgotten)."""
 
 
 class UnknownConversationError(ValidationError):

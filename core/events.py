@@ -114,6 +114,9 @@ class MessagePayload(_Frozen):
     # The content's token count per tiktoken encoding, counted once at append: folds, replays and
     # rebuilds with that encoding read it instead of counting again (any other encoding counts).
     tokens: dict[str, pydantic.NonNegativeInt] = Field(default_factory=dict)
+    # The user the conversation belongs to (schema v2): what user memory folds over. Sealed with the
+    # content, so a forgotten conversation does not leave readable whose it was.
+    user_id: str | None = Field(default=None, min_length=1, max_length=200, pattern=r"^[^/]+$")
 
     @model_validator(mode="after")
     def _content_or_encrypted(self) -> MessagePayload:
@@ -297,9 +300,12 @@ def conversation_key(tenant_id: str, conversation_id: str) -> str:
 
 
 class MessageAppended(Event):
+    """v2: the payload may name the ``user_id`` the conversation belongs to (v1 messages have none)."""
+
     TYPE: ClassVar[str] = "MessageAppended"
+    VERSION: ClassVar[int] = 2
     type: Literal["MessageAppended"] = "MessageAppended"
-    schema_version: Literal[1] = 1
+    schema_version: Literal[2] = 2
     payload: MessagePayload
 
 
@@ -436,7 +442,7 @@ EVENT_CLASSES: dict[str, type[Event]] = {
 # when the conversation is forgotten. Everything else in an event is the envelope an audit keeps.
 PRIVATE_FIELDS: dict[str, tuple[str, ...]] = {
     MessageAppended.TYPE: ("content", "name", "model_variant", "metadata", "importance", "tool_calls",
-                           "tool_call_id", "embedding"),
+                           "tool_call_id", "embedding", "user_id"),
     SummaryProduced.TYPE: ("text", "facts"),
     SummaryFailed.TYPE: ("reason",),
     MessageRetracted.TYPE: ("reason",),
@@ -514,6 +520,12 @@ def _summary_produced_v1_to_v2(raw: dict[str, Any]) -> dict[str, Any]:
     return raw
 
 
+@UPCASTERS.register(MessageAppended.TYPE, 1)
+def _message_appended_v1_to_v2(raw: dict[str, Any]) -> dict[str, Any]:
+    """v1 messages named no user: they belong to none (``user_id`` None), as before users existed."""
+    return raw
+
+
 @UPCASTERS.register(MessageRetracted.TYPE, 1)
 @UPCASTERS.register(SummaryFailed.TYPE, 1)
 @UPCASTERS.register(TopicAssigned.TYPE, 1)
@@ -573,7 +585,7 @@ def _message_from_wire(w: wire.MessageAppendedWire) -> MessageAppended | None:
         "model_variant": p.model_variant, "metadata": p.metadata, "importance": p.importance,
         "tool_calls": tuple(unchecked(ToolCall, {"id": t.id, "name": t.name, "arguments": t.arguments})
                             for t in p.tool_calls),
-        "tool_call_id": p.tool_call_id, "embedding": p.embedding, "tokens": p.tokens,
+        "tool_call_id": p.tool_call_id, "embedding": p.embedding, "tokens": p.tokens, "user_id": p.user_id,
     })
     at = w.occurred_at  # what Event._aware_utc makes of it
     at = (at if at.tzinfo is not None else at.replace(tzinfo=UTC)).astimezone(UTC)

@@ -173,6 +173,12 @@ class ContextSettings(BaseModel):
     # summary or narrative memory also takes at most 1 - recall_share of the room (facts are
     # never cut for it): at small budgets the summary of recent turns would fill it.
     recall_share: float = Field(0.5, ge=0, le=1)
+    # Share of the budget a conversation of a user gives to the user's memory (current facts, then the
+    # user summary) and to messages recalled from the user's other conversations; what the conversation's
+    # own context then leaves unused goes to them too (a new conversation has little of its own). The
+    # conversation's own memory, system prompt and current message are never squeezed for it; 0 turns
+    # user memory off in reads.
+    user_share: float = Field(0.25, ge=0, le=1)
 
 
 class RetrievalSettings(BaseModel):

@@ -24,6 +24,8 @@ What is checked (README "What happens to bad input" lists the same):
 - sizes: content within ``max_message_chars`` / ``max_message_tokens``,
   metadata within :data:`MAX_METADATA_BYTES` of JSON, ids and names within
   their length limits;
+- ids: ``tenant_id`` and ``user_id`` non-empty, without ``/``, within
+  :data:`MAX_ID_CHARS`;
 - time: ``occurred_at`` / ``ts`` / ``created_at`` an ISO-8601 string, a datetime or Unix
   seconds, between :data:`MIN_TIME` and :data:`MAX_TIME` (a timestamp without
   a zone is UTC).
@@ -45,12 +47,12 @@ from memfold.core.shapes import canonical_openai
 
 MESSAGE_KEYS = (
     "conversation_id", "role", "content", "tenant_id", "event_id", "model_variant", "metadata", "importance",
-    "tool_calls", "tool_call_id", "name", "ts", "occurred_at", "created_at",
+    "tool_calls", "tool_call_id", "name", "ts", "occurred_at", "created_at", "user_id",
 )
 TIME_KEYS = ("occurred_at", "ts", "created_at")  # one message may give several, if they agree
 MAX_DEPTH = 32
 MAX_METADATA_BYTES = 1024 * 1024  # the agents adapter keeps whole SDK items (tool outputs) here
-MAX_ID_CHARS = 200  # event_id, tenant_id, tool call ids, names, model variants
+MAX_ID_CHARS = 200  # event_id, tenant_id, user_id, tool call ids, names, model variants
 MAX_CONVERSATION_CHARS = 400
 # One rule on every path (Python, JSONL, HTTP): an id may hold '/', but not the segment the HTTP
 # API reads as a message of the conversation (DELETE .../messages/<id> retracts one).
@@ -127,6 +129,9 @@ def _validate(message, max_chars, max_tokens, count_tokens, line, event_id, enco
         tenant_id = "default"
     elif not tenant_id or "/" in tenant_id:
         raise fail("must be a non-empty string without '/'", "tenant_id")
+    user_id = text("user_id")
+    if user_id is not None and (not user_id.strip() or "/" in user_id):
+        raise fail("must be a non-empty string without '/' (it is a path segment: /v1/users/{user_id})", "user_id")
     role = message.get("role")
     if role not in ROLES:
         raise fail(f"unknown role {_safe(role)}: must be one of {', '.join(ROLES)}", "role", UnknownRoleError)
@@ -173,7 +178,7 @@ def _validate(message, max_chars, max_tokens, count_tokens, line, event_id, enco
             payload=MessagePayload(
                 role=role, content=content, name=text("name"), model_variant=text("model_variant"),
                 metadata=metadata, importance=importance, tool_calls=tool_calls, tool_call_id=tool_call_id,
-                tokens={encoding: tokens} if encoding is not None else {},
+                tokens={encoding: tokens} if encoding is not None else {}, user_id=user_id,
             ),
         )
     except pydantic.ValidationError as exc:  # a model constraint the checks above did not cover

@@ -1,4 +1,4 @@
-"""msgspec mirrors of the stored ``MessageAppended`` (v1): the read path's fast decoder.
+"""msgspec mirrors of the stored ``MessageAppended`` (v2): the read path's fast decoder.
 
 Nearly every event a projector reads is a message, and validating one with
 pydantic costs several times what msgspec needs to parse it into typed
@@ -45,12 +45,13 @@ class MessagePayloadWire(msgspec.Struct, forbid_unknown_fields=True, kw_only=Tru
     tool_call_id: str | None = None
     embedding: tuple[float, ...] | None = None
     tokens: dict[str, Annotated[int, Meta(ge=0)]] = {}
+    user_id: Annotated[str, Meta(min_length=1, max_length=200, pattern=r"^[^/]+$")] | None = None
 
 
 class MessageAppendedWire(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     event_id: Annotated[str, Meta(min_length=1, max_length=200)]
     type: Literal["MessageAppended"]
-    schema_version: Literal[1]
+    schema_version: Literal[2]
     tenant_id: Annotated[str, Meta(min_length=1, max_length=200, pattern=r"^[^/]+$")] = "default"
     conversation_id: Annotated[str, Meta(min_length=1, max_length=400)]
     seq: Annotated[int, Meta(ge=0)] = 0

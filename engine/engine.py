@@ -30,6 +30,8 @@ from memfold.core.errors import (
     ProjectionLagTimeout,
     UnknownConversationError,
     UnknownMessageError,
+    UnknownUserError,
+    UserConflictError,
     ValidationError,
 )
 from memfold.core.events import (
@@ -46,6 +48,7 @@ from memfold.core.ports import ContextMessage, ContextPlan, FoldContext, Message
 from memfold.core.positions import Position
 from memfold.core.settings import Settings
 from memfold.core.shapes import FORMATS, INPUT_FORMATS, Shaped, messages_from, shaped
+from memfold.core.tokens import MESSAGE_OVERHEAD
 from memfold.core.validation import validate_message
 from memfold.engine import builders
 from memfold.engine.builders import ROLES, fold_contexts, load_policy  # noqa: F401 - public names of this module
@@ -87,6 +90,9 @@ class MemoryEngine:
     """Append messages, read assembled context, query projections. Use :meth:`open`; close when done."""
 
     ROLES = ROLES
+    # A client engine's source of conversations' users (tenant, conversation) -> user, when a projection
+    # elsewhere holds them (the service's fold process sets it); appends check a message's user against it.
+    owners: Callable[[str, str], str | None] | None = None
 
     def __init__(
         self, settings: Settings, *, start: bool = True, role: str = "embedded", log_timeout: float | None = None,
@@ -133,6 +139,7 @@ class MemoryEngine:
         self.switching = threading.RLock()  # held while the settings change (promote, following the log)
         self._rebuilding = False  # a rebuild's beside file is in use: not a leftover
         self._embedder = None
+        self.appended_users: dict[tuple[str, str], str] = {}  # conversation -> user, as appended (engine.users)
         # Plans count their memory text on every read; the same summary is read many times.
         self._count_cached = functools.lru_cache(maxsize=1024)(self.counter.count)
         self._read_contexts: dict[tuple[str, str], FoldContext] = {}
@@ -204,6 +211,7 @@ class MemoryEngine:
         name: str | None = None,
         occurred_at: datetime | None = None,
         event_id: str | None = None,
+        user_id: str | None = None,
     ) -> Position:
         """Validate and append one message; return its log position (projection follows asynchronously).
 
@@ -214,12 +222,16 @@ class MemoryEngine:
         Give ``event_id`` to make the append idempotent: appending the same
         id again returns the stored position and stores nothing; the same id
         with different content raises :class:`EventConflictError`.
+
+        ``user_id`` names the user the conversation belongs to (its memory
+        then joins the user's, :meth:`user_memory`); a conversation belongs
+        to at most one user: naming another raises :class:`UserConflictError`.
         """
         message = {
             "conversation_id": conversation_id, "role": role, "content": content, "tenant_id": tenant_id,
             "model_variant": model_variant, "metadata": metadata, "importance": importance,
             "tool_calls": tool_calls, "tool_call_id": tool_call_id, "name": name, "occurred_at": occurred_at,
-            "event_id": event_id,
+            "event_id": event_id, "user_id": user_id,
         }
         event = self.validate(message)
         if event_id is not None:
@@ -310,10 +322,18 @@ class MemoryEngine:
         return stored
 
     def append_events(self, events: Sequence[MessageAppended]) -> list[Position]:
-        """Append already validated events as one batch and wake the projector."""
+        """Append already validated events as one batch and wake the projector.
+
+        Raises :class:`UserConflictError`, writing nothing, when a message
+        names another user than its conversation's (:func:`memfold.engine.users.check_owners`).
+        """
+        from memfold.engine import users
+
         if not events:
             return []
+        users.check_owners(self, events)
         positions = self.log.append(self._with_embeddings(events))
+        users.appended(self, events)
         if self.store is not None:
             self.runner.notify()
         return positions
@@ -510,8 +530,18 @@ class MemoryEngine:
         tenant_id: str = "default",
         as_of: Position | datetime | None = None,
         dense: bool | None = None,
+        user_id: str | None = None,
     ) -> list[ContextMessage]:
         """Return the messages for the next model call, within ``budget`` tokens. Never calls a summarizer.
+
+        In a conversation of a user (or given ``user_id``: a conversation
+        about to start, read before its first append), ``context.user_share``
+        of the budget, and what the conversation's own context leaves
+        unused, goes to the user's memory (``kind="memory:user"``) and to
+        messages recalled from the user's other conversations
+        (``kind="user_recalled"``), placed after the conversation's own memory.
+        ``user_id`` naming another user than the conversation's raises
+        :class:`UserConflictError`.
 
         With dense retrieval configured (``retrieval.embedder``), recall fuses
         BM25 with the cosine ranking of message embeddings, embedding the
@@ -532,6 +562,7 @@ class MemoryEngine:
         """
         _check_reading(conversation_id, tenant_id, budget=budget, query=query, policy=policy)
         self.check_owned(conversation_id, tenant_id=tenant_id)
+        from memfold.engine.users import with_user_part
         from memfold.projections.context import assemble
 
         if as_of is not None:
@@ -549,11 +580,42 @@ class MemoryEngine:
         log_budget_decisions(name, conversation_id, plan)
         verbatim = self._verbatim(plan, tenant_id, conversation_id, budget)
         older = self._older(tenant_id, conversation_id, dense)
-        return assemble(
-            plan, verbatim, budget=budget, system_prompt=self.settings.system_prompt, count_tokens=self.counter.count,
+        part = self._user_part(name, plan, verbatim, tenant_id, conversation_id, budget, query, user_id)
+        mine = part.render() if part is not None else []
+        messages = assemble(
+            plan, verbatim, budget=None if budget is None else budget - sum(m.tokens for m in mine),
+            system_prompt=self.settings.system_prompt, count_tokens=self.counter.count,
             older=None if plan.fallback == "deleted" else older, query=query,
             recall_share=self.settings.context.recall_share,
         )
+        if part is not None:  # what the conversation's own context left unused goes to the user part too
+            room = budget - sum(m.tokens for m in messages)
+            if room > part.room:  # more than it was given: render it again (a user part is at most its room)
+                mine = part.render(room)
+        return with_user_part(messages, mine)
+
+    def _user_part(self, name: str, plan, verbatim, tenant_id: str, conversation_id: str, budget: int | None,
+                   query: str | None, user_id: str | None = None):
+        """Return the context's :class:`~memfold.engine.users.UserPart`: None without a budget, a user, or a user share."""
+        from memfold.engine import users
+
+        user = self.projector.users.owner(tenant_id, conversation_id)
+        if user_id is not None:
+            users.check_user_id(user_id)
+            if user is not None and user != user_id:
+                raise UserConflictError(f"conversation {conversation_id!r} belongs to user {user!r}, not {user_id!r}",
+                                        field="user_id", user_id=user_id, owner=user)
+            user = user_id
+        if user is None or budget is None or not self.settings.context.user_share or plan.fallback == "deleted":
+            return None
+        current = verbatim[-1] if verbatim and verbatim[-1].role == "user" else None
+        fixed = sum(m.tokens or self._count_cached(m.content) + MESSAGE_OVERHEAD for m in plan.memory)
+        if self.settings.system_prompt:
+            fixed += self._count_cached(self.settings.system_prompt) + MESSAGE_OVERHEAD
+        fixed += current.tokens if current is not None else 0
+        if query is None and current is not None:
+            query = current.content
+        return users.user_part(self, user, conversation_id, tenant_id, name, budget, fixed, query)
 
     def prompt(
         self,
@@ -584,7 +646,8 @@ class MemoryEngine:
         """True when :meth:`context` of this conversation (no ``as_of``) is computed from memory alone.
 
         Its policy state, recall index and newest messages are held in
-        memory, no embedder is configured (a query would be embedded), the
+        memory (and, for a conversation of a user, the user's memory and the
+        recall index of each of the user's conversations), no embedder is configured (a query would be embedded), the
         policy never waits for a pending summary (``lazy_timeout_ms`` 0) and
         its plan does not name verbatim messages one by one (topics): the
         read makes no model call, no sleep and, unless a verbatim window
@@ -598,7 +661,11 @@ class MemoryEngine:
         _, ctx = self._read_context(name)
         if not (self.dense is None and not getattr(ctx.settings, "lazy_timeout_ms", 0)
                 and self.projector.holds_state(name, *key) and self.projector.search.loaded(key)
-                and self.projector.tail.holds(key)):
+                and self.projector.tail.holds(key) and self.projector.users.warm(*key)):
+            return False
+        user = self.projector.users.owner(*key)
+        if user is not None and not all(self.projector.search.loaded((tenant_id, c))
+                                        for c in self.projector.users.memory(tenant_id, user).conversations):
             return False
         # A plan naming its verbatim messages one by one (topics) reads them from the store.
         return not self._read_plan(name, *key)[2].verbatim_indices
@@ -670,6 +737,8 @@ class MemoryEngine:
         return FusedOlder(older, self.dense, (tenant_id, conversation_id), self.settings.retrieval.rrf_k)
 
     def _verbatim(self, plan, tenant_id: str, conversation_id: str, budget: int | None) -> list[MessageRecord]:
+        if not self.projector.users.holds(tenant_id, conversation_id):
+            return []  # not started yet (read as a user's new conversation): nothing to ask the store
         if plan.verbatim_indices is not None:
             return self.store.messages_at(tenant_id, conversation_id, plan.verbatim_indices)
         return self.projector.recent_messages(tenant_id, conversation_id, plan.verbatim_from, budget)
@@ -746,6 +815,103 @@ class MemoryEngine:
     def summary_counts(self) -> dict[str, tuple[int, float]]:
         """Return ``{status: (summary requests, total latency ms)}`` of the projection."""
         return self.store.summary_status_counts()
+    # ----------------------------------------------------------------- users
+
+    def user_memory(
+        self, user_id: str, *, tenant_id: str = "default", policy: str | None = None, as_of: datetime | None = None,
+    ) -> dict[str, Any]:
+        """Return a user's memory across its conversations: what the fold keeps of the user.
+
+        Keys: ``conversations`` (id, message_count, first_at, last_at; most
+        recently active first), ``facts`` (the current value of each key, with
+        the conversation, message index and time it was stated in),
+        ``statements`` (every statement, with ``superseded_by`` /
+        ``superseded_in`` naming the later one that replaced it),
+        ``summary`` (each conversation's newest summary text). ``as_of`` (a
+        timezone-aware datetime): the facts as they stood then. Raises
+        :class:`UnknownUserError` when no live conversation of the tenant
+        belongs to the user.
+        """
+        from memfold.engine import users
+
+        _require_text("tenant_id", tenant_id)
+        if policy is not None and not isinstance(policy, str):
+            raise ValidationError(f"policy must be a policy name (a string), got {type(policy).__name__}", field="policy")
+        users.check_user_id(user_id)
+        return users.memory(self, user_id, tenant_id, self._policy_name(policy, tenant_id), as_of)
+
+    def user_of(self, conversation_id: str, *, tenant_id: str = "default") -> str | None:
+        """Return the user a conversation belongs to (None: no user named, or not projected yet)."""
+        _check_reading(conversation_id, tenant_id)
+        return self.projector.users.owner(tenant_id, conversation_id)
+
+    def search_user(self, user_id: str, query: str, *, limit: int = 10, tenant_id: str = "default") -> list[dict[str, Any]]:
+        """Return the messages of every conversation of a user best matching ``query`` (BM25), best first.
+
+        Each hit: conversation_id, index, role, content, occurred_at, score.
+        Raises :class:`UnknownUserError` for a user with no live conversation.
+        """
+        from memfold.engine import users
+
+        _require_text("tenant_id", tenant_id)
+        _require_text("query", query)
+        _check_search(("message",), limit)
+        users.check_user_id(user_id)
+        return users.search(self, user_id, query, tenant_id, limit)
+
+    def audit_user(self, user_id: str, *, tenant_id: str = "default") -> dict[str, Any]:
+        """Return how a user's memory evolved: every statement of a fact, the conversation that taught it, what replaced it."""
+        from memfold.engine import users
+
+        _require_text("tenant_id", tenant_id)
+        users.check_user_id(user_id)
+        return users.audit(self, user_id, tenant_id)
+
+    def forget_user(
+        self, user_id: str, *, tenant_id: str = "default", reason: str | None = None, timeout: float = 120.0,
+    ) -> list[str]:
+        """Erase a user: crypto-shred every conversation of the user and the user memory; return the conversations.
+
+        Steps: (1) list the user's conversations (the projection's, those
+        this process appended and the projection does not hold yet, and those
+        of an earlier run cut short) and record them as a pending user erasure
+        (``data_dir/erasures``: conversation ids, not the user id); (2)
+        :meth:`forget` each not forgotten yet, and finish each whose own
+        erasure is pending (its data key destroyed, its rows erased, the file
+        rewritten, replay namespaces too); (3) delete what is left of the
+        user memory and rewrite the file; (4) clear the record. Resumable: a
+        run cut short is finished by running it again. Raises
+        :class:`UnknownUserError` when the user has no conversation here and
+        no erasure of it is pending.
+        """
+        from memfold.engine import users
+        from memfold.engine.erasure import PendingErasures
+
+        _require_text("tenant_id", tenant_id)
+        users.check_user_id(user_id)
+        if self.store is None:
+            raise ConfigError("forget_user needs the projection to find the user's conversations; "
+                              "run it where the projection is (memfold forget --user, DELETE /v1/users/{user_id})")
+        pending = PendingErasures(self.settings.data_dir)
+        found = pending.user_conversations(tenant_id, user_id)
+        found += [c["conversation_id"] for c in self.store.user_conversations(tenant_id, user_id)]
+        found += [c for (t, c), u in self.appended_users.items() if t == tenant_id and u == user_id]
+        conversations = list(dict.fromkeys(found))
+        if not conversations:
+            raise UnknownUserError(f"no conversation of tenant {tenant_id!r} belongs to user {user_id!r}",
+                                   field="user_id")
+        pending.begin_user(tenant_id, user_id, conversations)
+        for conversation_id in conversations:
+            done = (self.sealer is not None and not pending.is_pending(tenant_id, conversation_id)
+                    and self.sealer.keys.status(conversation_key(tenant_id, conversation_id)) == "forgotten")
+            if not done:  # forgotten by the run cut short, and finished: forgetting it again would add nothing
+                self.forget(conversation_id, tenant_id=tenant_id, reason=reason, timeout=timeout)
+        with self.runner.paused():
+            if self.store.erase_user(tenant_id, user_id) or self.store.compaction_owed():
+                self.store.compact()
+            self.projector.users.clear()
+        pending.done_user(tenant_id, user_id)
+        return conversations
 
     def history(self, conversation_id: str, *, tenant_id: str = "default") -> list[MessageRecord]:
         """Return every message of a conversation as stored, oldest first."""
@@ -842,6 +1008,7 @@ class MemoryEngine:
             )
         pending = PendingErasures(self.settings.data_dir)
         pending.begin(tenant_id, conversation_id)
+        self.appended_users.pop((tenant_id, conversation_id), None)
         event = ConversationDeleted(
             event_id=new_event_id(), tenant_id=tenant_id, conversation_id=conversation_id, occurred_at=utcnow(),
             payload=ConversationDeletedPayload(reason=reason),

@@ -61,6 +61,34 @@ class PendingErasures:
     def is_pending(self, tenant_id: str, conversation_id: str) -> bool:
         return self._path(tenant_id, conversation_id).exists()
 
+    def _user_path(self, tenant_id: str, user_id: str) -> Path:
+        name = hashlib.sha256(f"user\x00{tenant_id}/{user_id}".encode()).hexdigest()[:32]
+        return self.root / f"user-{name}.json"
+
+    def begin_user(self, tenant_id: str, user_id: str, conversations: list[str]) -> None:
+        """Record (durably) that a user's erasure has begun and which conversations it covers (not the user id)."""
+        private_dir(self.root)
+        path = self._user_path(tenant_id, user_id)
+        tmp = path.with_suffix(".tmp")
+        fd = os.open(tmp, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump({"tenant_id": tenant_id, "conversations": conversations}, fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+
+    def user_conversations(self, tenant_id: str, user_id: str) -> list[str]:
+        """Return the conversations of a user's erasure that began and did not finish ([] when none is pending)."""
+        path = self._user_path(tenant_id, user_id)
+        try:
+            return list(json.loads(path.read_text(encoding="utf-8"))["conversations"])
+        except FileNotFoundError:
+            return []
+
+    def done_user(self, tenant_id: str, user_id: str) -> None:
+        """Clear a user's record: every conversation and the user memory are gone."""
+        self._user_path(tenant_id, user_id).unlink(missing_ok=True)
+
 
 def remove_leftovers(data_dir: Path, live: Path, *, busy: set[Path] = frozenset()) -> list[str]:
     """Delete what killed commands left beside the projections; return the names removed.

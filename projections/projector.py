@@ -42,6 +42,7 @@ from memfold.projections.policies._topic_memory import taken_back
 from memfold.projections.read_cache import ColdReads
 from memfold.projections.store import ERASED_PAYLOAD, Changes, DuckDBProjectionStore
 from memfold.projections.tail import TailCache
+from memfold.projections.user_context import UserReads
 
 
 @dataclass
@@ -53,6 +54,7 @@ class _Conversation:
     first_at: Any = None
     last_at: Any = None
     deleted: bool = False
+    user_id: str | None = None  # the first user its messages named: a conversation belongs to at most one
 
     @classmethod
     def from_row(cls, row: dict[str, Any] | None, partition: int) -> _Conversation:
@@ -62,6 +64,7 @@ class _Conversation:
         return cls(
             partition=row["partition"], message_count=row["message_count"], last_seq=row["last_seq"],
             token_count=row["token_count"], first_at=row["first_at"], last_at=row["last_at"], deleted=row["deleted"],
+            user_id=row.get("user_id"),
         )
 
 
@@ -88,6 +91,10 @@ class Projector:
         self.tail = TailCache()
         self.search = retrieval.SearchIndex(store.search_rows, store.messages)
         self.history = time_travel.HistoryCache(store)
+        self.users = UserReads(store, counter.count)  # conversations' users and users' memory, for reads
+        # Set by a reader that caches contexts (the service): each commit then names, in Changes.related, the
+        # other conversations of the users it touched (their contexts hold those users' memory and recall).
+        self.relate_users = False
         # Called with each batch's Changes once durable (the dense index queues its messages to embed).
         self.listeners: list[Callable[[Changes], None]] = []
         # Called every PAUSE_EVERY folded events: where a process serving reads lets them go first
@@ -178,6 +185,11 @@ class Projector:
         self.tail.extend(records)
         self.search.extend(changes.search, records)
         self.history.extend(changes)
+        self.users.committed(changes)
+        if self.relate_users:
+            owners = {(t, row["user_id"]) for (t, _), row in changes.conversations.items() if row.get("user_id")}
+            for tenant_id, user_id in sorted(owners | changes.users):
+                changes.related.update((tenant_id, c) for c in self.users.memory(tenant_id, user_id).conversations)
         self._bound(changes.conversations)
         for listener in self.listeners:
             listener(changes)
@@ -203,6 +215,7 @@ class Projector:
         self.tail.clear()
         self.search.clear()
         self.history.clear()
+        self.users.clear()
         self._cold_states.clear()
         self._conversations.clear()
         self._states.clear()
@@ -283,6 +296,7 @@ class Projector:
         decided: list[Event] = []
         touched_states: set[tuple[str, str, str]] = set()
         touched_convs: set[tuple[str, str]] = set()
+        user_convs: set[tuple[str, str]] = set()  # conversations whose user memory changes with this batch
         fresh = [
             r for r in records if r.position.offset >= max(applied.get(r.position.partition, 0), positions.get(r.position.partition, 0))
         ]
@@ -324,6 +338,12 @@ class Projector:
             else:
                 tokens = 0
             had_text = conv.message_count > 0
+            if isinstance(event, MessageAppended) and event.payload.user_id is not None and conv.user_id is None \
+                    and not conv.deleted:
+                # The first user named owns the conversation; appends naming another are refused (the engine
+                # checks at append), and one that slipped through (two writers at once) leaves it as it is.
+                conv.user_id = event.payload.user_id
+                user_convs.add(conv_key)
             folded = fold_event(
                 event,
                 ConversationCounters(conv.message_count, conv.token_count, conv.deleted),
@@ -347,9 +367,13 @@ class Projector:
                 if isinstance(event, SummaryProduced) and event.payload.policy in folded.states:
                     self._facts_diff(ch, event, _retractions(folded.states[event.payload.policy]))
                     _index_summary(ch, event)
+                    user_convs.add(conv_key)
             elif isinstance(event, TopicEvicted) and self._folded_here(event.payload, folded.states):
                 self._facts_evicted(ch, event)
             elif isinstance(event, ConversationDeleted):
+                if conv.user_id is not None:  # its user's memory loses what it taught; then it is no one's
+                    ch.users.add((event.tenant_id, conv.user_id))
+                    conv.user_id = None
                 ch.deleted.add(conv_key)
                 if had_text:  # its text was in this file: rewrite it once the deletion commits
                     ch.erased.add(conv_key)
@@ -370,13 +394,17 @@ class Projector:
                     *conv_key, event.seq, folded.counters, {name: self.state(name, *conv_key) for name in self.policies}
                 ))
             decided.extend(folded.requests)
+        # Facts a user's message took back (topics) or a topic's eviction retired change the user memory too.
+        user_convs.update((r[1], r[2]) for r in ch.fact_retirements)
         for conv_key in touched_convs:
             c = self._conversations[conv_key]
             ch.conversations[conv_key] = {
                 "tenant_id": conv_key[0], "conversation_id": conv_key[1], "partition": c.partition,
                 "message_count": c.message_count, "last_seq": c.last_seq, "token_count": c.token_count,
-                "first_at": c.first_at, "last_at": c.last_at, "deleted": c.deleted,
+                "first_at": c.first_at, "last_at": c.last_at, "deleted": c.deleted, "user_id": c.user_id,
             }
+            if c.user_id is not None and conv_key in user_convs:
+                ch.users.add((conv_key[0], c.user_id))
         for key in touched_states:
             state = self._states[key]
             ch.policy_states[key] = state_codec.encode(state)

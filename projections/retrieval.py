@@ -608,6 +608,29 @@ class SearchIndex:
         hits.sort(key=lambda h: -h.score)
         return hits[:limit]
 
+    def rank_many(self, keys: Iterable[Key], query: str, limit: int) -> list[tuple[Key, Hit]]:
+        """Return, for each conversation of ``keys``, its ``limit`` messages best matching ``query`` (BM25).
+
+        What :meth:`rank` gives per conversation, with the query analysed once
+        and the lock taken once: a user's memory ranks tens of conversations
+        per read. Scores are per conversation (each its own corpus).
+        """
+        terms = set(query_terms(query))
+        if not terms:
+            return []
+        out: list[tuple[Key, Hit]] = []
+        with self._lock:
+            for key in keys:
+                corpus = self._docs(key).corpora.get("message")
+                if corpus is None:
+                    continue
+                scores = corpus.scores(terms)
+                # The best few of many candidates: a heap, not a sort (same order, ties to the newer document).
+                for score, d in heapq.nlargest(limit, zip(scores.values(), scores.keys())):
+                    doc_id, idx, doc_policy = corpus.meta[d]
+                    out.append((key, Hit("message", doc_id, idx, score, doc_policy)))
+        return out
+
     def rank_messages(
         self, key: Key, query: str, limit: int, user_boost: float = 1.0, as_of: int | None = None
     ) -> list[int]:

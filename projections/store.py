@@ -31,6 +31,7 @@ from memfold.core.positions import Position
 from memfold.projections.dense import DENSE_DDL
 from memfold.projections.retrieval import SEARCH_COLUMNS, SEARCH_DDL, new_columns
 from memfold.projections.summary_cache import CACHE_TABLE_DDL, CACHE_TABLE_MIGRATIONS
+from memfold.projections.user_memory import USER_FACT_COLUMNS, StatedFact, fold_user_facts
 from memfold.projections.views import view_ddl
 
 if TYPE_CHECKING:
@@ -95,6 +96,17 @@ _DDL = [
     """CREATE TABLE IF NOT EXISTS state_history (
         tenant_id VARCHAR, conversation_id VARCHAR, seq BIGINT, message_count BIGINT, token_count BIGINT,
         deleted BOOLEAN, states JSON)""",
+    # User memory (projections.user_memory): a conversation belongs to at most one user (the first its messages
+    # name); user_facts and user_notes are refolded, in the batch's transaction, for every user it touched.
+    "ALTER TABLE conversations ADD COLUMN IF NOT EXISTS user_id VARCHAR",
+    """CREATE TABLE IF NOT EXISTS user_facts (
+        policy VARCHAR, tenant_id VARCHAR, user_id VARCHAR, key VARCHAR, value VARCHAR, category VARCHAR,
+        conversation_id VARCHAR, stated_in BIGINT, stated_at TIMESTAMPTZ, fact_id VARCHAR,
+        superseded_by VARCHAR, superseded_in VARCHAR, "current" BOOLEAN)""",
+    # Per conversation of a user and policy, its newest completed summary's text: the user's summary.
+    """CREATE TABLE IF NOT EXISTS user_notes (
+        policy VARCHAR, tenant_id VARCHAR, user_id VARCHAR, conversation_id VARCHAR, summary_id VARCHAR,
+        text VARCHAR, covers_to BIGINT, stated_at TIMESTAMPTZ)""",
     # Log records no event decodes from (engine.unreadable): folded past, kept here for the operator.
     """CREATE TABLE IF NOT EXISTS poison_events (
         "partition" INTEGER, "offset" BIGINT, event_id VARCHAR, stored_type VARCHAR,
@@ -140,6 +152,10 @@ class Changes:
     records: list[MessageRecord] = field(default_factory=list)  # for the hot tail, not written
     # poison_events rows: records that could not be decoded, folded past (partition, offset, ids known, error)
     poison: list[dict[str, Any]] = field(default_factory=list)
+    users: set[tuple[str, str]] = field(default_factory=set)  # (tenant, user) whose user memory is refolded
+    # Conversations not written by the batch whose context changed with it: the other conversations of a
+    # user whose conversation it wrote (their contexts hold its memory and recall). Set once committed.
+    related: set[tuple[str, str]] = field(default_factory=set)
 
     def __len__(self) -> int:
         return len(self.events["event_id"])
@@ -291,7 +307,7 @@ class DuckDBProjectionStore:
         with self._write_lock:
             cur.execute("DROP VIEW IF EXISTS search_postings")
             for table in ("positions", "events", "conversations", "messages", "summaries", "facts", "policy_state",
-                          "policy_rows", "search_docs", "state_history", "poison_events"):
+                          "policy_rows", "search_docs", "state_history", "poison_events", "user_facts", "user_notes"):
                 cur.execute(f"DROP TABLE IF EXISTS {table}")
             for ddl in (*_DDL, *view_ddl()):
                 cur.execute(ddl)
@@ -474,6 +490,8 @@ class DuckDBProjectionStore:
                 cur.register("_prows", pa.table({k: pa.array(v, pa.string()) for k, v in rows.items()}))
                 cur.execute("INSERT INTO policy_rows SELECT policy, tbl, tenant_id, conversation_id, row::JSON FROM _prows")
                 cur.unregister("_prows")
+        for tenant_id, user_id in sorted(ch.users):  # last: it reads the facts and summaries written above
+            _refold_user(cur, tenant_id, user_id)
 
     def erase(self, tenant_id: str, conversation_id: str, *, fold_states: bool = False) -> int:
         """Delete every content row of a conversation again (rows a late writer added); return how many went.
@@ -953,6 +971,83 @@ class DuckDBProjectionStore:
                 held[topic_id] = {(f["key"], f["value"]) for f in json.loads(facts or "[]") if f.get("superseded_by") is None}
         return held, evicted
 
+    # ----------------------------------------------------------------- user memory reads
+
+    @_read_again_after_a_swap
+    def conversation_owner(self, tenant_id: str, conversation_id: str) -> tuple[bool, str | None]:
+        """Return whether the projection holds the conversation, and its user (None: no user named, or forgotten)."""
+        rows = self.connection.execute(
+            "SELECT user_id FROM conversations WHERE tenant_id = ? AND conversation_id = ?", [tenant_id, conversation_id]
+        ).fetchall()
+        return (True, rows[0][0]) if rows else (False, None)
+
+    @_read_again_after_a_swap
+    def user_conversations(self, tenant_id: str, user_id: str) -> list[dict[str, Any]]:
+        """Return the user's live conversations (id, message_count, first_at, last_at), most recently active first."""
+        cur = self.connection.execute(
+            "SELECT conversation_id, message_count, first_at, last_at FROM conversations WHERE tenant_id = ? "
+            "AND user_id = ? AND NOT coalesce(deleted, false) ORDER BY last_at DESC, conversation_id",
+            [tenant_id, user_id],
+        )
+        names = [d[0] for d in cur.description]
+        return [dict(zip(names, row)) for row in cur.fetchall()]
+
+    @_read_again_after_a_swap
+    def user_facts(self, tenant_id: str, user_id: str, policy: str | None = None) -> list[dict[str, Any]]:
+        """Return the user's ``user_facts`` rows (every statement, with lineage), by policy, key and statement order."""
+        where, params = "tenant_id = ? AND user_id = ?", [tenant_id, user_id]
+        if policy is not None:
+            where, params = where + " AND policy = ?", [*params, policy]
+        cur = self.connection.execute(
+            f"SELECT {', '.join(_q(c) for c in USER_FACT_COLUMNS)} FROM user_facts WHERE {where} "
+            "ORDER BY policy, key, stated_at NULLS FIRST, conversation_id, stated_in NULLS FIRST, value", params,
+        )
+        names = [d[0] for d in cur.description]
+        return [dict(zip(names, row)) for row in cur.fetchall()]
+
+    @_read_again_after_a_swap
+    def user_notes(self, tenant_id: str, user_id: str, policy: str | None = None) -> list[dict[str, Any]]:
+        """Return the newest summary text of each of the user's conversations (per policy), newest conversation first."""
+        where, params = "tenant_id = ? AND user_id = ?", [tenant_id, user_id]
+        if policy is not None:
+            where, params = where + " AND policy = ?", [*params, policy]
+        cur = self.connection.execute(
+            f"SELECT policy, conversation_id, summary_id, text, covers_to, stated_at AS at FROM user_notes WHERE {where} "
+            "ORDER BY stated_at DESC, conversation_id", params,
+        )
+        names = [d[0] for d in cur.description]
+        return [dict(zip(names, row)) for row in cur.fetchall()]
+
+    @_read_again_after_a_swap
+    def stated_facts(self, tenant_id: str, user_id: str) -> list[StatedFact]:
+        """Return the facts rows the user fold reads (:func:`~memfold.projections.user_memory.fold_user_facts`)."""
+        return _stated_facts(self.connection, tenant_id, user_id)
+
+    def erase_user(self, tenant_id: str, user_id: str) -> int:
+        """Delete a user's user-memory rows (its conversations are erased one by one); return how many went."""
+        if self.read_only:
+            raise ProjectionError("this projection is open read-only")
+        cur = self.connection
+        with self._write_lock:
+            try:
+                cur.execute("BEGIN TRANSACTION")
+                count = 0
+                for table in ("user_facts", "user_notes"):
+                    count += cur.execute(f"DELETE FROM {table} WHERE tenant_id = ? AND user_id = ?",
+                                         [tenant_id, user_id]).fetchone()[0]
+                count += cur.execute("UPDATE conversations SET user_id = NULL WHERE tenant_id = ? AND user_id = ?",
+                                     [tenant_id, user_id]).fetchone()[0]
+                if count:
+                    _owe_compaction(cur)
+                cur.execute("COMMIT")
+                return count
+            except duckdb.Error as exc:
+                try:
+                    cur.execute("ROLLBACK")
+                except duckdb.Error:
+                    self._reopen()
+                raise ProjectionError(f"cannot erase the memory of user {user_id!r}: {exc}") from exc
+
     @_read_again_after_a_swap
     def conversation_page(self, tenant_id: str, limit: int, offset: int) -> list[dict[str, Any]]:
         """Return a page of the tenant's live conversations, most recently active first (retracted messages not counted)."""
@@ -1051,7 +1146,7 @@ class DuckDBProjectionStore:
         return {"rows": rows, "positions": positions, "meta": meta}
 
     @_read_again_after_a_swap
-    def dump(self, tables: Iterable[str] = ("events", "conversations", "messages", "summaries", "facts", "policy_state", "policy_rows", "search_docs", "positions")) -> dict[str, list[tuple[Any, ...]]]:
+    def dump(self, tables: Iterable[str] = ("events", "conversations", "messages", "summaries", "facts", "policy_state", "policy_rows", "search_docs", "positions", "user_facts", "user_notes")) -> dict[str, list[tuple[Any, ...]]]:
         """Return every row of ``tables`` in a canonical order (for determinism and parity checks)."""
         out: dict[str, list[tuple[Any, ...]]] = {}
         for table in tables:
@@ -1168,8 +1263,11 @@ def _erase(cur: duckdb.DuckDBPyConnection, tenant_id: str, conversation_id: str)
     key = [tenant_id, conversation_id]
     count = 0
     for table in ("messages", "summaries", "facts", "policy_rows", "search_docs", "state_history", "llm_cache",
-                  "dense_vectors"):
+                  "dense_vectors", "user_facts", "user_notes"):
         count += cur.execute(f"DELETE FROM {table} WHERE tenant_id = ? AND conversation_id = ?", key).fetchone()[0]
+    # Whose conversation it was goes too: the conversations row stays as the audit record, without its user.
+    count += cur.execute("UPDATE conversations SET user_id = NULL WHERE tenant_id = ? AND conversation_id = ? "
+                         "AND user_id IS NOT NULL", key).fetchone()[0]
     private = ", ".join(f"'{t}'" for t in PRIVATE_FIELDS)
     count += cur.execute(
         "UPDATE events SET payload = ? WHERE tenant_id = ? AND conversation_id = ? "
@@ -1179,6 +1277,46 @@ def _erase(cur: duckdb.DuckDBPyConnection, tenant_id: str, conversation_id: str)
     if count:
         _owe_compaction(cur)
     return count
+
+
+_STATED_FACTS = (
+    "SELECT f.policy, f.key, f.value, f.category, f.conversation_id, f.stated_in, f.stated_at, f.fact_id, "
+    "coalesce(f.stated_at, s.requested_at) FROM facts f "
+    "JOIN conversations c ON c.tenant_id = f.tenant_id AND c.conversation_id = f.conversation_id "
+    "LEFT JOIN summaries s ON s.summary_id = f.introduced_by AND s.tenant_id = f.tenant_id "
+    "AND s.conversation_id = f.conversation_id "
+    # A fact a later summary dropped is no statement; one retired because a newer value came is lineage.
+    "WHERE c.tenant_id = ? AND c.user_id = ? AND NOT coalesce(c.deleted, false) "
+    "AND (f.retired_by IS NULL OR f.superseded_by IS NOT NULL)"
+)
+
+
+def _stated_facts(cur: duckdb.DuckDBPyConnection, tenant_id: str, user_id: str) -> list[StatedFact]:
+    return [StatedFact(*row) for row in cur.execute(_STATED_FACTS, [tenant_id, user_id]).fetchall()]
+
+
+def _refold_user(cur: duckdb.DuckDBPyConnection, tenant_id: str, user_id: str) -> None:
+    """Rewrite a user's ``user_facts`` and ``user_notes`` from its conversations' rows (inside the batch's transaction)."""
+    key = [tenant_id, user_id]
+    cur.execute("DELETE FROM user_facts WHERE tenant_id = ? AND user_id = ?", key)
+    cur.execute("DELETE FROM user_notes WHERE tenant_id = ? AND user_id = ?", key)
+    rows = fold_user_facts(tenant_id, user_id, _stated_facts(cur, tenant_id, user_id))
+    if rows:
+        cur.register("_ufacts", _arrow_rows(rows))
+        cols = ", ".join(_q(c) for c in USER_FACT_COLUMNS)
+        cur.execute(f"INSERT INTO user_facts ({cols}) SELECT {cols} FROM _ufacts")
+        cur.unregister("_ufacts")
+    cur.execute(
+        # Dated by the newest message it covers: event time, so a rebuild folding in other batches agrees.
+        "INSERT INTO user_notes SELECT s.policy, c.tenant_id, c.user_id, s.conversation_id, s.summary_id, s.text, "
+        "s.covers_to, m.occurred_at FROM summaries s JOIN conversations c ON c.tenant_id = s.tenant_id "
+        "AND c.conversation_id = s.conversation_id LEFT JOIN messages m ON m.tenant_id = s.tenant_id "
+        "AND m.conversation_id = s.conversation_id AND m.idx = s.covers_to WHERE c.tenant_id = ? AND c.user_id = ? "
+        "AND NOT coalesce(c.deleted, false) AND s.status = 'completed' AND s.topic_id IS NULL "
+        "AND coalesce(s.text, '') <> '' "
+        "QUALIFY row_number() OVER (PARTITION BY s.policy, s.conversation_id ORDER BY s.resolved_seq DESC) = 1",
+        key,
+    )
 
 
 def _owe_compaction(cur: duckdb.DuckDBPyConnection) -> None:

@@ -34,6 +34,8 @@ from memfold.core.errors import (
     UnknownConversationError,
     UnknownMessageError,
     UnknownReplayError,
+    UnknownUserError,
+    UserConflictError,
     ValidationError,
 )
 from memfold.service.appender import GroupAppender
@@ -79,7 +81,7 @@ def _install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(MemfoldError)
     async def memfold_error(request: Request, exc: MemfoldError):
         kind = type(exc).__name__
-        if isinstance(exc, (EventConflictError, AlreadyRetractedError)):
+        if isinstance(exc, (EventConflictError, AlreadyRetractedError, UserConflictError)):
             return _error(409, kind, str(exc), field=exc.field, line=exc.line)
         if isinstance(exc, SqlTimeoutError):
             return _error(408, kind, str(exc), field=exc.field)
@@ -87,7 +89,7 @@ def _install_error_handlers(app: FastAPI) -> None:
             return _error(410, kind, str(exc), field=exc.field, line=exc.line)
         if isinstance(exc, ErasureIncompleteError):
             return _error(503, kind, str(exc), headers={"Retry-After": "5"})
-        if isinstance(exc, (UnknownReplayError, UnknownConversationError, UnknownMessageError)):
+        if isinstance(exc, (UnknownReplayError, UnknownConversationError, UnknownMessageError, UnknownUserError)):
             return _error(404, kind, str(exc), field=exc.field)
         if isinstance(exc, MessageTooLargeError):
             return _error(413, kind, str(exc), field=exc.field, line=exc.line)

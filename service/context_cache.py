@@ -57,12 +57,27 @@ def context_key(tenant_id: str, conversation_id: str, budget: int | None, query:
 
 
 def touched_by(changes) -> dict[tuple[str, str], bool]:
-    """Map each conversation a committed batch wrote to whether it is now deleted."""
-    return {key: bool(row.get("deleted")) for key, row in changes.conversations.items()}
+    """Map each conversation a committed batch changed the context of to whether it is now deleted.
+
+    That is each conversation it wrote, and the other conversations of their
+    users (``Changes.related``: a user's memory and recall are in every one).
+    """
+    touched = dict.fromkeys(changes.related, False)
+    touched.update((key, bool(row.get("deleted"))) for key, row in changes.conversations.items())
+    return touched
 
 
 def follow_projector(engine, listener: Callable, on_switch: Callable[[Any], None]) -> None:
-    """Have ``listener`` hear every committed batch, and ``on_switch(projector)`` every settings switch."""
+    """Have ``listener`` hear every committed batch, and ``on_switch(projector)`` every settings switch.
+
+    Every projector also reports, for a conversation of a user, the user's
+    other conversations as touched: their contexts hold the user's memory.
+    """
+    def relate_users(projector) -> None:
+        projector.relate_users = True
+
+    relate_users(engine.projector)
+    engine.add_switch_listener(relate_users)
     engine.add_batch_listener(listener)
     engine.add_switch_listener(on_switch)
 

@@ -118,6 +118,7 @@ OPERATIONS = frozenset({
     "diff_replay", "drop_replay", "erasure_pending", "export", "forget", "history", "messages", "plan", "progress", "prompt",
     "promote", "rebuild", "reopen", "replay", "replays", "retract", "search", "search_messages", "sql",
     "summaries", "summary_counts", "tenant_sql", "verify", "wait_for", "wait_idle",
+    "audit_user", "forget_user", "search_user", "user_memory", "user_of",
 })
 READS_FIRST_WAIT_S = 0.02
 
@@ -623,6 +624,9 @@ class RemoteEngine:
         except BaseException:
             self.local.close()
             raise
+        # Appends check a message's user against its conversation's: the projection's is in the fold process.
+        self.local.owners = lambda tenant_id, conversation_id: self.fold.call(
+            "user_of", (conversation_id,), {"tenant_id": tenant_id})
 
     def _settings_changed(self, settings: Settings) -> None:
         self.settings = settings
@@ -687,6 +691,17 @@ class RemoteEngine:
 
     def context_in_memory(self, *args: Any, **kwargs: Any) -> bool:
         return False  # every read is computed in the fold process: hand it to a thread
+
+    def forget(self, conversation_id: str, **kwargs: Any):
+        # What this process appended named the conversation's user: a reopened conversation may have another.
+        self.local.appended_users.pop((kwargs.get("tenant_id", "default"), conversation_id), None)
+        return self.fold.call("forget", (conversation_id,), kwargs)
+
+    def forget_user(self, user_id: str, **kwargs: Any):
+        tenant_id = kwargs.get("tenant_id", "default")
+        for key in [k for k, u in self.local.appended_users.items() if k[0] == tenant_id and u == user_id]:
+            self.local.appended_users.pop(key, None)
+        return self.fold.call("forget_user", (user_id,), kwargs)
 
     def close(self) -> None:
         self.fold.close()

@@ -29,6 +29,7 @@ from memfold.core.errors import (
     ConversationForgottenError,
     UnknownConversationError,
     UnknownMessageError,
+    UserConflictError,
     ValidationError,
 )
 from memfold.core.ids import content_hash
@@ -50,6 +51,8 @@ from memfold.service.schemas import (
     ShapedContextResponse,
     SqlRequest,
     SqlResponse,
+    UserSearchRequest,
+    UserSearchResponse,
     context_body,
     shaped_body,
 )
@@ -177,6 +180,12 @@ def _validated(engine, tenant: str, conversation_id: str, body: AppendRequest) -
         if caller is not None:
             row["metadata"] = {**(row.get("metadata") or {}), CLIENT_ID_KEY: caller}
         row.update(conversation_id=conversation_id, tenant_id=tenant)
+        if body.user_id is not None:
+            if row.get("user_id") not in (None, body.user_id):
+                raise UserConflictError(f"the message names user {row['user_id']!r}, the batch {body.user_id!r}",
+                                        field="user_id", line=lines[first], user_id=row["user_id"],
+                                        owner=body.user_id)
+            row["user_id"] = body.user_id
         events.append(engine.validate(row, line=lines[first]))
         ids.append(caller)
     return events, ids
@@ -495,6 +504,74 @@ def _after(cursor: str | None) -> str:
     except (binascii.Error, UnicodeDecodeError, ValueError):
         raise ValidationError("cursor is not one this service gave: pass a search answer's next_cursor unchanged",
                               field="cursor") from None
+
+
+# ----------------------------------------------------------------- users
+
+UserPath = Annotated[str, Path(min_length=1, max_length=200, pattern=r"^[^/]+$", description="the user id")]
+
+
+@router.get("/users/{user_id}/memory", tags=["users"], responses={404: {"model": ErrorResponse}})
+def user_memory(
+    request: Request, key: Reader, user_id: UserPath, policy: str | None = Query(None),
+    as_of: str | None = Query(None, description="an ISO-8601 time with a timezone: the facts as they stood then"),
+) -> dict:
+    """Return the user's memory across its conversations: current facts (with the conversation and time each was
+    stated in), every statement with its lineage, the user summary and the user's conversations. 404 for a user
+    no live conversation of this tenant belongs to."""
+    point = _point(as_of)
+    if isinstance(point, Position):
+        raise ValidationError("as_of of user memory is a time, not a log position", field="as_of")
+    return services(request).engine.user_memory(user_id, tenant_id=key.tenant_id, policy=policy, as_of=point)
+
+
+@router.get("/users/{user_id}/context", response_model=ShapedContextResponse | ContextResponse, tags=["users"],
+            responses={404: {"model": ErrorResponse}, 409: {"model": ErrorResponse}})
+def user_context(
+    request: Request, key: Reader, user_id: UserPath,
+    conversation_id: str = Query(min_length=1, max_length=400, description="the user's conversation, started or not"),
+    budget: int | None = Query(None, ge=1), policy: str | None = Query(None),
+    query: str | None = Query(None, max_length=10_000),
+    format: Annotated[ContextFormat, Query()] = "openai",
+) -> Response:
+    """Return the context of a conversation of the user, one not started yet too (its first turn's context: what the
+    user's other conversations taught). 409 for a conversation of another user, 404 for a user no conversation of
+    this tenant belongs to. Not cached: the conversation's own route is the one to poll."""
+    engine = services(request).engine
+    engine.user_memory(user_id, tenant_id=key.tenant_id)  # 404 for a user this tenant does not have
+    name = policy or engine.settings.policy_for(key.tenant_id)
+    messages = tuple(engine.context(conversation_id, budget=budget, query=query, policy=name,
+                                    tenant_id=key.tenant_id, user_id=user_id))
+    body = (context_body(conversation_id, name, budget, messages) if format == "compact"
+            else shaped_body(format, conversation_id, name, budget, messages))
+    return Response(body, media_type="application/json")
+
+
+@router.post("/users/{user_id}/search", response_model=UserSearchResponse, tags=["users"],
+             responses={404: {"model": ErrorResponse}})
+def user_search(request: Request, key: Reader, user_id: UserPath, body: UserSearchRequest) -> UserSearchResponse:
+    """Return the messages of the user's conversations best matching ``query`` (BM25 per conversation, merged)."""
+    hits = services(request).engine.search_user(user_id, body.query, limit=body.limit, tenant_id=key.tenant_id)
+    return UserSearchResponse(user_id=user_id, query=body.query, hits=hits)
+
+
+@router.get("/users/{user_id}/audit", tags=["users"], responses={404: {"model": ErrorResponse}})
+def user_audit(request: Request, key: Reader, user_id: UserPath) -> dict:
+    """Return how the user's memory evolved: each statement of a fact, the conversation that taught it, what replaced it."""
+    return services(request).engine.audit_user(user_id, tenant_id=key.tenant_id)
+
+
+@router.delete("/users/{user_id}", tags=["users"], responses={404: {"model": ErrorResponse},
+                                                               503: {"model": ErrorResponse}})
+def forget_user(
+    request: Request, key: Forgetter, user_id: UserPath,
+    reason: str | None = Query(None, max_length=1000, description="recorded on each ConversationDeleted event"),
+) -> dict:
+    """Erase a user (admin keys): every conversation of the user is forgotten (crypto-shredded) and the user memory
+    deleted. Returns once the projection holds none of it; running it again finishes an erasure cut short."""
+    forgotten = services(request).engine.forget_user(user_id, tenant_id=key.tenant_id, reason=reason)
+    services(request).contexts.deleted([(key.tenant_id, c) for c in forgotten])
+    return {"user_id": user_id, "forgotten": True, "conversations": forgotten}
 
 
 @router.post("/sql", response_model=SqlResponse, tags=["analytics"],

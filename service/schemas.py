@@ -49,6 +49,8 @@ class MessageIn(_Body):
     tool_calls: list[dict[str, Any]] | None = Field(None, description="OpenAI's {id, type, function: {name, "
                                                     "arguments}} or the flat {id, name, arguments}")
     tool_call_id: str | None = None
+    user_id: str | None = Field(None, min_length=1, max_length=200, description="the user the conversation "
+                                "belongs to (or give it once for the batch: AppendRequest.user_id)")
 
 
 InputFormat = Literal["openai", "anthropic", "responses"]
@@ -68,6 +70,9 @@ class AppendRequest(_Body):
     """
 
     format: InputFormat = "openai"
+    user_id: str | None = Field(None, min_length=1, max_length=200, description="the user the conversation belongs "
+                                "to, for every message of the batch (a conversation belongs to one user: naming "
+                                "another is 409 UserConflictError)")
     messages: list[dict[str, Any]] = Field(min_length=1, description="messages in ``format``; errors name the "
                                            "item by ``line`` (1-based)",
                                            json_schema_extra={"items": MessageIn.model_json_schema()})
@@ -201,6 +206,19 @@ class SearchRequest(_Body):
     limit: int = Field(10, ge=1, le=100, description="the most hits one page answers")
 
 
+class UserSearchRequest(_Body):
+    """A query over every conversation of one user."""
+
+    query: str = Field(min_length=1, max_length=10_000)
+    limit: int = Field(10, ge=1, le=100, description="the most hits the answer holds")
+
+
+class UserSearchResponse(BaseModel):
+    user_id: str
+    query: str
+    hits: list[SearchHit]
+
+
 class SearchHit(BaseModel):
     """A message matching the query; ``score`` is BM25 within its conversation."""
 
@@ -210,6 +228,9 @@ class SearchHit(BaseModel):
     content: str
     occurred_at: datetime
     score: float
+
+
+UserSearchResponse.model_rebuild()
 
 
 class SearchResponse(BaseModel):

@@ -21,7 +21,7 @@ PUBLIC = {
         "LogUnavailableError", "AppendFailedError", "ProjectionError", "ProjectionBusyError",
         "ProjectionLagTimeout", "SummarizerError", "SummarizerTimeoutError", "SummarizerOutputError",
         "TokenizerUnavailableError", "UnknownReplayError", "ConversationForgottenError", "ErasureIncompleteError",
-        "UnknownConversationError", "SqlTimeoutError",
+        "UnknownConversationError", "SqlTimeoutError", "UserConflictError", "UnknownUserError",
     ],
     "memfold.core.ports": [
         "EventLog", "Policy", "Summarizer", "Embedder", "ProjectionStore", "MessageSource", "FoldContext",
@@ -48,6 +48,7 @@ PUBLIC = {
         "Appended", "Message", "Context", "ContextMessage", "Conversation", "Identity", "SqlResult",
         "ConversationGoneError", "SearchHit", "SearchPage", "Prompt", "ConversationNotFoundError",
         "MessageNotFoundError", "ReplayNotFoundError", "EventIdConflictError", "AlreadyRetractedConflictError",
+        "UserNotFoundError", "UserIdConflictError",
     ],
     "memfold.service.app": ["create_app"],
     "memfold.adapters.langchain": ["MemfoldChatMessageHistory", "MemfoldMiddleware"],

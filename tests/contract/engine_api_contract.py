@@ -36,6 +36,8 @@ from memfold.core.errors import (
     EventConflictError,
     UnknownConversationError,
     UnknownMessageError,
+    UnknownUserError,
+    UserConflictError,
     ValidationError,
 )
 
@@ -120,6 +122,22 @@ class MemoryApi(abc.ABC):
     @abc.abstractmethod
     def reopen(self, conversation_id: str) -> None:
         """Start a forgotten conversation again."""
+
+    @abc.abstractmethod
+    def append_of_user(self, conversation_id: str, messages: Sequence[Mapping[str, Any]], user_id: str) -> None:
+        """Append messages of a conversation of ``user_id`` as one batch; return once reads see them."""
+
+    @abc.abstractmethod
+    def user_facts(self, user_id: str) -> dict[str, tuple[str, str]]:
+        """Return the user's current facts: key -> (value, conversation it was stated in)."""
+
+    @abc.abstractmethod
+    def search_user(self, user_id: str, query: str) -> list[tuple[str, int]]:
+        """Return (conversation, index) of the user's messages matching ``query``, best first."""
+
+    @abc.abstractmethod
+    def forget_user(self, user_id: str) -> list[str]:
+        """Erase the user; return the conversations forgotten."""
 
 
 def flat_tool_calls(calls: Sequence[Any]) -> tuple[tuple[str, str, str], ...]:
@@ -304,6 +322,38 @@ class EngineApiContract:
         with pytest.raises(UnknownConversationError) as caught:
             memory.forget(conversation)
         assert caught.value.field == "conversation_id"
+
+    # ----------------------------------------------------------------- users
+
+    def test_what_one_conversation_of_a_user_said_the_next_one_knows(self, memory: MemoryApi, conversation: str) -> None:
+        user = f"u-{conversation}"
+        memory.append_of_user(f"{conversation}-a", [{"role": "user", "content": "My order number is #4471."},
+                                                    *filler(TRIGGER, start=1)], user)
+        facts = wait_until(lambda: memory.user_facts(user).get("order_id"), timeout=60, message="the user's fact")
+        assert facts == ("#4471", f"{conversation}-a")
+        memory.append_of_user(f"{conversation}-b", [{"role": "user", "content": "What was my order number?"}], user)
+        pieces = memory.context(f"{conversation}-b", budget=1000)
+        mine = [p.content for p in pieces if p.kind in ("memory:user", "user_recalled")]
+        assert mine and "#4471" in mine[0]
+        assert memory.search_user(user, "order number")[0] == (f"{conversation}-a", 0)
+
+    def test_a_conversation_belongs_to_one_user(self, memory: MemoryApi, conversation: str) -> None:
+        memory.append_of_user(conversation, [{"role": "user", "content": "I am Ada."}], f"ada-{conversation}")
+        with pytest.raises(UserConflictError):
+            memory.append_of_user(conversation, [{"role": "user", "content": "I am Bo."}], f"bo-{conversation}")
+        assert [m.content for m in memory.history(conversation)] == ["I am Ada."]
+
+    def test_forget_user_erases_every_conversation_of_the_user(self, memory: MemoryApi, conversation: str) -> None:
+        user = f"u-{conversation}"
+        for part in ("a", "b"):
+            memory.append_of_user(f"{conversation}-{part}", filler(2), user)
+        assert sorted(memory.forget_user(user)) == [f"{conversation}-a", f"{conversation}-b"]
+        with pytest.raises(UnknownUserError):
+            memory.user_facts(user)
+
+    def test_an_unknown_user_is_an_unknown_user_error(self, memory: MemoryApi, conversation: str) -> None:
+        with pytest.raises(UnknownUserError):
+            memory.user_facts(f"nobody-{conversation}")
 
     # ----------------------------------------------------------------- wrong input
 

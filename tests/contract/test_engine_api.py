@@ -104,6 +104,22 @@ class EngineApi(MemoryApi):
     def reopen(self, conversation_id: str) -> None:
         self.engine.reopen(conversation_id, tenant_id=self.tenant_id)
 
+    def append_of_user(self, conversation_id: str, messages: Sequence[Mapping[str, Any]], user_id: str) -> None:
+        positions = self.engine.append_many([{**m, "conversation_id": conversation_id, "tenant_id": self.tenant_id,
+                                              "user_id": user_id} for m in messages])
+        self.engine.wait_for(max(positions))
+
+    def user_facts(self, user_id: str) -> dict[str, tuple[str, str]]:
+        memory = self.engine.user_memory(user_id, tenant_id=self.tenant_id)
+        return {f["key"]: (f["value"], f["conversation_id"]) for f in memory["facts"]}
+
+    def search_user(self, user_id: str, query: str) -> list[tuple[str, int]]:
+        return [(h["conversation_id"], h["index"]) for h in self.engine.search_user(user_id, query,
+                                                                                   tenant_id=self.tenant_id)]
+
+    def forget_user(self, user_id: str) -> list[str]:
+        return self.engine.forget_user(user_id, tenant_id=self.tenant_id)
+
 
 class ClientApi(MemoryApi):
     """``memfold.client.Client``: the tenant is its key's."""
@@ -144,6 +160,18 @@ class ClientApi(MemoryApi):
 
     def reopen(self, conversation_id: str) -> None:
         self.client.reopen(conversation_id)
+
+    def append_of_user(self, conversation_id: str, messages: Sequence[Mapping[str, Any]], user_id: str) -> None:
+        self.client.append(conversation_id, messages, user_id=user_id)
+
+    def user_facts(self, user_id: str) -> dict[str, tuple[str, str]]:
+        return {f["key"]: (f["value"], f["conversation_id"]) for f in self.client.user_memory(user_id)["facts"]}
+
+    def search_user(self, user_id: str, query: str) -> list[tuple[str, int]]:
+        return [(h["conversation_id"], h["index"]) for h in self.client.search_user(user_id, query)]
+
+    def forget_user(self, user_id: str) -> list[str]:
+        return self.client.forget_user(user_id)["conversations"]
 
 
 @pytest.fixture(scope="module")

@@ -58,6 +58,22 @@ def test_items_round_trip_pop_and_clear(service):
     asyncio.run(main())
 
 
+def test_a_session_of_a_user_joins_the_users_memory(service):
+    key = service.key("agents-users", "admin")
+
+    async def main():
+        async with AsyncClient(service.url, key) as mf:
+            await MemfoldSession("s-mon", mf, user_id="ada").add_items([ITEMS[0]])
+            tuesday = MemfoldSession("s-tue", mf, user_id="ada")
+            await tuesday.add_items([{"role": "user", "content": "What was my loyalty number again?"}])
+            assert {h["conversation_id"] for h in await mf.search_user("ada", "loyalty number")} == {"s-mon", "s-tue"}
+            context = await mf.context("s-tue", budget=1000)
+            recalled = [m.content for m in context.messages if m.kind == "user_recalled"]
+            assert recalled and "#77120" in recalled[0] and "conversation s-mon" in recalled[0]
+
+    asyncio.run(main())
+
+
 def test_runner_keeps_history_and_compacts_into_memfold_memory(service, openai_server):
     key = service.key("agents-co", "writer")
     model = OpenAIResponsesModel(model="gpt-test", openai_client=AsyncOpenAI(base_url=openai_server.url, api_key="k"))

@@ -76,3 +76,15 @@ def test_agent_middleware_shows_the_model_memfolds_context(service):
     assert [m.content for m in stored[-2:]] == ["What was my first booking reference?", "Your first booking was BK-7000."]
     assert len(stored) == 32  # the question and the answer, each once
     client.close()
+
+
+def test_a_history_and_a_middleware_of_a_user_store_the_user(service):
+    client = Client(service.url, service.key("lc-users", "writer"))
+    MemfoldChatMessageHistory("lc-mon", client, user_id="ada").add_messages([HumanMessage("My order is #4401.")])
+    model = RecordingChatModel(messages=iter([AIMessage("It is #4401.")]), seen=[])
+    agent = create_agent(model, middleware=[MemfoldMiddleware(client, budget=1000)])
+    agent.invoke({"messages": [HumanMessage("What was my order number?", id="q-1")]},
+                 config={"configurable": {"thread_id": "lc-tue", "user_id": "ada"}})
+    assert {h["conversation_id"] for h in client.search_user("ada", "order")} == {"lc-mon", "lc-tue"}
+    shown = "\n".join(m.content for m in model.seen[0])
+    assert "#4401" in shown and "conversation lc-mon" in shown  # the model saw what the other thread taught

@@ -32,7 +32,10 @@ def test_tools_in_process(service):
     async def main():
         async with AsyncClient(service.url, key) as memfold, McpClient(build_server(memfold)) as mcp:
             tools = {t.name: t for t in (await mcp.list_tools()).tools}
-            assert set(tools) == {"memory_append", "memory_context", "memory_search", "memory_audit", "memory_forget"}
+            assert set(tools) == {"memory_append", "memory_context", "memory_search", "memory_audit", "memory_forget",
+                                  "memory_user", "memory_user_audit", "memory_forget_user"}
+            assert tools["memory_user"].annotations.read_only_hint is True
+            assert tools["memory_forget_user"].annotations.destructive_hint is True
             assert tools["memory_context"].annotations.read_only_hint is True
             assert tools["memory_audit"].annotations.read_only_hint is True
             assert tools["memory_forget"].annotations.destructive_hint is True
@@ -55,6 +58,32 @@ def test_tools_in_process(service):
             _data(await mcp.call_tool("memory_forget", {"conversation_id": "m-1", "reason": "asked"}))
             missing = await mcp.call_tool("memory_context", {"conversation_id": "m-1"})
             assert missing.is_error and "404" in missing.content[0].text
+
+    asyncio.run(main())
+
+
+def test_user_scope_tools(service):
+    key = service.key("mcp-users", "admin")
+
+    async def main():
+        async with AsyncClient(service.url, key) as memfold, McpClient(build_server(memfold)) as mcp:
+            for conversation, text in (("u-1", "My cat is called Miso"), ("u-2", "I moved to Porto in May")):
+                await mcp.call_tool("memory_append", {"conversation_id": conversation, "role": "user",
+                                                      "content": text, "user_id": "ana"})
+            await mcp.call_tool("memory_append", {"conversation_id": "o-1", "role": "user",
+                                                  "content": "My cat is called Rex", "user_id": "bob"})
+            hits = _data(await mcp.call_tool("memory_search", {"query": "cat called", "user_id": "ana"}))["hits"]
+            assert [h["conversation_id"] for h in hits] == ["u-1"]
+            memory = _data(await mcp.call_tool("memory_user", {"user_id": "ana"}))
+            assert {c["conversation_id"] for c in memory["conversations"]} == {"u-1", "u-2"}
+            assert _data(await mcp.call_tool("memory_user_audit", {"user_id": "ana"}))["user_id"] == "ana"
+            clash = await mcp.call_tool("memory_append", {"conversation_id": "u-1", "role": "user",
+                                                          "content": "hi", "user_id": "bob"})
+            assert clash.is_error and "409" in clash.content[0].text
+            done = _data(await mcp.call_tool("memory_forget_user", {"user_id": "ana"}))
+            assert sorted(done["conversations"]) == ["u-1", "u-2"]
+            gone = await mcp.call_tool("memory_user", {"user_id": "ana"})
+            assert gone.is_error and "404" in gone.content[0].text
 
     asyncio.run(main())
 

@@ -54,7 +54,7 @@ def commands() -> list[str]:
 # ----------------------------------------------------------------- finding 13: --url is remote, or refused
 
 REMOTE = {"append", "ingest", "context", "history", "summaries", "sql", "forget", "reopen", "audit", "verify",
-          "replay", "replays", "drop", "promote", "diff"}
+          "replay", "replays", "drop", "promote", "diff", "user", "search"}
 
 
 def _args(command: str, jsonl: Path) -> tuple[str, ...]:
@@ -67,6 +67,8 @@ def _args(command: str, jsonl: Path) -> tuple[str, ...]:
         "replays": ("replays",), "drop": ("drop", "r1"), "promote": ("promote", "r1"), "diff": ("diff", "r1"),
         "serve": ("serve", "--port", "1"), "keys": ("keys", "list"), "export": ("export", str(jsonl.parent / "out")),
         "import": ("import", str(jsonl.parent / "out")), "snapshot": ("snapshot", str(jsonl.parent / "snap")),
+        "user": ("user", "show", "u1"),
+        "search": ("search", "order"),
     }[command]
 
 

@@ -30,7 +30,7 @@ from support.worker_kit import (
     settings_for,
 )
 
-from memfold.core.events import MessageAppended
+from memfold.core.events import MessageAppended, replaced
 from memfold.core.settings import Settings
 from memfold.engine.engine import MemoryEngine
 from memfold.engine.kafka_worker import PartitionWorker
@@ -75,8 +75,11 @@ def test_sigkill_mid_stream_and_restart_loses_and_repeats_nothing(kafka_bootstra
 
 
 def test_two_workers_share_partitions_and_one_takes_over_from_a_killed_one(kafka_bootstrap, tmp_path):
-    messages = interleaved(*(conversation(c, 16) for c in ("support-4711", "travel-2208", "saas-3390")))
+    # Two of the conversations belong to one user: the user projection must survive the rebalance and the kill too.
+    messages = interleaved(*(_of_user(conversation(c, 16), u) for c, u in (
+        ("support-4711", "dana"), ("travel-2208", "dana"), ("saas-3390", None))))
     ref_events, ref_projection = embedded_reference(tmp_path / "embedded", messages, 8)
+    assert ref_projection["user_facts"] and ref_projection["user_notes"]
     settings = settings_for(new_topic(), tmp_path / "reader", 8)
     topic = Topic(kafka_bootstrap, settings)
     logs = {"a": tmp_path / "a.log", "b": tmp_path / "b.log"}
@@ -103,6 +106,10 @@ def test_two_workers_share_partitions_and_one_takes_over_from_a_killed_one(kafka
     assert ownership_overlaps(logs, deaths) == []
     # b ends up owning every partition: its projection is the whole topic's, as embedded mode has it.
     assert_same_run(events, projection(tmp_path / "b" / "projections.duckdb"), raw, ref_events, ref_projection)
+
+
+def _of_user(messages: list[MessageAppended], user: str | None) -> list[MessageAppended]:
+    return [replaced(m, payload=replaced(m.payload, user_id=user)) for m in messages] if user else messages
 
 
 def _wait_for_both_owning(logs: dict[str, Path]) -> None:

@@ -97,7 +97,7 @@ def test_every_route_hides_other_tenants(service):
     a_key, b_key = service.key("tenant-a", "admin"), service.key("tenant-b", "admin")
     with service.http(a_key) as a, service.http(b_key) as b:
         b.post("/v1/conversations/b-private/messages", params={"wait": "true"},
-               json={"messages": [{"role": "user", "content": f"b secret {i}"} for i in range(25)]})
+               json={"user_id": "b-user", "messages": [{"role": "user", "content": f"b secret {i}"} for i in range(25)]})
         a.post("/v1/conversations/a-own/messages", params={"wait": "true"},
                json={"messages": [{"role": "user", "content": "a's message"}]})
         before = _b_state(b)
@@ -108,6 +108,15 @@ def test_every_route_hides_other_tenants(service):
         # Reads first: an append by A to "b-private" creates A's own conversation of that name.
         for method, template in sorted(routes, key=lambda r: r in CREATES):
             if template in UNSCOPED:
+                continue
+            if "{user_id}" in template:  # B's user answers as a user that exists nowhere: 404
+                answers = []
+                for user in ("b-user", f"nowhere-{walked}"):
+                    r = a.request(method, template.replace("{user_id}", user), params={"conversation_id": "b-private"},
+                                  json={"query": "b secret"} if method == "POST" else None)
+                    answers.append((r.status_code, r.text.replace(user, "<user>")))
+                assert answers[0] == answers[1] and answers[0][0] == 404, f"{method} {template}: {answers}"
+                walked += 1
                 continue
             if "{conversation_id}" not in template:
                 assert (method, template) in TENANT_SCOPED, f"{method} {template} has no tenant check"

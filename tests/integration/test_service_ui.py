@@ -127,3 +127,44 @@ def test_page_shows_tool_calls_and_the_tools_name(service):
             expect(tab.locator("#error")).to_have_text("")
         finally:
             browser.close()
+
+
+def test_page_shows_a_users_facts_and_the_conversation_each_came_from(tmp_path):
+    from playwright.sync_api import expect, sync_playwright
+
+    service = LiveService.start(tmp_path / "ui-users", env=LOW_TRIGGER)
+    try:
+        key = service.key("ui-users", "reader")
+        with Client(service.url, service.key("ui-users", "writer")) as client:
+            for conversation, first in (("monday", "I live in Berlin."), ("tuesday", "I moved to Munich last week.")):
+                client.append(conversation, [{"role": "user" if i % 2 == 0 else "assistant",
+                                              "content": first if i == 0 else f"Noted, turn {i}."} for i in range(8)],
+                              user_id="dana")
+                settled(client, conversation)
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=[
+                "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                "--disable-component-update", "--disable-sync"])
+            try:
+                tab = browser.new_page(viewport={"width": 1500, "height": 950})
+                tab.goto(service.url + "/ui")
+                tab.fill("#key", key)
+                tab.click("#connect")
+                expect(tab.locator("#conversations li")).to_have_count(2)
+                tab.fill("#user", "dana")
+                tab.click("#show-user")
+                expect(tab.locator("#facts-title")).to_have_text("Memory of user dana (2 conversations)")
+                berlin = tab.locator("#user-facts tr.retired", has_text="Berlin")
+                expect(berlin).to_contain_text("monday")
+                expect(berlin).to_contain_text("Munich (tuesday)")
+                current = tab.locator("#user-facts tr:not(.retired)", has_text="Munich")
+                expect(current).to_contain_text("tuesday")
+                current.locator("a").click()  # the conversation it came from opens
+                expect(tab.locator("#conversations li.selected")).to_have_attribute("data-id", "tuesday")
+                tab.fill("#user", "nobody")
+                tab.click("#show-user")
+                expect(tab.locator("#error")).to_contain_text("404")
+            finally:
+                browser.close()
+    finally:
+        service.stop()

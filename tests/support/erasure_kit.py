@@ -3,9 +3,10 @@
 Also a child process for the crash tests::
 
     python tests/support/erasure_kit.py forget DATA_DIR SETTINGS_JSON CONVERSATION
+    python tests/support/erasure_kit.py forget-user DATA_DIR SETTINGS_JSON USER
 
 prints ``opened`` once the engine is open, then forgets the conversation
-and exits 0 (1 with the error on stderr when the forget did not finish).
+(or the user) and exits 0 (1 with the error on stderr when it did not finish).
 """
 
 from __future__ import annotations
@@ -108,8 +109,27 @@ def _forget(data: str, settings_file: str, conversation: str) -> int:
     return 0
 
 
+def _forget_user(data: str, settings_file: str, user: str) -> int:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from memfold.core.errors import MemfoldError
+    from memfold.core.settings import Settings
+    from memfold.engine.engine import MemoryEngine
+
+    overrides = json.loads(Path(settings_file).read_text())
+    with MemoryEngine(Settings.load(None, data_dir=Path(data), **overrides)) as engine:
+        print("opened", flush=True)
+        try:
+            engine.forget_user(user)
+        except MemfoldError as exc:
+            print(f"{type(exc).__name__}: {exc}", file=sys.stderr)
+            return 1
+    return 0
+
+
 if __name__ == "__main__":
     if len(sys.argv) == 5 and sys.argv[1] == "forget":
         sys.exit(_forget(*sys.argv[2:]))
+    if len(sys.argv) == 5 and sys.argv[1] == "forget-user":
+        sys.exit(_forget_user(*sys.argv[2:]))
     print(__doc__, file=sys.stderr)
     sys.exit(2)

@@ -82,7 +82,8 @@ def projection(path: Path) -> dict[str, list[tuple]]:
     con = duckdb.connect(str(path), read_only=True)
     try:
         out = {}
-        for table in ("events", "conversations", "messages", "summaries", "facts", "policy_state", "policy_rows"):
+        for table in ("events", "conversations", "messages", "summaries", "facts", "policy_state", "policy_rows",
+                      "user_facts", "user_notes"):
             cols = [r[0] for r in con.execute(f"DESCRIBE {table}").fetchall() if r[0] not in RUN_COLUMNS]
             rows = con.execute(f"SELECT {', '.join(f'{chr(34)}{c}{chr(34)}' for c in cols)} FROM {table}").fetchall()
             # Summary payloads and some policy states record the summarizer's latency.

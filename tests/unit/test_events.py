@@ -125,6 +125,14 @@ def sample_message(**overrides: Any) -> MessageAppended:
     return MessageAppended(**fields)
 
 
+def v1_text(event: MessageAppended) -> str:
+    """``event`` as memfold wrote messages before users existed (schema v1: no ``user_id``)."""
+    raw = json.loads(event.encode())
+    raw["schema_version"] = 1
+    del raw["payload"]["user_id"]
+    return json.dumps(raw)
+
+
 # --------------------------------------------------------------------------- round trips
 
 
@@ -241,7 +249,7 @@ def test_a_stored_older_version_is_upcast_on_read_and_not_rewritten(current) -> 
         calls.append(raw["schema_version"])
         return _with_language(raw)
 
-    stored = sample_message().encode()  # written by v1 code
+    stored = v1_text(sample_message())  # written by v1 code
     event = decode(stored, registry)
     assert isinstance(event, MessageAppendedV2)
     assert event.schema_version == 2
@@ -259,21 +267,21 @@ def test_upcasting_climbs_one_version_at_a_time(current) -> None:
     registry = UpcasterRegistry()
     registry.register("MessageAppended", 1)(_with_language)
     registry.register("MessageAppended", 2)(_with_audience)
-    event = decode(sample_message().encode(), registry)
+    event = decode(v1_text(sample_message()), registry)
     assert isinstance(event, MessageAppendedV3)
     assert (event.payload.language, event.payload.audience) == ("und", "customer")
 
 
 def test_a_newer_stored_version_raises_upcast_error(current) -> None:
     current(2)
-    raw = json.loads(sample_message().encode())
+    raw = json.loads(v1_text(sample_message()))
     raw["schema_version"] = 3
     with pytest.raises(UpcastError, match="newer memfold") as failure:
         decode(json.dumps(raw), UpcasterRegistry())
     assert (failure.value.event_type, failure.value.version, failure.value.current) == ("MessageAppended", 3, 2)
-    with pytest.raises(UpcastError):  # the real v1 class refuses a v2 event just the same
-        raw["schema_version"] = 2
-        ev.UPCASTERS.upcast(raw, 1)
+    with pytest.raises(UpcastError):  # the real v2 class refuses a v3 event just the same
+        raw["schema_version"] = 3
+        ev.UPCASTERS.upcast(raw, 2)
 
 
 def test_a_missing_upcaster_step_raises_upcast_error(current) -> None:
@@ -281,7 +289,7 @@ def test_a_missing_upcaster_step_raises_upcast_error(current) -> None:
     registry = UpcasterRegistry()
     registry.register("MessageAppended", 1)(_with_language)  # no v2 -> v3
     with pytest.raises(UpcastError, match="no upcaster registered from v2") as failure:
-        decode(sample_message().encode(), registry)
+        decode(v1_text(sample_message()), registry)
     assert (failure.value.version, failure.value.current) == (1, 3)
 
 
@@ -294,7 +302,7 @@ def test_a_failing_upcaster_is_reported_with_the_event_type(current) -> None:
         raise KeyError("language")
 
     with pytest.raises(UpcastError, match="MessageAppended.*upcaster v1 failed"):
-        decode(sample_message().encode(), registry)
+        decode(v1_text(sample_message()), registry)
 
 
 def test_an_upcaster_is_registered_once() -> None:
@@ -302,6 +310,21 @@ def test_an_upcaster_is_registered_once() -> None:
     registry.register("MessageAppended", 1)(_with_language)
     with pytest.raises(ValueError, match="already registered"):
         registry.register("MessageAppended", 1)(_with_audience)
+
+
+def test_a_v1_message_is_upcast_to_one_of_no_user() -> None:
+    event = decode(v1_text(sample_message()))
+    assert isinstance(event, MessageAppended) and event.schema_version == 2
+    assert event.payload.user_id is None
+    assert event.payload.content == "where is order #1234?"
+    with_user = sample_message(payload=MessagePayload(role="user", content="hi", user_id="u-7"))
+    assert decode(with_user.encode()).payload.user_id == "u-7"  # the fast path keeps it
+
+
+def test_a_user_id_is_an_id() -> None:
+    for bad in ("", "a/b", "x" * 201):
+        with pytest.raises(pydantic.ValidationError):
+            MessagePayload(role="user", content="hi", user_id=bad)
 
 
 def test_a_missing_schema_version_cannot_be_upcast() -> None:
