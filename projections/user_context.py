@@ -239,11 +239,16 @@ class UserReads:
         return found
 
     def committed(self, changes: Any) -> None:
-        """Drop what ``changes`` made stale (called once they are durable)."""
+        """Drop what ``changes`` made stale and learn the users of the conversations they wrote (once durable).
+
+        A conversation just folded here is known without a store query, so
+        the read after an append is computed from memory (``warm``).
+        """
         self._version += 1
+        if len(self._owners) + len(changes.conversations) >= self.max_users * 16:
+            self._owners.clear()
         for key, row in changes.conversations.items():
-            if key in self._owners:
-                self._owners[key] = (True, row.get("user_id"))
+            self._owners[key] = (True, row.get("user_id"))
         for key in changes.deleted:
             self._owners.pop(key, None)
         for key in changes.users:
