@@ -374,8 +374,7 @@ class DuckDBProjectionStore:
         first met it (``seen_at``).
         """
         cur = self.connection.execute('SELECT * FROM poison_events ORDER BY "partition", "offset"')
-        names = [d[0] for d in cur.description]
-        return [dict(zip(names, row)) for row in cur.fetchall()]
+        return _dicts(cur)
 
     def _write(self, cur: duckdb.DuckDBPyConnection, ch: Changes) -> None:
         # First: the stored rows of conversations this batch deletes. The projector took the batch's
@@ -989,34 +988,27 @@ class DuckDBProjectionStore:
             "AND user_id = ? AND NOT coalesce(deleted, false) ORDER BY last_at DESC, conversation_id",
             [tenant_id, user_id],
         )
-        names = [d[0] for d in cur.description]
-        return [dict(zip(names, row)) for row in cur.fetchall()]
+        return _dicts(cur)
 
     @_read_again_after_a_swap
     def user_facts(self, tenant_id: str, user_id: str, policy: str | None = None) -> list[dict[str, Any]]:
         """Return the user's ``user_facts`` rows (every statement, with lineage), by policy, key and statement order."""
-        where, params = "tenant_id = ? AND user_id = ?", [tenant_id, user_id]
-        if policy is not None:
-            where, params = where + " AND policy = ?", [*params, policy]
+        where, params = _user_scope(tenant_id, user_id, policy)
         cur = self.connection.execute(
             f"SELECT {', '.join(_q(c) for c in USER_FACT_COLUMNS)} FROM user_facts WHERE {where} "
             "ORDER BY policy, key, stated_at NULLS FIRST, conversation_id, stated_in NULLS FIRST, value", params,
         )
-        names = [d[0] for d in cur.description]
-        return [dict(zip(names, row)) for row in cur.fetchall()]
+        return _dicts(cur)
 
     @_read_again_after_a_swap
     def user_notes(self, tenant_id: str, user_id: str, policy: str | None = None) -> list[dict[str, Any]]:
         """Return the newest summary text of each of the user's conversations (per policy), newest conversation first."""
-        where, params = "tenant_id = ? AND user_id = ?", [tenant_id, user_id]
-        if policy is not None:
-            where, params = where + " AND policy = ?", [*params, policy]
+        where, params = _user_scope(tenant_id, user_id, policy)
         cur = self.connection.execute(
             f"SELECT policy, conversation_id, summary_id, text, covers_to, stated_at AS at FROM user_notes WHERE {where} "
             "ORDER BY stated_at DESC, conversation_id", params,
         )
-        names = [d[0] for d in cur.description]
-        return [dict(zip(names, row)) for row in cur.fetchall()]
+        return _dicts(cur)
 
     @_read_again_after_a_swap
     def stated_facts(self, tenant_id: str, user_id: str) -> list[StatedFact]:
@@ -1372,3 +1364,16 @@ def _insert_columns(cur: duckdb.DuckDBPyConnection, table: str, columns: dict[st
     cur.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM {name}")
     cur.unregister(name)
 
+
+def _dicts(cur: Any) -> list[dict[str, Any]]:
+    """Return the rows of an executed cursor as dicts keyed by column name."""
+    names = [d[0] for d in cur.description]
+    return [dict(zip(names, row)) for row in cur.fetchall()]
+
+
+def _user_scope(tenant_id: str, user_id: str, policy: str | None) -> tuple[str, list[Any]]:
+    """Return the WHERE clause and parameters selecting a user's rows (of one policy, when given)."""
+    where, params = "tenant_id = ? AND user_id = ?", [tenant_id, user_id]
+    if policy is not None:
+        where, params = where + " AND policy = ?", [*params, policy]
+    return where, params
