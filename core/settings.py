@@ -11,17 +11,13 @@ from __future__ import annotations
 
 import json
 import os
+import tomllib
+import typing
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
-from pydantic_settings import (
-    BaseSettings,
-    NoDecode,
-    PydanticBaseSettingsSource,
-    SettingsConfigDict,
-    TomlConfigSettingsSource,
-)
 
 from memfold.core.errors import ConfigError
 from memfold.core.ids import content_hash
@@ -204,15 +200,10 @@ class SnapshotSettings(BaseModel):
     node: str | None = None  # this node's name in the snapshot manifest (fleet queries)
 
 
-class Settings(BaseSettings):
-    """Everything memfold can be told. See the module docstring for where values come from."""
+class Settings(BaseModel):
+    """Everything memfold can be told. :meth:`load` reads the sources (module docstring); the constructor none."""
 
-    model_config = SettingsConfigDict(
-        env_prefix="MEMFOLD_",
-        env_nested_delimiter="__",
-        extra="forbid",
-        frozen=True,
-    )
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     data_dir: Path = Path(".memfold")
     log: str | None = None  # URL: sqlite:///path or kafka://host:port; default: the data dir's SQLite file
@@ -228,7 +219,7 @@ class Settings(BaseSettings):
     system_prompt: str | None = None
     # sliding_window: the best BEAM answer recall at 4,000 tokens (README, "Measured on BEAM").
     policy: str = "sliding_window"
-    policies: Annotated[tuple[str, ...], NoDecode] = ("sliding_window",)
+    policies: tuple[str, ...] = ("sliding_window",)
     tenant_policies: dict[str, str] = Field(default_factory=dict)
     summarizer: SummarizerSettings = SummarizerSettings()
     embedder: EmbedderSettings = EmbedderSettings()
@@ -259,23 +250,9 @@ class Settings(BaseSettings):
         return self
 
     @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        toml_path = _CONFIG_PATH.get("path")
-        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
-        if toml_path is not None:
-            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=toml_path))
-        return tuple(sources)
-
-    @classmethod
     def load(cls, config: str | Path | None = None, **overrides: Any) -> Settings:
-        """Load settings from ``config`` (or ``$MEMFOLD_CONFIG``, or ``./memfold.toml`` if present).
+        """Load settings from ``config`` (or ``$MEMFOLD_CONFIG``, or ``./memfold.toml`` if present), the
+        ``MEMFOLD_*`` environment and ``overrides`` (strongest; None values are ignored).
 
         Raises :class:`ConfigError` with the offending field when the result is invalid.
         """
@@ -284,13 +261,18 @@ class Settings(BaseSettings):
             path = "memfold.toml"
         if path is not None and not Path(path).is_file():
             raise ConfigError(f"settings file {path} does not exist")
-        _CONFIG_PATH["path"] = Path(path) if path is not None else None
         try:
-            return cls(**{k: v for k, v in overrides.items() if v is not None})
+            values: dict[str, Any] = {}
+            if path is not None:
+                with open(path, "rb") as f:
+                    values = tomllib.load(f)
+            values = _merged(values, env_values(os.environ))
+            values = _merged(values, {k: v for k, v in overrides.items() if v is not None})
+            return cls.model_validate(values)
+        except ConfigError:
+            raise
         except Exception as exc:  # pydantic.ValidationError, TOML decode errors
             raise ConfigError(f"invalid memfold settings: {_first_error(exc)}") from exc
-        finally:
-            _CONFIG_PATH["path"] = None
 
     # ----------------------------------------------------------------- derived views
 
@@ -340,7 +322,74 @@ class Settings(BaseSettings):
         return self.data_dir / "projections.duckdb"
 
 
-_CONFIG_PATH: dict[str, Path | None] = {"path": None}
+ENV_PREFIX, ENV_NESTED = "MEMFOLD_", "__"
+
+
+def env_values(environ: Mapping[str, str]) -> dict[str, Any]:
+    """Return the settings the ``MEMFOLD_*`` variables of ``environ`` give, as nested values to validate.
+
+    Names are case-insensitive; ``__`` reaches into a section
+    (``MEMFOLD_HIERARCHICAL__TRIGGER_MESSAGE_COUNT=30``). A value for a
+    section, mapping or list is JSON (``MEMFOLD_TENANT_POLICIES={"acme": "topics"}``);
+    ``MEMFOLD_POLICIES`` is also read as a comma list. Variables naming no
+    setting (``MEMFOLD_CONFIG``, ``MEMFOLD_URL``) are not settings and are skipped.
+    """
+    out: dict[str, Any] = {}
+    for name, raw in environ.items():
+        if not name.upper().startswith(ENV_PREFIX):
+            continue
+        path = name[len(ENV_PREFIX):].lower().split(ENV_NESTED)
+        model: type[BaseModel] | None = Settings
+        annotation: Any = None
+        field: Any = None
+        for depth, key in enumerate(path):
+            if model is None and typing.get_origin(annotation) is dict:  # MEMFOLD_TENANT_POLICIES__ACME=topics
+                annotation = typing.get_args(annotation)[1]
+                continue
+            field = model.model_fields.get(key) if model is not None else None
+            if field is None:
+                annotation = str  # inside a section: kept, so validation names the unknown setting
+                break
+            annotation, model = field.annotation, _model_of(field.annotation)
+        if depth or field is not None:
+            value: Any = raw
+            if path != ["policies"] and _structured(annotation):
+                try:
+                    value = json.loads(raw)
+                except ValueError as exc:
+                    raise ConfigError(f"invalid memfold settings: {name} is not JSON ({exc})") from exc
+            node = out
+            for key in path[:-1]:
+                node = node.setdefault(key, {})
+            node[path[-1]] = value
+    return out
+
+
+def _model_of(annotation: Any) -> type[BaseModel] | None:
+    """Return the settings section ``annotation`` is (``SummarizerSettings``), or None for a plain value."""
+    for t in (annotation, *typing.get_args(annotation)):
+        if isinstance(t, type) and issubclass(t, BaseModel):
+            return t
+    return None
+
+
+def _structured(annotation: Any) -> bool:
+    """True when a value of ``annotation`` is a section, mapping or sequence (given as JSON in the environment)."""
+    if _model_of(annotation) is not None:
+        return True
+    return any(typing.get_origin(t) in (dict, list, tuple, set, frozenset) or t in (dict, list, tuple, set)
+               for t in (annotation, *typing.get_args(annotation)))
+
+
+def _merged(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """Return ``base`` with ``over`` laid on top, sections merged key by key."""
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = _merged(dict(out[key]), value)
+        else:
+            out[key] = value
+    return out
 
 
 def _first_error(exc: Exception) -> str:
