@@ -341,8 +341,7 @@ def env_values(environ: Mapping[str, str]) -> dict[str, Any]:
         path = name[len(ENV_PREFIX):].lower().split(ENV_NESTED)
         model: type[BaseModel] | None = Settings
         annotation: Any = None
-        field: Any = None
-        for depth, key in enumerate(path):
+        for key in path:
             if model is None and typing.get_origin(annotation) is dict:  # MEMFOLD_TENANT_POLICIES__ACME=topics
                 annotation = typing.get_args(annotation)[1]
                 continue
@@ -351,7 +350,7 @@ def env_values(environ: Mapping[str, str]) -> dict[str, Any]:
                 annotation = str  # inside a section: kept, so validation names the unknown setting
                 break
             annotation, model = field.annotation, _model_of(field.annotation)
-        if depth or field is not None:
+        if path[0] in Settings.model_fields:  # else not a setting (MEMFOLD_URL, MEMFOLD_CONFIG)
             value: Any = raw
             if path != ["policies"] and _structured(annotation):
                 try:

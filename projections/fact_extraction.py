@@ -9,7 +9,6 @@ updates (the latest mention of a key wins). The patterns live in
 from __future__ import annotations
 
 import re
-import string
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -17,8 +16,8 @@ from datetime import datetime
 
 from memfold.core.events import Fact
 from memfold.core.ports import MessageRecord
+from memfold.projections.fact_keys import MAX_FACTS, MAX_VALUE_CHARS, category_for, clip
 from memfold.projections.fact_patterns import (
-    ABBREVIATIONS,
     ADVICE_OPENING_RE,
     ADVICE_RE,
     AMOUNT_AFTER_RE,
@@ -31,7 +30,6 @@ from memfold.projections.fact_patterns import (
     ATTRIBUTIVE_RE,
     AUX_RE,
     BEFORE_RE,
-    BOUNDARY,
     CHANGE_RE,
     CLAUSE_SUBJECT_RE,
     CODE_BLOCK_RE,
@@ -71,9 +69,6 @@ from memfold.projections.fact_patterns import (
     PRONOUNS,
     PROVIDED_NOT_RE,
     REQUEST_RE,
-    RETRACT_ORDER_VERBS,
-    RETRACT_RE,
-    RETRACTABLE,
     STATUS_RE,
     SUBJECT_RE,
     SUBJECTS,
@@ -87,20 +82,18 @@ from memfold.projections.fact_patterns import (
     WORD_ID_RE,
     WORD_KEYS,
 )
+from memfold.projections.fold_text import (
+    BARE_KEEP,
+    _is_question,
+    _norm,
+    bare_stem,
+    retracted_stems,
+    retracts,
+    sentence_spans,
+)
 from memfold.projections.retrieval import STOP_WORDS, analyze
 
-MAX_FACTS = 40
 MAX_HISTORY = 2  # earlier values kept per key
-MAX_VALUE_CHARS = 160
-# A value up to this long is a value (an id, amount, date, address, name); longer, a sentence
-# (a condition, a decision), which a summary's statements or narrative carry anyway.
-SHORT_VALUE_CHARS = 48
-# Stems of values nothing in their sentence names ("on May 11", "$30"). Such a value is a fact of
-# its own message (``date_150``, ``amount_150_2``), never a new value of another one: nothing says
-# they are the same thing, and a long conversation states hundreds of dates. The newest BARE_KEEP
-# of each stem are kept; a copy of a named fact's value under one is dropped.
-GENERIC_KEYS = ("amount", "date")
-BARE_KEEP = 4
 # An unnamed condition sharing this share of its index terms with one already held changes that one;
 # the UNNAMED_KEEP most recently said are kept. Measured on planted seed 23 (docs/quality.md): 2 kept
 # cost rolling 18 of 672 facts in its 600-token contexts (support chats repeat boilerplate conditions).
@@ -114,50 +107,7 @@ SAME_SUBJECT_SPAN = 10
 RESTATED_SHARE = 0.5
 RESTATED_TERMS = 4
 RESTATED_TAIL = 3
-_BARE_KEY = re.compile(rf"({'|'.join(GENERIC_KEYS)})(?:_\d+){{0,2}}")
-
-
-def bare_stem(key: str) -> str | None:
-    """Return ``"date"`` or ``"amount"`` for the key of a value nothing named (``date``, ``date_150``), else None."""
-    m = _BARE_KEY.fullmatch(key)
-    return m.group(1) if m else None
-
-
 # --------------------------------------------------------------------------- sentences
-
-
-_WORD_CHARS = frozenset(string.ascii_letters + ".")
-
-
-def _word_before(text: str, start: int, end: int) -> str:
-    """Return the run of ASCII letters and dots that ends ``text[start:end]`` (before one final newline).
-
-    What ``re.search(r"([A-Za-z.]+)$", text[start:end])`` finds, without
-    copying the slice or trying the pattern at each of its positions.
-    """
-    if end > start and text[end - 1] == "\n":  # "$" matches before a final newline too
-        end -= 1
-    i = end
-    while i > start and text[i - 1] in _WORD_CHARS:
-        i -= 1
-    return text[i:end]
-
-
-def sentence_spans(text: str) -> list[tuple[int, int]]:
-    """Return (start, end) spans of the sentences of ``text``; abbreviations like "no." do not end one."""
-    spans: list[tuple[int, int]] = []
-    start = 0
-    for m in BOUNDARY.finditer(text):
-        if m.group(0)[0] == ".":
-            word = _word_before(text, start, m.start())
-            if word and word.lower().rstrip(".") in ABBREVIATIONS:
-                continue
-        if text[start : m.start()].strip():
-            spans.append((start, m.end()))
-        start = m.end()
-    if text[start:].strip():
-        spans.append((start, len(text)))
-    return spans
 
 
 def sentence_at(text: str, spans: list[tuple[int, int]], pos: int) -> tuple[int, int]:
@@ -167,41 +117,7 @@ def sentence_at(text: str, spans: list[tuple[int, int]], pos: int) -> tuple[int,
     return 0, len(text)
 
 
-def clip(text: str, limit: int) -> str:
-    """Return ``text`` on one line, cut at a word boundary to at most ``limit`` characters (with "…")."""
-    text = " ".join(text.split())
-    if len(text) <= limit:
-        return text
-    cut = text[: limit - 1]
-    if " " in cut[limit // 2 :]:
-        cut = cut[: cut.rfind(" ")]
-    return cut.rstrip(" ,;:") + "…"
-
-
 # --------------------------------------------------------------------------- the fact book
-
-
-def category_for(key: str) -> str:
-    """Return the category a fact key belongs to (keys are built systematically, so this is total).
-
-    A numbered key (``budget_2``, ``amount_150``) is in its stem's category.
-    """
-    key = re.sub(r"(?:_\d+)+$", "", key) or key
-    if key in ("topic", "user_request"):
-        return "GENERAL"
-    if key.endswith("_status") or key == "status":
-        return "STATE"
-    if key.endswith("_condition") or re.fullmatch(r"condition(?:_\d+)?", key):
-        return "CONDITION"
-    if re.fullmatch(r"decision(?:_\d+)?", key) or re.search(r"_(?:agreed|approved|confirmed|decided|accepted|rejected|chosen)$", key):
-        return "DECISION"
-    if key.endswith(("_amount", "_total", "_cost")) or key in ("amount", "total", "price", "balance", "budget"):
-        return "NUMERIC"
-    return "ENTITY"
-
-
-def _norm(value: str) -> str:
-    return re.sub(r"[\s#]", "", value).lower()
 
 
 _NEGATION_WORDS = re.compile(r"\b(?:not|no|never|cannot|cancel\w*|declin\w*|reject\w*|refus\w*|denied|deny)\b|n't|n’t", re.I)
@@ -238,23 +154,6 @@ def _restated(old: str, new: str) -> bool:
 def _overlap(a: set[str], b: set[str]) -> float:
     """Return the share of their index terms two values have in common (0 when both have none)."""
     return len(a & b) / len(a | b) if a or b else 0.0
-
-
-def without_bare_copies(facts: Sequence[Fact]) -> list[Fact]:
-    """Return ``facts`` without the bare values (``date_150``) another current fact holds, and at most
-    :data:`BARE_KEEP` bare values per stem, the last stated (facts merged from several summaries)."""
-    named = {_norm(f.value) for f in facts if f.current and not bare_stem(f.key)}
-    kept: dict[str, list[Fact]] = {}
-    seen: set[str] = set()
-    for f in sorted((f for f in facts if f.current and bare_stem(f.key)), key=lambda f: -1 if f.stated_in is None else f.stated_in, reverse=True):
-        norm = _norm(f.value)
-        stem = bare_stem(f.key) or ""
-        if norm in named or norm in seen or len(kept.setdefault(stem, [])) >= BARE_KEEP:
-            continue
-        seen.add(norm)
-        kept[stem].append(f)
-    keep = {id(f) for fs in kept.values() for f in fs}
-    return [f for f in facts if not (f.current and bare_stem(f.key)) or id(f) in keep]
 
 
 @dataclass(slots=True)
@@ -670,10 +569,6 @@ def _skip_tutorial_lines(text: str, spans: _Spans) -> None:
         if MARKDOWN_RE.search(line):
             spans.take(start, end)
         start = end + 1
-
-
-def _is_question(sentence: str) -> bool:
-    return sentence.rstrip().rstrip("\"')]").endswith("?")
 
 
 def _extract_ids(text: str, book: FactBook, source: int | None, spans: _Spans) -> None:
@@ -1294,40 +1189,6 @@ def _request_phrase(lead: str, rest: str) -> str:
 def _retract(text: str, role: str, book: FactBook, sentences: list[tuple[int, int]]) -> None:
     for stem in retracted_stems(text, role, sentences):
         book.retract(stem)
-
-
-def retracts(stem: str, key: str) -> bool:
-    """True when taking back ``stem`` (:func:`retracted_stems`) takes back the fact ``key``: the stem or ``stem_...``."""
-    return key == stem or key.startswith(stem + "_")
-
-
-def retracted_stems(text: str, role: str, sentences: list[tuple[int, int]] | None = None) -> list[str]:
-    """Return the key stems a user's message takes back ("please forget my phone number" -> ``phone``).
-
-    A fact whose key is a stem or starts with ``stem_`` is retracted
-    (:func:`retracts`). Only the user retracts; a question or a
-    negated verb ("please don't cancel the refund") retracts nothing.
-    ``sentences`` are ``sentence_spans(text)`` when the caller has them.
-    """
-    if role != "user":
-        return []
-    stems: list[str] = []
-    for s, e in sentences if sentences is not None else sentence_spans(text):
-        sentence = text[s:e]
-        if _is_question(sentence):
-            continue
-        for m in RETRACT_RE.finditer(sentence):
-            verb = (m.group("verb") or "").lower()
-            if verb and re.search(r"(?:\bnot|\bnever|n't|n’t)\s*$", sentence[: m.start()], re.I):
-                continue  # "please don't cancel the refund" keeps it
-            obj = (m.group("object") or m.group("object2") or "").lower()
-            for word, stem in RETRACTABLE.items():
-                if not re.search(rf"\b{re.escape(word)}\b", obj):
-                    continue
-                if stem == "order" and verb.replace(" ", "") not in RETRACT_ORDER_VERBS:
-                    continue
-                stems.append("order_id" if stem == "order" else stem)
-    return list(dict.fromkeys(stems))
 
 
 _DIGIT = re.compile(r"\d")

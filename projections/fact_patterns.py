@@ -15,8 +15,7 @@ from memfold.projections.offline_rules import CURRENCY_CODES, ID_WORDS, MONTHS, 
 
 # --------------------------------------------------------------------------- sentences
 
-ABBREVIATIONS = ("no", "nr", "e.g", "i.e", "mr", "mrs", "ms", "dr", "st", "vs", "approx", "etc")
-BOUNDARY = re.compile(r"[.!?]+[\"')\]]*\s+|\n+")
+
 
 
 # Words that name what a decision, condition or state is about → the stem of its key.
@@ -315,30 +314,6 @@ REQUEST_RE = re.compile(
     re.I,
 )
 ASKING_AUX_RE = re.compile(r"\b(?:do|does|did|should|would|could|can|will|must|if|when|why|what|how|whether)\s+$", re.I)
-
-RETRACT_RE = RULE["retraction"].pattern
-# What a retraction can name → the key stem it removes. "order" only with a clear retraction verb:
-# "cancel my order" is a request about the order, not a retraction of its id.
-RETRACTABLE = {
-    "email": "email",
-    "e-mail": "email",
-    "phone": "phone",
-    "refund": "refund",
-    "replacement": "replacement",
-    "exchange": "exchange",
-    "discount": "discount",
-    "credit": "credit",
-    "voucher": "credit",
-    "callback": "callback",
-    "call back": "callback",
-    "appointment": "appointment",
-    "upgrade": "upgrade",
-    "downgrade": "downgrade",
-    "compensation": "compensation",
-    "return": "return",
-    "order": "order",
-}
-RETRACT_ORDER_VERBS = {"forget", "ignore", "disregard", "scratch", "nevermind"}
 
 FILLER_RE = RULE["filler"].pattern
 

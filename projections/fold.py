@@ -8,9 +8,9 @@ event, message indices) that the projector applies in every mode.
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
@@ -30,6 +30,7 @@ from memfold.core.events import (
 )
 from memfold.core.ids import content_hash
 from memfold.core.ports import FoldContext, MessageRecord, Policy
+from memfold.projections import fold_text
 
 # The version of the fold rules. Bump it when a code change makes the same log fold to different
 # projection rows (a policy's state or decisions, the rows the projector writes): a projection
@@ -44,34 +45,15 @@ from memfold.core.ports import FoldContext, MessageRecord, Policy
 #    ConversationReopened starts a forgotten conversation again from fresh states.
 FOLD_RULES = 6
 
-# The text rules folds apply (projector and topics: what a user's message takes back, which bare values a
-# topic's memory drops): English patterns, not pure structure. They are part of the fold version, so a
-# change to any of them rebuilds every projection folded by the old ones, as a FOLD_RULES bump does.
-# Every module-level name these functions read is listed too (tests/unit/test_fold_version.py walks them).
-TEXT_RULES = ("retracted_stems", "retracts", "_is_question", "sentence_spans", "_word_before", "_WORD_CHARS",
-              "without_bare_copies", "bare_stem", "_BARE_KEY", "_norm", "BARE_KEEP", "RETRACT_RE", "RETRACTABLE",
-              "RETRACT_ORDER_VERBS", "BOUNDARY", "ABBREVIATIONS")
-
-
-def text_rules_hash(names: Sequence[str] = TEXT_RULES) -> str:
-    """Return a hash of the text rules ``names`` (in ``fact_extraction``): functions by their source, patterns by
-    their text and flags, tables by their canonical JSON."""
-    from memfold.projections import fact_extraction as fx
-
-    parts: list[Any] = []
-    for name in names:
-        value = getattr(fx, name)
-        if callable(value) and hasattr(value, "__code__"):
-            parts.append(inspect.getsource(value))
-        elif hasattr(value, "pattern") and hasattr(value, "flags"):
-            parts.append([value.pattern, int(value.flags)])
-        else:
-            parts.append(sorted(value) if isinstance(value, (set, frozenset)) else value)
-    return content_hash(*parts, length=8)
+def text_rules_hash(source: str | None = None) -> str:
+    """Return the hash of the fold's text rules: the source of :mod:`memfold.projections.fold_text` (or ``source``)."""
+    if source is None:
+        source = Path(fold_text.__file__).read_text(encoding="utf-8")
+    return content_hash(source.replace("\r\n", "\n"), length=8)
 
 
 # What a projection records it was folded by (store meta, replay manifests): the structural rules' number
-# and the text rules' hash.
+# and the hash of the text rules (:mod:`memfold.projections.fold_text`), so editing either rebuilds.
 FOLD_VERSION = f"{FOLD_RULES}+{text_rules_hash()}"
 
 

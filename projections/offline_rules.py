@@ -23,6 +23,7 @@ import re
 from dataclasses import dataclass
 
 from memfold.core.ids import content_hash
+from memfold.projections.fold_text import RETRACTION_FLAGS, RETRACTION_PATTERN
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,10 +204,8 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "retraction",
-        r"\b(?P<verb>forget|ignore|disregard|scratch|never ?mind|withdraw|cancel|remove|delete)\b"
-        r"(?P<object>[^.;!?,]{0,40})"
-        r"|\b(?:no longer|don't|do not) (?:need|want)\b(?P<object2>[^.;!?,]{0,40})",
-        re.I,
+        RETRACTION_PATTERN,
+        RETRACTION_FLAGS,
         matches=("please forget my phone number", "scratch the callback", "I no longer need the voucher"),
         misses=("I forgot my keys", "the removal van", "we need a refund"),
         why="What a user takes back leaves memory at once; the verb and its object name the fact (topics' fold uses it).",

@@ -28,18 +28,16 @@ from memfold.core.ids import content_hash
 from memfold.core.ports import MessageRecord, SummaryInput, SummaryOutput
 from memfold.core.tokens import DEFAULT_ENCODING, MESSAGE_OVERHEAD, TokenCounter, counter
 from memfold.projections.fact_extraction import (
-    MAX_FACTS,
-    SHORT_VALUE_CHARS,
     FactBook,
     FactEntry,
-    clip,
     entry_facts,
     forget_traces,
     read_all,
     read_message,
-    sentence_spans,
     specific_request,
 )
+from memfold.projections.fact_keys import MAX_FACTS, SHORT_VALUE_CHARS, clip
+from memfold.projections.fold_text import sentence_spans
 from memfold.projections.offline_rules import TABLE_HASH
 from memfold.projections.prompts import PROMPT_VERSION, message_text, prompt_hash, render_facts, tool_label, tool_names
 from memfold.projections.salience import (
@@ -62,9 +60,9 @@ def _rules_version() -> str:
     """
     import inspect
 
-    from memfold.projections import fact_extraction, fact_patterns, salience
+    from memfold.projections import fact_extraction, fact_keys, fact_patterns, fold_text, salience
 
-    rest = [inspect.getsource(m) for m in (fact_patterns, fact_extraction, salience)]
+    rest = [inspect.getsource(m) for m in (fact_patterns, fact_extraction, salience, fold_text, fact_keys)]
     rest.append(inspect.getsource(sys.modules[__name__]))
     return f"offline-{TABLE_HASH}-{content_hash(*rest, length=8)}"
 

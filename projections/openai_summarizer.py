@@ -27,7 +27,7 @@ from memfold.core.events import Fact
 from memfold.core.ports import SummaryInput, SummaryOutput
 from memfold.core.settings import SummarizerSettings
 from memfold.core.tokens import DEFAULT_ENCODING, counter
-from memfold.projections.fact_extraction import MAX_FACTS
+from memfold.projections.fact_keys import MAX_FACTS
 from memfold.projections.offline_summarizer import fit
 from memfold.projections.prompts import (
     CHUNKED_INPUT_TEMPLATE,

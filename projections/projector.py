@@ -35,8 +35,8 @@ from memfold.core.sealing import is_shredded
 from memfold.core.tokens import MESSAGE_OVERHEAD, TokenCounter
 from memfold.core.unreadable import UnreadableRecord
 from memfold.projections import retrieval, time_travel
-from memfold.projections.fact_extraction import retracts
 from memfold.projections.fold import ConversationCounters, fold_event
+from memfold.projections.fold_text import retracts
 from memfold.projections.policies import state_codec
 from memfold.projections.policies._topic_memory import taken_back
 from memfold.projections.read_cache import ColdReads

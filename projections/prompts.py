@@ -16,7 +16,7 @@ from datetime import datetime
 
 from memfold.core.events import Fact
 from memfold.core.ports import MessageRecord, SummaryInput
-from memfold.projections.fact_extraction import MAX_VALUE_CHARS, SHORT_VALUE_CHARS, category_for, clip
+from memfold.projections.fact_keys import MAX_VALUE_CHARS, SHORT_VALUE_CHARS, category_for, clip
 
 PROMPT_VERSION = "1"
 

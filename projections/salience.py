@@ -29,8 +29,9 @@ from dataclasses import dataclass
 
 from memfold.core.ports import MessageRecord
 from memfold.core.tokens import MESSAGE_OVERHEAD, TokenCounter
-from memfold.projections.fact_extraction import clip, sentence_spans
+from memfold.projections.fact_keys import clip
 from memfold.projections.fact_patterns import CODE_BLOCK_RE, DATE_RE
+from memfold.projections.fold_text import sentence_spans
 from memfold.projections.offline_rules import RULE
 
 MAX_STATEMENT_CHARS = 300

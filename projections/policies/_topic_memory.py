@@ -12,7 +12,7 @@ import msgspec
 
 from memfold.core.events import Fact
 from memfold.core.settings import TopicsSettings
-from memfold.projections.fact_extraction import retracts, without_bare_copies
+from memfold.projections.fold_text import retracts, without_bare_copies
 from memfold.projections.policies.state_codec import FrozenState
 
 DAY = 86400.0

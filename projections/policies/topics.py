@@ -82,8 +82,8 @@ from memfold.core.events import (
 from memfold.core.ids import content_hash
 from memfold.core.ports import ContextPlan, FoldContext, MemoryMessage, MessageRecord
 from memfold.core.settings import TopicsSettings
-from memfold.projections.fact_extraction import retracted_stems
 from memfold.projections.fold import make_request
+from memfold.projections.fold_text import retracted_stems
 from memfold.projections.policies._skeleton import deleted_marker, key_facts_message, memory_message, settings_of
 from memfold.projections.policies._topic_memory import (
     DAY,

@@ -93,7 +93,7 @@ SENTENCE_PIECES = ["No", "no.", "Mr", "Mrs.", "e.g", "i.e.", "etc", "St", "vs", 
 @given(st.lists(st.sampled_from(SENTENCE_PIECES), max_size=30).map("".join), st.integers(0, 40), st.integers(0, 40))
 def test_the_word_before_a_period_is_the_one_the_regex_finds(text, a, b):
     """sentence_spans' abbreviation check scans back (_word_before) where it ran this regex over the slice."""
-    from memfold.projections.fact_extraction import _word_before
+    from memfold.projections.fold_text import _word_before
 
     start, end = sorted((min(a, len(text)), min(b, len(text))))
     found = re.search(r"([A-Za-z.]+)$", text[start:end])
