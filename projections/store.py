@@ -89,6 +89,9 @@ _DDL = [
     """CREATE TABLE IF NOT EXISTS policy_state (
         policy VARCHAR, tenant_id VARCHAR, conversation_id VARCHAR, state JSON,
         PRIMARY KEY (policy, tenant_id, conversation_id))""",
+    # The token counts of the texts the state's context plan counts, by text_digest: a read process plans
+    # with them instead of loading the tokenizer (projector.Projector, MemoryEngine._read_plan).
+    "ALTER TABLE policy_state ADD COLUMN IF NOT EXISTS plan_tokens JSON",
     """CREATE TABLE IF NOT EXISTS policy_rows (
         policy VARCHAR, tbl VARCHAR, tenant_id VARCHAR, conversation_id VARCHAR, row JSON)""",
     *SEARCH_DDL,
@@ -143,6 +146,7 @@ class Changes:
     fact_retirements: list[tuple[str, str, str, str, str, str]] = field(default_factory=list)
     fact_supersessions: list[tuple[str, str, str, str, str, str]] = field(default_factory=list)
     policy_states: dict[tuple[str, str, str], str] = field(default_factory=dict)
+    plan_tokens: dict[tuple[str, str, str], str] = field(default_factory=dict)  # same keys: counts' JSON
     policy_rows: dict[tuple[str, str, str], dict[str, list[dict[str, Any]]]] = field(default_factory=dict)
     search: dict[str, list[Any]] = field(default_factory=new_columns)  # search_docs rows (projections.retrieval)
     deleted: set[tuple[str, str]] = field(default_factory=set)
@@ -456,12 +460,14 @@ class DuckDBProjectionStore:
                     "tenant_id": [k[1] for k in ch.policy_states],
                     "conversation_id": [k[2] for k in ch.policy_states],
                     "state": list(ch.policy_states.values()),
+                    "plan_tokens": pa.array([ch.plan_tokens.get(k) for k in ch.policy_states], pa.string()),
                 }
             )
             cur.register("_pstate", tbl)
             cur.execute(
-                "INSERT INTO policy_state SELECT policy, tenant_id, conversation_id, state::JSON FROM _pstate "
-                "ON CONFLICT (policy, tenant_id, conversation_id) DO UPDATE SET state = excluded.state"
+                "INSERT INTO policy_state SELECT policy, tenant_id, conversation_id, state::JSON, plan_tokens::JSON "
+                "FROM _pstate ON CONFLICT (policy, tenant_id, conversation_id) "
+                "DO UPDATE SET state = excluded.state, plan_tokens = excluded.plan_tokens"
             )
             cur.unregister("_pstate")
         if ch.policy_rows:
@@ -787,6 +793,15 @@ class DuckDBProjectionStore:
             [policy, tenant_id, conversation_id],
         ).fetchall()
         return row[0][0] if row else None
+
+    @_read_again_after_a_swap
+    def plan_tokens(self, policy: str, tenant_id: str, conversation_id: str) -> dict[str, int]:
+        """Return the token counts the fold recorded for the state's context plan (text digest -> tokens)."""
+        row = self.connection.execute(
+            "SELECT plan_tokens FROM policy_state WHERE policy = ? AND tenant_id = ? AND conversation_id = ?",
+            [policy, tenant_id, conversation_id],
+        ).fetchall()
+        return json.loads(row[0][0]) if row and row[0][0] else {}
 
     @_read_again_after_a_swap
     def messages(self, tenant_id: str, conversation_id: str, start: int = 0, end: int | None = None) -> list[MessageRecord]:

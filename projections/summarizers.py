@@ -2,11 +2,59 @@
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from typing import Any
 
 from memfold.core.errors import ConfigError
-from memfold.core.ports import Embedder, Summarizer
+from memfold.core.ports import Embedder, Summarizer, SummaryInput, SummaryOutput
 from memfold.core.settings import Settings
+
+
+class DeferredSummarizer:
+    """The offline summarizer, made on its first use: an engine that summarizes nothing never loads its rules.
+
+    Loading the offline rules compiles some 250 patterns (~35 ms), most of a
+    CLI read's spare time; a read, or an engine whose summaries are all
+    cached, needs none of it. Only for summarizers whose settings cannot be
+    wrong at open (the OpenAI-compatible one is built at once, so a missing
+    key fails there).
+    """
+
+    def __init__(self, name: str, make: Callable[[], Summarizer]):
+        self.name = name
+        self._make = make
+        self._made: Summarizer | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def made(self) -> Summarizer | None:
+        """The summarizer once made (first summary or identity asked for), else None."""
+        return self._made
+
+    def _summarizer(self) -> Summarizer:
+        made = self._made
+        if made is None:
+            with self._lock:
+                if self._made is None:
+                    self._made = self._make()
+                made = self._made
+        return made
+
+    def summarize(self, request: SummaryInput) -> SummaryOutput:
+        return self._summarizer().summarize(request)
+
+    def identity(self, request: SummaryInput) -> tuple[str, str]:
+        return self._summarizer().identity(request)
+
+    def drop_text_caches(self) -> None:
+        if self._made is not None:  # nothing made, nothing kept
+            self._made.drop_text_caches()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._made is not None:
+                self._made.close()
 
 
 def build_summarizer(settings: Settings, cache_conn: Any = None) -> Summarizer:
@@ -19,15 +67,7 @@ def build_summarizer(settings: Settings, cache_conn: Any = None) -> Summarizer:
     kind = settings.summarizer.kind
     summarizer: Summarizer
     if kind == "offline":
-        if settings.summarizer.processes:
-            from memfold.projections.summarizer_processes import ProcessSummarizer
-
-            summarizer = ProcessSummarizer(
-                settings.encoding, settings.summarizer.processes, niceness=settings.summarizer.process_nice)
-        else:
-            from memfold.projections.offline_summarizer import OfflineSummarizer
-
-            summarizer = OfflineSummarizer(encoding=settings.encoding)
+        summarizer = DeferredSummarizer("offline", lambda: _offline(settings))
     elif kind == "openai":
         from memfold.projections.openai_summarizer import OpenAISummarizer
 
@@ -39,6 +79,18 @@ def build_summarizer(settings: Settings, cache_conn: Any = None) -> Summarizer:
     from memfold.projections.summary_cache import CachingSummarizer
 
     return CachingSummarizer(summarizer, cache_conn)
+
+
+def _offline(settings: Settings) -> Summarizer:
+    """Return the offline summarizer: in this process, or in ``summarizer.processes`` worker processes."""
+    if settings.summarizer.processes:
+        from memfold.projections.summarizer_processes import ProcessSummarizer
+
+        return ProcessSummarizer(settings.encoding, settings.summarizer.processes,
+                                 niceness=settings.summarizer.process_nice)
+    from memfold.projections.offline_summarizer import OfflineSummarizer
+
+    return OfflineSummarizer(encoding=settings.encoding)
 
 
 def build_embedder(settings: Settings) -> Embedder:

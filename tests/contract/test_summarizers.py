@@ -10,12 +10,21 @@ from memfold.core.errors import SummarizerOutputError, SummarizerTimeoutError
 from memfold.core.settings import SummarizerSettings
 from memfold.projections.offline_summarizer import OfflineSummarizer
 from memfold.projections.openai_summarizer import OpenAISummarizer
+from memfold.projections.summarizers import DeferredSummarizer
 
 
 class TestOfflineSummarizer(DeterministicSummarizerContract):
     @pytest.fixture
     def subject(self) -> Subject:
         return Subject(make=lambda **_: OfflineSummarizer())
+
+
+class TestDeferredOfflineSummarizer(DeterministicSummarizerContract):
+    """What the engine holds: the offline summarizer made on first use."""
+
+    @pytest.fixture
+    def subject(self) -> Subject:
+        return Subject(make=lambda **_: DeferredSummarizer("offline", OfflineSummarizer))
 
 
 class TestOpenAISummarizer(FallibleSummarizerContract):

@@ -47,7 +47,7 @@ def ingested(tmp_path_factory):
 
 
 def test_every_policy_summarizes_in_the_worker_process(ingested):
-    inner = ingested.summarizer.inner
+    inner = ingested.summarizer.inner.made
     assert isinstance(inner, ProcessSummarizer)
     children = inner.pids()
     assert len(children) == 1 and children[0] != os.getpid()

@@ -123,8 +123,9 @@ def test_offline_summarizer_through_the_factory_cache(tmp_path):
     conn = duckdb.connect(str(tmp_path / "p.duckdb"))
     try:
         summarizer = build_summarizer(Settings(), cache_conn=conn)
-        assert isinstance(summarizer, CachingSummarizer) and isinstance(summarizer.inner, OfflineSummarizer)
+        assert isinstance(summarizer, CachingSummarizer) and summarizer.inner.made is None  # made on first use
         a, b = summarizer.summarize(REQUEST), summarizer.summarize(REQUEST)
+        assert isinstance(summarizer.inner.made, OfflineSummarizer)
         assert (a.cached, b.cached) == (False, True) and a.facts == b.facts and a.text == b.text
         assert summarizer.stats()["hits"] == 1
     finally:

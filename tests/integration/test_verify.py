@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 from support.talk import talk
 
@@ -110,9 +111,14 @@ def test_a_projection_folded_by_other_fold_rules_is_folded_again_and_a_read_refu
 
 
 CHANGED_RULE = """
-import json, sys
-from memfold.projections import fact_extraction as fx
-fx.RETRACTABLE["passport"] = "passport"  # a new word a user can take back: a text rule the topics fold applies
+import importlib.util, json, sys
+import memfold.projections
+# The fold's text rules with one edit (sys.argv[2]): "passport" is a new word a user can take back.
+spec = importlib.util.spec_from_file_location("memfold.projections.fold_text", sys.argv[2])
+edited = importlib.util.module_from_spec(spec)
+sys.modules[spec.name] = edited
+spec.loader.exec_module(edited)
+memfold.projections.fold_text = edited
 from memfold.engine.engine import MemoryEngine
 from memfold.core.errors import ConfigError
 from memfold.core.settings import Settings
@@ -149,7 +155,14 @@ def test_a_changed_text_rule_changes_the_fold_version_and_the_projection_is_fold
         before = engine.sql("SELECT state FROM policy_state WHERE policy = 'topics' AND conversation_id = 'c1'")[1][0][0]
     assert "passport" not in json.dumps(json.loads(before)["retractions"])
 
-    child = subprocess.run([sys.executable, "-c", CHANGED_RULE, str(data)], capture_output=True, text=True, timeout=300)
+    from memfold.projections import fold_text
+
+    source = Path(fold_text.__file__).read_text(encoding="utf-8")
+    assert '    "voucher": "credit",\n' in source
+    edited = tmp_path / "fold_text.py"
+    edited.write_text(source.replace('    "voucher": "credit",\n', '    "voucher": "credit",\n    "passport": "passport",\n'))
+    child = subprocess.run([sys.executable, "-c", CHANGED_RULE, str(data), str(edited)], capture_output=True, text=True,
+                           timeout=300)
     assert child.returncode == 0, child.stderr
     out = json.loads(child.stdout.strip().splitlines()[-1])
     assert out["version"] != FOLD_VERSION and out["version"].split("+")[0] == FOLD_VERSION.split("+")[0]
