@@ -1058,7 +1058,8 @@ class DuckDBProjectionStore:
         conversation first (dated by the newest message each covers).
         """
         cur = self.connection.execute(
-            _NOTES.format(extra="AND s.policy = ? AND m.occurred_at <= ?") + " ORDER BY stated_at, s.conversation_id",
+            "SELECT policy, conversation_id, summary_id, text, covers_to, stated_at AS at FROM ("
+            + _NOTES.format(extra="AND s.policy = ? AND m.occurred_at <= ?") + ") ORDER BY \"at\", conversation_id",
             [tenant_id, user_id, policy, as_of],
         )
         return _dicts(cur)
