@@ -154,7 +154,9 @@ def user_summary_request(ctx: FoldContext, cause: SummaryProduced) -> SummaryReq
     """Return the request for the user's summary that ``cause`` (a summary of a user's conversation) triggers.
 
     Asked on the stream of ``cause``'s conversation (its key, its partition,
-    its data key seals the answer), named by ``cause``: deciding it twice
+    its data key seals the answer), caused by ``cause`` (``causation_id``, no
+    base summary: it is no version of the conversation's memory), named by
+    it: deciding it twice
     (replay, rebuild, another node) gives the same event. It covers no
     message range of its own (-1..-1): its input is the user's memory as of
     its time (``occurred_at``, the cause's), gathered by the worker.
@@ -166,7 +168,7 @@ def user_summary_request(ctx: FoldContext, cause: SummaryProduced) -> SummaryReq
     )
     payload = SummaryRequestedPayload(
         request_id=request_id, policy=ctx.policy, settings_hash=ctx.settings_hash, covers_from=-1, covers_to=-1,
-        input_from=-1, input_to=-1, base_summary_id=p.summary_id, kind="text",
+        input_from=-1, input_to=-1, kind="text",
         token_cap=ctx.user_summary_token_cap, scope="user",
     )
     return SummaryRequested(

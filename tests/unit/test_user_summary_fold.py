@@ -99,7 +99,8 @@ def test_the_fold_asks_for_the_user_summary_every_nth_summary_and_a_refold_in_an
     # Every second summary of each conversation, and only those, named by it, on its conversation's stream.
     for c in ("a", "b"):
         expected = [s.payload.summary_id for i, s in enumerate(own[c], 1) if i % 2 == 0]
-        assert [r.payload.base_summary_id for r in asked if r.conversation_id == c] == expected
+        assert [r.causation_id for r in asked if r.conversation_id == c] == expected
+    assert all(r.payload.base_summary_id is None for r in asked)
     assert all(r.payload.token_cap == settings.users.summary_token_cap and r.payload.covers_to == -1 for r in asked)
     rows = store.dump(TABLES)
     assert rows["user_summaries"], "no user summary folded"
