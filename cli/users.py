@@ -125,6 +125,13 @@ def show_memory(memory: dict[str, Any], args: argparse.Namespace) -> int:
     for f in memory["facts"]:
         _say(f"  {f['key']}: {f['value']}  (conversation {f['conversation_id']}, message {f['stated_in']}, "
              f"{f['stated_at'] or 'undated'})")
+    mine = memory.get("user_summary")
+    if mine and (mine.get("text") or "").strip():
+        _say(f"  user summary ({mine['summary_id']}, over {len(mine['covers'])} conversation(s), "
+             f"{mine['produced_at']}):")
+        for line in str(mine["text"]).splitlines():
+            if line.strip():
+                _say(f"    {line.strip()}")
     for n in memory["summary"]:
         _say(f"  [{n['conversation_id']}] {' '.join(str(n['text']).split())[:200]}")
     return 0

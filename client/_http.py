@@ -268,7 +268,8 @@ class Client(_Base):
     def user_memory(self, user_id: str, *, policy: str | None = None,
                     as_of: str | datetime | None = None) -> dict[str, Any]:
         """Return a user's memory across its conversations (current facts with their origin, every statement
-        with its lineage, the user summary, the conversations); ``as_of``: the facts as they stood then.
+        with its lineage, the user's summary ``user_summary`` (or None), each conversation's newest summary
+        ``summary``, the conversations); ``as_of``: the facts as they stood then.
         Raises :class:`UserNotFoundError` (404) for a user no conversation of the tenant belongs to."""
         return self._request("GET", _user(user_id) + "/memory", params=_params(policy=policy, as_of=_when(as_of)))
 

@@ -30,6 +30,8 @@ from memfold.core.errors import EventDecodeError, UnknownEventTypeError, UpcastE
 _M = TypeVar("_M", bound=BaseModel)
 ROLES = ("user", "assistant", "system", "tool")
 Role = Literal["user", "assistant", "system", "tool"]
+# What a summary stands for: one conversation (its policies' memory) or its user across conversations.
+Scope = Literal["conversation", "user"]
 FactCategory = Literal["ENTITY", "DECISION", "CONDITION", "STATE", "NUMERIC", "GENERAL"]
 
 
@@ -179,6 +181,9 @@ class SummaryRequestedPayload(_Frozen):
     token_cap: int | None = None
     char_cap: int | None = None
     status: Literal["processing"] = "processing"
+    # "user": the summary of the conversation's user across its conversations (the user's summary), asked
+    # on the stream of the conversation whose new summary triggered it; folded by no policy.
+    scope: Scope = "conversation"
 
 
 class SummaryProducedPayload(_Frozen):
@@ -200,6 +205,11 @@ class SummaryProducedPayload(_Frozen):
     tokens_out: int = 0
     latency_ms: int = 0
     cached: bool = False
+    scope: Scope = "conversation"
+    # A user summary: the conversation summaries it stands for (their ids) and the conversations they
+    # summarize, in input order. Private (sealed with the text): they say which conversations are one user's.
+    covers_summaries: tuple[str, ...] = ()
+    covers_conversations: tuple[str, ...] = ()
 
 
 class SummaryFailedPayload(_Frozen):
@@ -213,6 +223,7 @@ class SummaryFailedPayload(_Frozen):
     model: str = ""
     latency_ms: int = 0
     encrypted: EncryptedContent | None = None
+    scope: Scope = "conversation"
 
 
 class TopicAssignedPayload(_Frozen):
@@ -443,7 +454,7 @@ EVENT_CLASSES: dict[str, type[Event]] = {
 PRIVATE_FIELDS: dict[str, tuple[str, ...]] = {
     MessageAppended.TYPE: ("content", "name", "model_variant", "metadata", "importance", "tool_calls",
                            "tool_call_id", "embedding", "user_id"),
-    SummaryProduced.TYPE: ("text", "facts"),
+    SummaryProduced.TYPE: ("text", "facts", "covers_summaries", "covers_conversations"),
     SummaryFailed.TYPE: ("reason",),
     MessageRetracted.TYPE: ("reason",),
     TopicAssigned.TYPE: ("title",),

@@ -199,6 +199,10 @@ class FoldContext:
     settings_hash: str
     count_tokens: Callable[[str], int]
     embed: Callable[[str], tuple[float, ...]] | None = None
+    # ``[users] summary_every``: a conversation of a user asks for the user's summary after every N-th
+    # summary this policy makes of it (0: never). Decided by the projector, from the conversation's own stream.
+    user_summary_every: int = 1
+    user_summary_token_cap: int = 400  # ``[users] summary_token_cap``, recorded on the request
 
 
 class Policy(Protocol):

@@ -183,6 +183,9 @@ def _restored(data: dict, fields: tuple[str, ...]) -> dict:
         out["embedding"] = tuple(out["embedding"])
     if "facts" in out:
         out["facts"] = tuple(Fact(**f) for f in out["facts"])
+    for name in ("covers_summaries", "covers_conversations"):
+        if name in out:
+            out[name] = tuple(out[name])
     return out
 
 

@@ -177,6 +177,19 @@ class ContextSettings(BaseModel):
     user_share: float = Field(0.25, ge=0, le=1)
 
 
+class UserSettings(BaseModel):
+    """The user's own summary across its conversations (docs/users.md)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    # A conversation of a user asks for the user's summary after every N-th summary a policy makes of it
+    # (counted per conversation and policy, in the fold); 0: no user summary (the user part shows each
+    # conversation's newest summary instead, as it does until the first user summary exists).
+    summary_every: int = Field(1, ge=0)
+    # The user summary's length cap (tokens), as the policies' summary caps.
+    summary_token_cap: int = Field(400, ge=1)
+
+
 class RetrievalSettings(BaseModel):
     """How recall ranks older messages: BM25 always; dense retrieval fused with it when ``embedder`` is set."""
 
@@ -224,6 +237,7 @@ class Settings(BaseModel):
     summarizer: SummarizerSettings = SummarizerSettings()
     embedder: EmbedderSettings = EmbedderSettings()
     context: ContextSettings = ContextSettings()
+    users: UserSettings = UserSettings()
     retrieval: RetrievalSettings = RetrievalSettings()
     snapshot: SnapshotSettings = SnapshotSettings()
     hierarchical: HierarchicalSettings = HierarchicalSettings()

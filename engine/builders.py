@@ -91,6 +91,8 @@ def fold_contexts(settings: Settings) -> dict[str, tuple[Policy, FoldContext]]:
             settings_hash=settings.settings_hash(name),
             count_tokens=counter.count,
             embed=embed,
+            user_summary_every=settings.users.summary_every,
+            user_summary_token_cap=settings.users.summary_token_cap,
         )
         out[name] = (load_policy(name), ctx)
     return out

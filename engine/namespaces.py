@@ -326,7 +326,7 @@ class ReplayFold:
 
     def _answer(self, requests: list[SummaryRequested]) -> list[Event]:
         """Return the outcome of every open request, in log order: the newest per lane answered, older superseded."""
-        newest: dict[tuple[str, str, str, str | None], SummaryRequested] = {}
+        newest: dict[tuple[str, str, str, str | None, str], SummaryRequested] = {}
         for r in requests:
             newest[_lane(r)] = r
         if self.summarizer is None:
@@ -367,9 +367,9 @@ def side_events(side: EventLog) -> list[Event]:
     return out
 
 
-def _lane(request: SummaryRequested) -> tuple[str, str, str, str | None]:
+def _lane(request: SummaryRequested) -> tuple[str, str, str, str | None, str]:
     p = request.payload
-    return (p.policy, request.tenant_id, request.conversation_id, p.topic_id)
+    return (p.policy, request.tenant_id, request.conversation_id, p.topic_id, p.scope)
 
 
 def _now() -> str:

@@ -21,7 +21,7 @@ from memfold.projections.store import DuckDBProjectionStore
 
 # What verify compares: every table a read or an audit depends on.
 VERIFIED_TABLES = ("conversations", "messages", "summaries", "facts", "policy_state", "policy_rows", "search_docs",
-                   "state_history", "events", "positions", "user_facts", "user_notes")
+                   "state_history", "events", "positions", "user_facts", "user_notes", "user_summaries")
 # How much of one differing row verify prints (a policy state row is a JSON document of kilobytes).
 DESCRIBE_WIDTH = 300
 

@@ -157,11 +157,12 @@ def conversations_of(engine: MemoryEngine, user_id: str, tenant_id: str) -> list
 
 
 def memory(engine: MemoryEngine, user_id: str, tenant_id: str, policy: str, as_of: datetime | None) -> dict[str, Any]:
-    """Return the user's memory: conversations, current facts (with origin), every statement, the user summary.
+    """Return the user's memory: conversations, current facts (with origin), every statement, the notes
+    (``summary``: each conversation's newest summary) and the user's own summary (``user_summary``, or None).
 
     ``as_of`` (a timezone-aware datetime): the facts as they stood then,
-    folded from the statements made by then (the summary is today's and is
-    left out: it has no history).
+    folded from the statements made by then, and the newest user summary
+    made by then (the notes are today's and are left out: they have no history).
     """
     from memfold.projections.user_memory import fold_user_facts, stated_before
 
@@ -176,6 +177,7 @@ def memory(engine: MemoryEngine, user_id: str, tenant_id: str, policy: str, as_o
         statements = fold_user_facts(tenant_id, user_id, stated)
         conversations = [c for c in conversations if c["first_at"] is not None and c["first_at"] <= as_of]
         notes = []
+    found = engine.store.user_summaries(tenant_id, user_id, policy, as_of=as_of)
     return {
         "user_id": user_id, "tenant_id": tenant_id, "policy": policy,
         "as_of": as_of.isoformat() if as_of is not None else None,
@@ -184,7 +186,14 @@ def memory(engine: MemoryEngine, user_id: str, tenant_id: str, policy: str, as_o
         "statements": [_fact(f) for f in statements],
         "summary": [{"conversation_id": n["conversation_id"], "summary_id": n["summary_id"], "text": n["text"],
                      "at": n["at"]} for n in notes],
+        "user_summary": _user_summary(found[0]) if found else None,
     }
+
+
+def _user_summary(u: dict[str, Any]) -> dict[str, Any]:
+    return {"summary_id": u["summary_id"], "text": u["text"], "conversation_id": u["conversation_id"],
+            "covers": list(u["covers"] or ()), "covers_summaries": list(u["covers_summaries"] or ()),
+            "produced_at": u["produced_at"], "summarizer": u["summarizer"], "model": u["model"]}
 
 
 def audit(engine: MemoryEngine, user_id: str, tenant_id: str) -> dict[str, Any]:

@@ -36,6 +36,12 @@ from memfold.core.ports import (
 )
 from memfold.core.settings import Settings
 from memfold.projections.fold import failed, produced
+from memfold.projections.user_memory import (
+    fold_user_facts,
+    stated_before,
+    user_summary_covers,
+    user_summary_input,
+)
 
 log = logging.getLogger("memfold.worker")
 
@@ -49,10 +55,20 @@ class SummaryLookup:
 
     def outcomes(self, request_ids: list[str]) -> dict[str, str]: ...
 
+    def user_input(self, tenant_id: str, conversation_id: str, policy: str, as_of: Any) -> tuple[list, list]: ...
+
 
 def build_input(request: SummaryRequested, messages: MessageSource, summaries: SummaryLookup, settings: Settings) -> SummaryInput:
-    """Return the :class:`SummaryInput` for ``request``: original messages + base summary + policy knobs."""
+    """Return the :class:`SummaryInput` for ``request``: original messages + base summary + policy knobs.
+
+    A request of scope "user" (the user's summary) is given the user's notes
+    and current facts as they stood at the request's time (event time: what
+    a replay folding the same log has folded by then too).
+    """
     p = request.payload
+    if p.scope == "user":
+        notes, facts = summaries.user_input(request.tenant_id, request.conversation_id, p.policy, request.occurred_at)
+        return user_summary_input(request.tenant_id, request.conversation_id, notes, facts, token_cap=p.token_cap)
     if p.input_indices is not None:
         fetch_at = messages.messages_at
         msgs = fetch_at(request.tenant_id, request.conversation_id, list(p.input_indices))
@@ -132,6 +148,26 @@ class FoldedSource:
     def outcomes(self, request_ids: list[str]) -> dict[str, str]:
         return self.store.outcomes(request_ids)
 
+    def user_input(self, tenant_id: str, conversation_id: str, policy: str, as_of: Any) -> tuple[list, list]:
+        return user_input(self.store, tenant_id, conversation_id, policy, as_of)
+
+
+def user_input(
+    store: ProjectionStore, tenant_id: str, conversation_id: str, policy: str, as_of: Any,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Return (notes, user_facts rows) of the user of ``conversation_id`` as of ``as_of``, of ``policy``.
+
+    Notes: each conversation's newest summary dated by then; facts: the user
+    fold over the statements made by then. Empty when the conversation has
+    no user (forgotten since the request was asked).
+    """
+    user_id = store.conversation_owner(tenant_id, conversation_id)[1]
+    if user_id is None:
+        return [], []
+    notes = store.user_notes_as_of(tenant_id, user_id, policy, as_of)
+    stated = [f for f in stated_before(store.stated_facts(tenant_id, user_id), as_of) if f.policy == policy]
+    return notes, fold_user_facts(tenant_id, user_id, stated)
+
 
 def _stored_form(record: MessageRecord) -> MessageRecord:
     """Return ``record`` as the store returns it (embeddings are not stored)."""
@@ -193,8 +229,9 @@ def answer(request: SummaryRequested, summary_input: SummaryInput, summarizer: S
                "messages": len(summary_input.messages), "user_turns": turns,
                "tokens_in": out.tokens_in, "tokens_out": out.tokens_out, "cached": out.cached},
     )
+    covers = user_summary_covers(summary_input) if request.payload.scope == "user" else {}
     return produced(
-        request, text=out.text, facts=tuple(out.facts), summarizer=summarizer.name,
+        request, text=out.text, facts=tuple(out.facts), summarizer=summarizer.name, **covers,
         model=out.model, prompt_hash=out.prompt_hash, tokens_in=out.tokens_in, tokens_out=out.tokens_out,
         latency_ms=0 if out.cached else latency, cached=out.cached,
     )
@@ -393,7 +430,7 @@ class SummarizerWorker:
         """
         known = self.summaries.outcomes([r.payload.request_id for r in batch])
         open_ = [r for r in batch if known.get(r.payload.request_id, "processing") == "processing" and self._mine(r)]
-        newest: dict[tuple[str, str, str, str | None], SummaryRequested] = {}
+        newest: dict[tuple[str, str, str, str | None, str], SummaryRequested] = {}
         for r in open_:
             newest[_lane(r)] = r
         self._record([
@@ -476,6 +513,6 @@ class _InOrder:
         self._record(events)
 
 
-def _lane(request: SummaryRequested) -> tuple[str, str, str, str | None]:
+def _lane(request: SummaryRequested) -> tuple[str, str, str, str | None, str]:
     p = request.payload
-    return (p.policy, request.tenant_id, request.conversation_id, p.topic_id)
+    return (p.policy, request.tenant_id, request.conversation_id, p.topic_id, p.scope)

@@ -93,9 +93,9 @@ def _summaries(store: DuckDBProjectionStore, key: list[str], positions: dict[str
     rows = _rows(store, "SELECT * FROM summaries WHERE tenant_id = ? AND conversation_id = ? "
                         "ORDER BY policy, requested_seq, request_id", key)
     version: dict[str, int] = {}
-    chain_length: dict[tuple[str, str | None], int] = defaultdict(int)
+    chain_length: dict[tuple[str, str | None, str | None], int] = defaultdict(int)
     for r in sorted((r for r in rows if r["status"] == "completed"), key=lambda r: (r["resolved_seq"] or 0)):
-        chain = (r["policy"], r["topic_id"])
+        chain = (r["policy"], r["topic_id"], r.get("scope") or "conversation")  # the user's summaries are a chain of their own
         chain_length[chain] += 1
         version[r["summary_id"]] = chain_length[chain]
     out = []
@@ -104,6 +104,7 @@ def _summaries(store: DuckDBProjectionStore, key: list[str], positions: dict[str
         out.append({
             "request_id": r["request_id"], "summary_id": r["summary_id"], "policy": r["policy"],
             "topic_id": r["topic_id"], "kind": r["kind"], "status": r["status"],
+            "scope": r.get("scope") or "conversation",  # "user": the user's summary, asked in this conversation
             "version": version.get(r["summary_id"]),
             "base_summary_id": r["base_summary_id"], "base_version": version.get(r["base_summary_id"]),
             "covers": [r["covers_from"], r["covers_to"]], "inputs": [r["input_from"], r["input_to"]],

@@ -43,7 +43,9 @@ from memfold.projections import fold_text
 # 5: topics' facts rows a user's message takes back are retired by that message (not current after it).
 # 6: a deletion zeroes the conversation's counts (a replay, whose messages are shredded, counts none);
 #    ConversationReopened starts a forgotten conversation again from fresh states.
-FOLD_RULES = 6
+# 7: a conversation of a user counts its summaries per policy (conversations.user_summary_counts) and asks
+#    for the user's summary (SummaryRequested of scope "user"); user summaries fold into user_summaries.
+FOLD_RULES = 7
 
 def text_rules_hash(source: str | None = None) -> str:
     """Return the hash of the fold's text rules: the source of :mod:`memfold.projections.fold_text` (or ``source``)."""
@@ -130,6 +132,38 @@ def make_request(
     )
 
 
+def user_summary_request(ctx: FoldContext, cause: SummaryProduced) -> SummaryRequested:
+    """Return the request for the user's summary that ``cause`` (a summary of a user's conversation) triggers.
+
+    Asked on the stream of ``cause``'s conversation (its key, its partition,
+    its data key seals the answer), caused by ``cause`` (``causation_id``, no
+    base summary: it is no version of the conversation's memory), named by
+    it: deciding it twice
+    (replay, rebuild, another node) gives the same event. It covers no
+    message range of its own (-1..-1): its input is the user's memory as of
+    its time (``occurred_at``, the cause's), gathered by the worker.
+    """
+    p = cause.payload
+    request_id = "req-" + content_hash(
+        cause.tenant_id, cause.conversation_id, ctx.policy, "user", p.summary_id, ctx.settings_hash,
+        ctx.user_summary_token_cap,
+    )
+    payload = SummaryRequestedPayload(
+        request_id=request_id, policy=ctx.policy, settings_hash=ctx.settings_hash, covers_from=-1, covers_to=-1,
+        input_from=-1, input_to=-1, kind="text",
+        token_cap=ctx.user_summary_token_cap, scope="user",
+    )
+    return SummaryRequested(
+        event_id=request_id, tenant_id=cause.tenant_id, conversation_id=cause.conversation_id,
+        occurred_at=cause.occurred_at, causation_id=cause.event_id, payload=payload,
+    )
+
+
+def user_summary_due(count: int, every: int) -> bool:
+    """True when a conversation's ``count``-th summary of a policy asks for the user's summary (``every`` N-th; 0: never)."""
+    return every > 0 and count > 0 and count % every == 0
+
+
 def summary_id_for(request_id: str) -> str:
     """Return the id of the one summary a request can produce."""
     return "sum-" + content_hash("summary", request_id)
@@ -148,6 +182,7 @@ def produced(request: SummaryRequested, **fields: Any) -> SummaryProduced:
         covers_to=p.covers_to,
         base_summary_id=p.base_summary_id,
         topic_id=p.topic_id,
+        scope=p.scope,
         **fields,
     )
     return SummaryProduced(
@@ -169,6 +204,7 @@ def failed(request: SummaryRequested, *, reason: str, error_type: str, **fields:
         settings_hash=p.settings_hash,
         reason=reason,
         error_type=error_type,
+        scope=p.scope,
         **fields,
     )
     return SummaryFailed(
@@ -290,7 +326,8 @@ def fold_event(
        ``counters.message_count`` costing ``tokens`` (content plus
        :data:`~memfold.core.tokens.MESSAGE_OVERHEAD`, counted by the caller).
     2. Summary events fold only into the policy named in their payload, and
-       only when the payload's settings hash is that policy's; topic events
+       only when the payload's settings hash is that policy's (a user-scope
+       summary, the user's summary, into none); topic events
        only into the policy they name; every other event into every policy.
     3. Once a conversation is deleted, nothing but ``ConversationDeleted``
        and ``ConversationReopened`` folds (a message of a deleted
@@ -314,6 +351,8 @@ def fold_event(
         message = item = record_from_event(event, counters.message_count, tokens)
         counters = ConversationCounters(counters.message_count + 1, counters.token_count + tokens, False)
     elif isinstance(event, (SummaryRequested, SummaryProduced, SummaryFailed)):
+        if event.payload.scope == "user":
+            return EventFold(counters)  # the user's summary: folded into the user projection, by no policy
         owner = event.payload.policy
         if owner in policies and event.payload.settings_hash != policies[owner][1].settings_hash:
             owner = "<other settings>"  # recorded under other settings: audit rows only, no fold

@@ -13,7 +13,7 @@ import hashlib
 import itertools
 import json
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pydantic import BaseModel
@@ -35,7 +35,7 @@ from memfold.core.sealing import is_shredded
 from memfold.core.tokens import MESSAGE_OVERHEAD, TokenCounter, text_digest
 from memfold.core.unreadable import UnreadableRecord
 from memfold.projections import retrieval, time_travel
-from memfold.projections.fold import ConversationCounters, fold_event
+from memfold.projections.fold import ConversationCounters, fold_event, user_summary_due, user_summary_request
 from memfold.projections.fold_text import retracts
 from memfold.projections.policies import state_codec
 from memfold.projections.policies._topic_memory import taken_back
@@ -55,6 +55,9 @@ class _Conversation:
     last_at: Any = None
     deleted: bool = False
     user_id: str | None = None  # the first user its messages named: a conversation belongs to at most one
+    # Per policy, the summaries folded here while it belonged to a user: every ``user_summary_every``-th
+    # asks for the user's summary.
+    user_summary_counts: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def from_row(cls, row: dict[str, Any] | None, partition: int) -> _Conversation:
@@ -65,6 +68,7 @@ class _Conversation:
             partition=row["partition"], message_count=row["message_count"], last_seq=row["last_seq"],
             token_count=row["token_count"], first_at=row["first_at"], last_at=row["last_at"], deleted=row["deleted"],
             user_id=row.get("user_id"),
+            user_summary_counts=json.loads(row["user_summary_counts"]) if row.get("user_summary_counts") else {},
         )
 
 
@@ -394,12 +398,19 @@ class Projector:
                     self._facts_diff(ch, event, _retractions(folded.states[event.payload.policy]))
                     _index_summary(ch, event)
                     user_convs.add(conv_key)
+                    if conv.user_id is not None and not conv.deleted:
+                        decided.extend(self._user_summary_asked(conv, event))
+                elif isinstance(event, SummaryProduced) and event.payload.scope == "user":
+                    if conv.user_id is not None and not conv.deleted:
+                        ch.user_summaries.append(_user_summary_row(event, conv.user_id))
+                        user_convs.add(conv_key)
             elif isinstance(event, TopicEvicted) and self._folded_here(event.payload, folded.states):
                 self._facts_evicted(ch, event)
             elif isinstance(event, ConversationDeleted):
                 if conv.user_id is not None:  # its user's memory loses what it taught; then it is no one's
                     ch.users.add((event.tenant_id, conv.user_id))
                     conv.user_id = None
+                conv.user_summary_counts = {}
                 ch.deleted.add(conv_key)
                 if had_text:  # its text was in this file: rewrite it once the deletion commits
                     ch.erased.add(conv_key)
@@ -428,6 +439,8 @@ class Projector:
                 "tenant_id": conv_key[0], "conversation_id": conv_key[1], "partition": c.partition,
                 "message_count": c.message_count, "last_seq": c.last_seq, "token_count": c.token_count,
                 "first_at": c.first_at, "last_at": c.last_at, "deleted": c.deleted, "user_id": c.user_id,
+                "user_summary_counts": json.dumps(c.user_summary_counts, sort_keys=True)
+                if c.user_summary_counts else None,
             }
             if c.user_id is not None and conv_key in user_convs:
                 ch.users.add((conv_key[0], c.user_id))
@@ -486,6 +499,18 @@ class Projector:
         cols["occurred_at"].append(m.occurred_at)
         cols["partition"].append(record.position.partition)
         cols["offset"].append(record.position.offset)
+
+    def _user_summary_asked(self, conv: _Conversation, event: SummaryProduced) -> list[SummaryRequested]:
+        """Count a summary of a user's conversation; return the request for the user's summary when it is due.
+
+        Decided from the conversation's own stream (its user, its summaries),
+        so every mode and every replay asks the same requests.
+        """
+        policy = event.payload.policy
+        ctx = self.policies[policy][1]
+        count = conv.user_summary_counts.get(policy, 0) + 1
+        conv.user_summary_counts[policy] = count
+        return [user_summary_request(ctx, event)] if user_summary_due(count, ctx.user_summary_every) else []
 
     def _folded_here(self, payload: Any, states: dict[str, Any]) -> bool:
         """True when the policy that decided ``payload`` folded it here, under the settings in force."""
@@ -557,9 +582,12 @@ class Projector:
                     "input_from": p.input_from, "input_to": p.input_to, "window_start": p.window_start,
                     "topic_id": p.topic_id, "kind": p.kind, "status": "processing",
                     "settings_hash": p.settings_hash, "requested_seq": event.seq, "requested_at": event.occurred_at,
+                    "scope": p.scope,
                 }
             )
         elif isinstance(event, SummaryProduced):
+            # A user summary's text is kept in user_summaries only (with its user, erased with it).
+            erased = erased or p.scope == "user"
             ch.summary_results.append(
                 {
                     "request_id": p.request_id, "summary_id": p.summary_id, "status": "completed",
@@ -651,6 +679,17 @@ def _fact_id(conv: tuple[str, str, str], key: str, value: str, summary_id: str) 
     """Return the deterministic id of a fact row: a hash of its policy, conversation, key, value and first summary."""
     raw = "\x1f".join((*conv, key, value, summary_id))
     return hashlib.sha256(raw.encode("utf-8")).hexdigest()[:24]
+
+
+def _user_summary_row(event: SummaryProduced, user_id: str) -> dict[str, Any]:
+    """Return the ``user_summaries`` row of a user summary made on the stream of one of the user's conversations."""
+    p = event.payload
+    return {
+        "policy": p.policy, "tenant_id": event.tenant_id, "user_id": user_id, "conversation_id": event.conversation_id,
+        "summary_id": p.summary_id, "request_id": p.request_id, "text": p.text,
+        "covers": list(p.covers_conversations), "covers_summaries": list(p.covers_summaries),
+        "produced_at": event.occurred_at, "summarizer": p.summarizer, "model": p.model,
+    }
 
 
 def _index_summary(ch: Changes, event: SummaryProduced) -> None:

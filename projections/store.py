@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -110,6 +111,16 @@ _DDL = [
     """CREATE TABLE IF NOT EXISTS user_notes (
         policy VARCHAR, tenant_id VARCHAR, user_id VARCHAR, conversation_id VARCHAR, summary_id VARCHAR,
         text VARCHAR, covers_to BIGINT, stated_at TIMESTAMPTZ)""",
+    # The user's own summary (a SummaryProduced of scope "user"), one row per version: made on the stream of
+    # ``conversation_id`` (one of the user's), standing for the conversation summaries ``covers_summaries``
+    # of the conversations ``covers``. The newest per policy (produced_at, then summary_id) is the user's.
+    """CREATE TABLE IF NOT EXISTS user_summaries (
+        policy VARCHAR, tenant_id VARCHAR, user_id VARCHAR, conversation_id VARCHAR, summary_id VARCHAR,
+        request_id VARCHAR, text VARCHAR, covers VARCHAR[], covers_summaries VARCHAR[], produced_at TIMESTAMPTZ,
+        summarizer VARCHAR, model VARCHAR)""",
+    # Summaries of scope "user" (the user's summary) share the request/outcome rows; their text is in user_summaries.
+    "ALTER TABLE summaries ADD COLUMN IF NOT EXISTS scope VARCHAR DEFAULT 'conversation'",
+    "ALTER TABLE conversations ADD COLUMN IF NOT EXISTS user_summary_counts VARCHAR",
     # Log records no event decodes from (engine.unreadable): folded past, kept here for the operator.
     """CREATE TABLE IF NOT EXISTS poison_events (
         "partition" INTEGER, "offset" BIGINT, event_id VARCHAR, stored_type VARCHAR,
@@ -129,7 +140,7 @@ _EVENT_COLUMNS = (
 _SUMMARY_REQUEST_COLUMNS = (
     "request_id", "policy", "tenant_id", "conversation_id", "base_summary_id", "covers_from",
     "covers_to", "input_from", "input_to", "window_start", "topic_id", "kind", "status", "settings_hash",
-    "requested_seq", "requested_at",
+    "requested_seq", "requested_at", "scope",
 )
 
 
@@ -157,6 +168,7 @@ class Changes:
     # poison_events rows: records that could not be decoded, folded past (partition, offset, ids known, error)
     poison: list[dict[str, Any]] = field(default_factory=list)
     users: set[tuple[str, str]] = field(default_factory=set)  # (tenant, user) whose user memory is refolded
+    user_summaries: list[dict[str, Any]] = field(default_factory=list)  # user_summaries rows (user-scope summaries)
     # Conversations not written by the batch whose context changed with it: the other conversations of a
     # user whose conversation it wrote (their contexts hold its memory and recall). Set once committed.
     related: set[tuple[str, str]] = field(default_factory=set)
@@ -311,7 +323,8 @@ class DuckDBProjectionStore:
         with self._write_lock:
             cur.execute("DROP VIEW IF EXISTS search_postings")
             for table in ("positions", "events", "conversations", "messages", "summaries", "facts", "policy_state",
-                          "policy_rows", "search_docs", "state_history", "poison_events", "user_facts", "user_notes"):
+                          "policy_rows", "search_docs", "state_history", "poison_events", "user_facts", "user_notes",
+                          "user_summaries"):
                 cur.execute(f"DROP TABLE IF EXISTS {table}")
             for ddl in (*_DDL, *view_ddl()):
                 cur.execute(ddl)
@@ -495,6 +508,12 @@ class DuckDBProjectionStore:
                 cur.register("_prows", pa.table({k: pa.array(v, pa.string()) for k, v in rows.items()}))
                 cur.execute("INSERT INTO policy_rows SELECT policy, tbl, tenant_id, conversation_id, row::JSON FROM _prows")
                 cur.unregister("_prows")
+        if ch.user_summaries:
+            cur.register("_usum", pa.Table.from_pylist(ch.user_summaries))
+            cols = ", ".join(_q(c) for c in ch.user_summaries[0])
+            cur.execute(f"INSERT INTO user_summaries ({cols}) SELECT {cols} FROM _usum WHERE summary_id NOT IN "
+                        "(SELECT summary_id FROM user_summaries)")
+            cur.unregister("_usum")
         for tenant_id, user_id in sorted(ch.users):  # last: it reads the facts and summaries written above
             _refold_user(cur, tenant_id, user_id)
 
@@ -1026,6 +1045,41 @@ class DuckDBProjectionStore:
         return _dicts(cur)
 
     @_read_again_after_a_swap
+    def user_summaries(self, tenant_id: str, user_id: str, policy: str | None = None,
+                       as_of: datetime | None = None) -> list[dict[str, Any]]:
+        """Return the user's summary per policy: its newest ``user_summaries`` row (made by ``as_of``, if given).
+
+        Newest is event time (``produced_at``), ties by summary id: a function
+        of the rows, whatever order partitions delivered them in.
+        """
+        where, params = _user_scope(tenant_id, user_id, policy)
+        if as_of is not None:
+            where += " AND produced_at <= ?"
+            params.append(as_of)
+        cur = self.connection.execute(
+            "SELECT policy, conversation_id, summary_id, text, covers, covers_summaries, produced_at, summarizer, "
+            f"model FROM user_summaries WHERE {where} "
+            "QUALIFY row_number() OVER (PARTITION BY policy ORDER BY produced_at DESC, summary_id DESC) = 1 "
+            "ORDER BY policy", params,
+        )
+        return _dicts(cur)
+
+    @_read_again_after_a_swap
+    def user_notes_as_of(self, tenant_id: str, user_id: str, policy: str, as_of: datetime) -> list[dict[str, Any]]:
+        """Return, per conversation of the user, its newest completed summary of ``policy`` dated by ``as_of``.
+
+        What a user summary asked at ``as_of`` reads (the worker): the
+        ``user_notes`` a fold that had reached that time would hold, oldest
+        conversation first (dated by the newest message each covers).
+        """
+        cur = self.connection.execute(
+            "SELECT policy, conversation_id, summary_id, text, covers_to, stated_at AS at FROM ("
+            + _NOTES.format(extra="AND s.policy = ? AND m.occurred_at <= ?") + ") ORDER BY \"at\", conversation_id",
+            [tenant_id, user_id, policy, as_of],
+        )
+        return _dicts(cur)
+
+    @_read_again_after_a_swap
     def stated_facts(self, tenant_id: str, user_id: str) -> list[StatedFact]:
         """Return the facts rows the user fold reads (:func:`~memfold.projections.user_memory.fold_user_facts`)."""
         return _stated_facts(self.connection, tenant_id, user_id)
@@ -1039,7 +1093,7 @@ class DuckDBProjectionStore:
             try:
                 cur.execute("BEGIN TRANSACTION")
                 count = 0
-                for table in ("user_facts", "user_notes"):
+                for table in ("user_facts", "user_notes", "user_summaries"):
                     count += cur.execute(f"DELETE FROM {table} WHERE tenant_id = ? AND user_id = ?",
                                          [tenant_id, user_id]).fetchone()[0]
                 count += cur.execute("UPDATE conversations SET user_id = NULL WHERE tenant_id = ? AND user_id = ?",
@@ -1153,7 +1207,7 @@ class DuckDBProjectionStore:
         return {"rows": rows, "positions": positions, "meta": meta}
 
     @_read_again_after_a_swap
-    def dump(self, tables: Iterable[str] = ("events", "conversations", "messages", "summaries", "facts", "policy_state", "policy_rows", "search_docs", "positions", "user_facts", "user_notes")) -> dict[str, list[tuple[Any, ...]]]:
+    def dump(self, tables: Iterable[str] = ("events", "conversations", "messages", "summaries", "facts", "policy_state", "policy_rows", "search_docs", "positions", "user_facts", "user_notes", "user_summaries")) -> dict[str, list[tuple[Any, ...]]]:
         """Return every row of ``tables`` in a canonical order (for determinism and parity checks)."""
         out: dict[str, list[tuple[Any, ...]]] = {}
         for table in tables:
@@ -1270,8 +1324,11 @@ def _erase(cur: duckdb.DuckDBPyConnection, tenant_id: str, conversation_id: str)
     key = [tenant_id, conversation_id]
     count = 0
     for table in ("messages", "summaries", "facts", "policy_rows", "search_docs", "state_history", "llm_cache",
-                  "dense_vectors", "user_facts", "user_notes"):
+                  "dense_vectors", "user_facts", "user_notes", "user_summaries"):
         count += cur.execute(f"DELETE FROM {table} WHERE tenant_id = ? AND conversation_id = ?", key).fetchone()[0]
+    # A user summary made in another conversation of the user stood for this one's summary too: it goes.
+    count += cur.execute("DELETE FROM user_summaries WHERE tenant_id = ? AND list_contains(covers, ?)",
+                         key).fetchone()[0]
     # Whose conversation it was goes too: the conversations row stays as the audit record, without its user.
     count += cur.execute("UPDATE conversations SET user_id = NULL WHERE tenant_id = ? AND conversation_id = ? "
                          "AND user_id IS NOT NULL", key).fetchone()[0]
@@ -1302,6 +1359,19 @@ def _stated_facts(cur: duckdb.DuckDBPyConnection, tenant_id: str, user_id: str) 
     return [StatedFact(*row) for row in cur.execute(_STATED_FACTS, [tenant_id, user_id]).fetchall()]
 
 
+# Per conversation of a user and policy, its newest completed conversation summary with text (a user_notes
+# row); ``extra`` narrows it (a policy, a time).
+_NOTES = (
+    "SELECT s.policy, c.tenant_id, c.user_id, s.conversation_id, s.summary_id, s.text, "
+    "s.covers_to, m.occurred_at AS stated_at FROM summaries s JOIN conversations c ON c.tenant_id = s.tenant_id "
+    "AND c.conversation_id = s.conversation_id LEFT JOIN messages m ON m.tenant_id = s.tenant_id "
+    "AND m.conversation_id = s.conversation_id AND m.idx = s.covers_to WHERE c.tenant_id = ? AND c.user_id = ? "
+    "AND NOT coalesce(c.deleted, false) AND s.status = 'completed' AND s.topic_id IS NULL "
+    "AND coalesce(s.scope, 'conversation') = 'conversation' AND coalesce(s.text, '') <> '' {extra} "
+    "QUALIFY row_number() OVER (PARTITION BY s.policy, s.conversation_id ORDER BY s.resolved_seq DESC) = 1"
+)
+
+
 def _refold_user(cur: duckdb.DuckDBPyConnection, tenant_id: str, user_id: str) -> None:
     """Rewrite a user's ``user_facts`` and ``user_notes`` from its conversations' rows (inside the batch's transaction)."""
     key = [tenant_id, user_id]
@@ -1313,16 +1383,14 @@ def _refold_user(cur: duckdb.DuckDBPyConnection, tenant_id: str, user_id: str) -
         cols = ", ".join(_q(c) for c in USER_FACT_COLUMNS)
         cur.execute(f"INSERT INTO user_facts ({cols}) SELECT {cols} FROM _ufacts")
         cur.unregister("_ufacts")
+    # Dated by the newest message it covers: event time, so a rebuild folding in other batches agrees.
+    cur.execute("INSERT INTO user_notes " + _NOTES.format(extra=""), key)
+    # A user summary standing for a conversation forgotten since is no one's summary any more (whichever
+    # came first in the log, the summary or the deletion: both refold the user).
     cur.execute(
-        # Dated by the newest message it covers: event time, so a rebuild folding in other batches agrees.
-        "INSERT INTO user_notes SELECT s.policy, c.tenant_id, c.user_id, s.conversation_id, s.summary_id, s.text, "
-        "s.covers_to, m.occurred_at FROM summaries s JOIN conversations c ON c.tenant_id = s.tenant_id "
-        "AND c.conversation_id = s.conversation_id LEFT JOIN messages m ON m.tenant_id = s.tenant_id "
-        "AND m.conversation_id = s.conversation_id AND m.idx = s.covers_to WHERE c.tenant_id = ? AND c.user_id = ? "
-        "AND NOT coalesce(c.deleted, false) AND s.status = 'completed' AND s.topic_id IS NULL "
-        "AND coalesce(s.text, '') <> '' "
-        "QUALIFY row_number() OVER (PARTITION BY s.policy, s.conversation_id ORDER BY s.resolved_seq DESC) = 1",
-        key,
+        "DELETE FROM user_summaries u WHERE u.tenant_id = ? AND u.user_id = ? AND EXISTS (SELECT 1 FROM "
+        "conversations c WHERE c.tenant_id = u.tenant_id AND list_contains(u.covers, c.conversation_id) "
+        "AND coalesce(c.deleted, false))", key,
     )
 
 
@@ -1354,7 +1422,7 @@ def _column_types() -> dict[str, pa.DataType]:
         "importance": pa.float64(), "metadata": pa.string(), "kind": pa.string(), "doc_id": pa.string(),
         "policy": pa.string(), "length": pa.int32(), "terms": pa.list_(pa.string()), "tfs": pa.list_(pa.int32()),
         "message_count": pa.int64(), "last_seq": pa.int64(), "token_count": pa.int64(), "first_at": ts, "last_at": ts,
-        "deleted": pa.bool_(), "states": pa.string(),
+        "deleted": pa.bool_(), "states": pa.string(), "user_summary_counts": pa.string(),
     }
 
 

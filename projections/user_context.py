@@ -1,13 +1,15 @@
 """The user part of a context: a user's memory and what its other conversations said, within a share of the budget.
 
 :func:`user_block` renders, from what the fold precomputed (the user's
-current facts and the newest summary of each of its conversations) and the
-messages recall found in the user's *other* conversations, at most two
-system messages:
+current facts, the user's summary and the newest summary of each of its
+conversations) and the messages recall found in the user's *other*
+conversations, at most two system messages:
 
 1. ``kind="memory:user"``: the user's current facts, each with the
-   conversation and date it came from, then the user's summary (one line of
-   each other conversation's newest summary, newest conversation first);
+   conversation and date it came from, then the user's summary (the
+   summarizer's summary across the user's conversations; until there is one,
+   or when it is empty, one line of each other conversation's newest
+   summary, newest conversation first);
 2. ``kind="user_recalled"``: the best-ranked messages of the user's other
    conversations, best first, each line marked ``[conversation · date]``.
 
@@ -54,21 +56,31 @@ class UserMemory:
     conversations: tuple[str, ...]
     facts: tuple[Line, ...]  # current facts, by policy and key
     notes: tuple[Line, ...]  # each conversation's newest summary, newest conversation first
+    summary: tuple[Line, ...] = ()  # the user's summary, per policy: its text's lines (conversation_id "")
 
 
 def user_memory(
     conversations: Sequence[str], facts: Sequence[dict[str, Any]], notes: Sequence[dict[str, Any]],
-    count_tokens: Callable[[str], int],
+    count_tokens: Callable[[str], int], summaries: Sequence[dict[str, Any]] = (),
 ) -> UserMemory:
-    """Return the :class:`UserMemory` of store rows (``user_facts``, ``user_notes``): every line rendered and counted."""
-    def line(row: dict[str, Any], text: str) -> Line:
-        return Line(row["policy"], row["conversation_id"], text, count_tokens(text) + 1)
+    """Return the :class:`UserMemory` of store rows (``user_facts``, ``user_notes``, ``user_summaries``): every
+    line rendered and counted."""
+    def line(row: dict[str, Any], text: str, conversation_id: str | None = None) -> Line:
+        cid = row["conversation_id"] if conversation_id is None else conversation_id
+        return Line(row["policy"], cid, text, count_tokens(text) + 1)
 
     return UserMemory(
         tuple(conversations),
         tuple(line(f, fact_line(f)) for f in facts if f["current"]),
         tuple(line(n, _note_line(n)) for n in notes),
+        # Not tied to one conversation (it stands for all of them, the one being read too): conversation "".
+        tuple(line(u, text, "") for u in summaries for text in summary_lines(u.get("text"))),
     )
+
+
+def summary_lines(text: str | None) -> list[str]:
+    """Return the non-blank lines of a user summary's text, whitespace folded."""
+    return [" ".join(t.split()) for t in (text or "").splitlines() if t.strip()]
 
 
 def _day(at: Any) -> str:
@@ -99,8 +111,12 @@ def user_block(
     out: list[ContextMessage] = []
     parts: list[str] = []
     used = MESSAGE_OVERHEAD
+    # The user's summary when one was made (and said something) for this policy, else the notes.
+    own = [line for line in memory.summary if line.policy == policy]
+    summary = ("Summary of this user's conversations:", own) if own else \
+        ("Summary of this user's other conversations:", memory.notes)
     for title, lines, cap in (("What this user told you in other conversations:", memory.facts, room),
-                              ("Summary of this user's other conversations:", memory.notes, int(room * NOTE_SHARE))):
+                              (*summary, int(room * NOTE_SHARE))):
         cost = count_tokens(title) + 1
         kept = []
         for line in lines:
@@ -231,6 +247,7 @@ class UserReads:
         found = user_memory(
             [c["conversation_id"] for c in self.store.user_conversations(tenant_id, user_id)],
             self.store.user_facts(tenant_id, user_id), self.store.user_notes(tenant_id, user_id), self.count_tokens,
+            self.store.user_summaries(tenant_id, user_id),
         )
         if len(self._memory) >= self.max_users:
             self._memory.pop(next(iter(self._memory)))

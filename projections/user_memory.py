@@ -9,6 +9,10 @@ was requested), ties broken by conversation id, message index and value, so
 the result depends only on the set of rows, never on the order the log
 delivered them in (two partitions, a replay, a rebuild all agree).
 
+The user's own summary is made by the summarizers (``SummaryRequested`` of
+scope "user", answered by the worker): :func:`user_summary_input` is what
+they are given, the user's notes and current facts as of the request's time.
+
 Nothing here reads a clock, a file or a model: :func:`fold_user_facts` is a
 function of its rows, called by the store inside the projector's transaction
 (current user memory) and by reads with ``as_of`` (the rows stated by then).
@@ -18,8 +22,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
+
+from memfold.core.events import Fact
+from memfold.core.ports import MessageRecord, SummaryInput
+
+# The ``policy`` a user summary's input names (the summarizers' view; the request keeps the real policy).
+USER_SCOPE = "user"
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 USER_FACT_COLUMNS = (
     "policy", "tenant_id", "user_id", "key", "value", "category", "conversation_id", "stated_in", "stated_at",
@@ -94,3 +105,44 @@ def stated_before(facts: Sequence[StatedFact], as_of: datetime) -> list[StatedFa
     A statement of unknown time is left out: it cannot be shown to have been made by then.
     """
     return [f for f in facts if f.at is not None and f.at <= as_of]
+
+
+def user_summary_input(
+    tenant_id: str, conversation_id: str, notes: Sequence[dict[str, Any]], facts: Sequence[dict[str, Any]],
+    *, token_cap: int | None, model: str | None = None,
+) -> SummaryInput:
+    """Return what a summarizer is given for the user's summary (pure): the user's notes and current facts.
+
+    Each note (a conversation's newest summary, oldest conversation first) is
+    one input message naming its conversation and day; the current facts are
+    the existing facts. Every message is of ``conversation_id``, the
+    conversation the request was asked in (the summary cache files the entry
+    under it, so forgetting it drops the entry); the note's own conversation
+    is in its metadata (what the summary ``covers``).
+    """
+    messages = tuple(
+        MessageRecord(
+            tenant_id=tenant_id, conversation_id=conversation_id, index=i, seq=0, event_id=n["summary_id"],
+            role="user", content=f"Conversation {n['conversation_id']} ({_day(n.get('at'))}): {n['text']}",
+            tokens=0, occurred_at=n.get("at") or _EPOCH, metadata={"conversation_id": n["conversation_id"]},
+        )
+        for i, n in enumerate(notes)
+    )
+    existing = tuple(
+        Fact(key=f["key"], value=f["value"], category=f["category"], stated_at=f.get("stated_at"))
+        for f in facts if f["current"]
+    )
+    return SummaryInput(policy=USER_SCOPE, kind="text", messages=messages, existing_facts=existing,
+                        token_cap=token_cap, model=model)
+
+
+def user_summary_covers(summary_input: SummaryInput) -> dict[str, tuple[str, ...]]:
+    """Return the ``covers_summaries`` / ``covers_conversations`` of a user summary made from ``summary_input``."""
+    return {
+        "covers_summaries": tuple(m.event_id for m in summary_input.messages),
+        "covers_conversations": tuple(m.metadata["conversation_id"] for m in summary_input.messages),
+    }
+
+
+def _day(at: datetime | None) -> str:
+    return at.date().isoformat() if at is not None else "undated"

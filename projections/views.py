@@ -41,7 +41,7 @@ VIEWS: tuple[View, ...] = (
         """SELECT policy, tenant_id, conversation_id, coalesce(window_start, covers_from) AS start_sequence,
                   covers_to AS end_sequence, covers_to - coalesce(window_start, covers_from) + 1 AS window_size,
                   latency_ms AS generation_time_ms, requested_at
-           FROM summaries WHERE status = 'completed'
+           FROM summaries WHERE status = 'completed' AND coalesce(scope, 'conversation') = 'conversation'
            ORDER BY requested_at DESC, resolved_seq DESC""",
     ),
     View(

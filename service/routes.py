@@ -517,8 +517,9 @@ def user_memory(
     as_of: str | None = Query(None, description="an ISO-8601 time with a timezone: the facts as they stood then"),
 ) -> dict:
     """Return the user's memory across its conversations: current facts (with the conversation and time each was
-    stated in), every statement with its lineage, the user summary and the user's conversations. 404 for a user
-    no live conversation of this tenant belongs to."""
+    stated in), every statement with its lineage, the user's summary (``user_summary``: the summarizer's summary
+    across its conversations, or null), each conversation's newest summary (``summary``) and the user's
+    conversations. 404 for a user no live conversation of this tenant belongs to."""
     point = _point(as_of)
     if isinstance(point, Position):
         raise ValidationError("as_of of user memory is a time, not a log position", field="as_of")

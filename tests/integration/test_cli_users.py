@@ -41,6 +41,11 @@ def test_user_commands_on_a_data_dir(tmp_path):
         "lives_in": ("Munich", "tue"), "order_id": ("#4471", "mon")}
     text = run(*data, "user", "show", "dana").stdout
     assert "lives_in: Munich  (conversation tue, message 0" in text
+    # The user's own summary, over both conversations, with its text.
+    mine = shown["user_summary"]
+    assert mine["covers"] == ["mon", "tue"] and "Munich" in mine["text"]
+    assert f"user summary ({mine['summary_id']}, over 2 conversation(s)" in text
+    assert next(line.strip() for line in mine["text"].splitlines() if line.strip()) in text
     then = json.loads(run(*data, "user", "show", "dana", "--as-of", "2024-03-05T00:00:00Z", "--json").stdout)
     assert {f["key"]: f["value"] for f in then["facts"]}["lives_in"] == "Berlin"
     # A conversation not started yet, read as Dana's: it begins with what the others taught.

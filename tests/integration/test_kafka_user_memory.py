@@ -32,5 +32,6 @@ def test_a_worker_folds_the_user_projection_embedded_mode_folds_across_partition
     assert {r[3] for r in ref_projection["user_notes"]} == set(NAMES)
     run = run_with_kills(kafka_bootstrap, tmp_path / "run", messages, {17}, partitions=PARTITIONS, seed=5)
     assert [(e.event_id, e.seq) for e in run["events"]] == [(e.event_id, e.seq) for e in ref_events]
-    for table in ("conversations", "facts", "user_facts", "user_notes"):
+    assert {r[3] for r in ref_projection["user_summaries"]} == set(NAMES)  # each asked the user's summary
+    for table in ("conversations", "facts", "user_facts", "user_notes", "user_summaries"):
         assert run["projection"][table] == ref_projection[table], f"{table} differs from embedded mode"

@@ -236,6 +236,11 @@ def test_forget_user_leaves_no_byte_of_the_user_or_their_conversations(tmp_path)
             plant(engine, conversation, marks, turns=6)
         engine.wait_idle(120)
         assert engine.user_memory(user)["facts"], "no user fact to erase: the proof would prove nothing"
+        # The user's own summary carries what both conversations said (sealed in the log under the key of
+        # the conversation it was asked in): its words must go too.
+        mine = engine.user_memory(user)["user_summary"]
+        assert mine is not None and set(mine["covers"]) == {"u-1", "u-2"}
+        assert m1["content"] in mine["text"] or m2["content"] in mine["text"], mine["text"]
         engine.replay("before")
         engine.sql("CHECKPOINT", write=True)
     needles = {"user": user, **{f"1{f}": v for f, v in m1.items()}, **{f"2{f}": v for f, v in m2.items()}}
@@ -245,6 +250,7 @@ def test_forget_user_leaves_no_byte_of_the_user_or_their_conversations(tmp_path)
         with pytest.raises(UnknownUserError):
             engine.user_memory(user)
         assert engine.history("u-1") == [] and engine.history("u-2") == []
+        assert engine.sql("SELECT count(*) FROM user_summaries WHERE user_id = ?", [user])[1] == [(0,)]
         assert engine.verify() == []
         engine.replay("after")
         kept = engine.history("kept")

@@ -83,7 +83,7 @@ def projection(path: Path) -> dict[str, list[tuple]]:
     try:
         out = {}
         for table in ("events", "conversations", "messages", "summaries", "facts", "policy_state", "policy_rows",
-                      "user_facts", "user_notes"):
+                      "user_facts", "user_notes", "user_summaries"):
             cols = [r[0] for r in con.execute(f"DESCRIBE {table}").fetchall() if r[0] not in RUN_COLUMNS]
             rows = con.execute(f"SELECT {', '.join(f'{chr(34)}{c}{chr(34)}' for c in cols)} FROM {table}").fetchall()
             # Summary payloads and some policy states record the summarizer's latency.
