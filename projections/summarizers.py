@@ -7,6 +7,8 @@ from typing import Any
 from memfold.core.errors import ConfigError
 from memfold.core.ports import Embedder, Summarizer
 from memfold.core.settings import Settings
+from memfold.projections.embedders import LocalHashEmbedder, OpenAIEmbedder, SentenceTransformerEmbedder
+from memfold.projections.summary_cache import CachingSummarizer
 
 
 def build_summarizer(settings: Settings, cache_conn: Any = None) -> Summarizer:
@@ -36,8 +38,6 @@ def build_summarizer(settings: Settings, cache_conn: Any = None) -> Summarizer:
         raise ConfigError(f"unknown summarizer kind {kind!r}; choose offline or openai")
     if cache_conn is None:
         return summarizer
-    from memfold.projections.summary_cache import CachingSummarizer
-
     return CachingSummarizer(summarizer, cache_conn)
 
 
@@ -45,12 +45,8 @@ def build_embedder(settings: Settings) -> Embedder:
     """Return the embedder ``settings.embedder.kind`` names: local (default), openai or sentence-transformers."""
     kind = settings.embedder.kind
     if kind == "local":
-        from memfold.projections.embedders import LocalHashEmbedder
-
         return LocalHashEmbedder(dimensions=settings.embedder.dimensions)
     if kind == "openai":
-        from memfold.projections.embedders import OpenAIEmbedder
-
         return OpenAIEmbedder(
             settings.embedder,
             max_retries=settings.summarizer.max_retries,
@@ -58,8 +54,6 @@ def build_embedder(settings: Settings) -> Embedder:
             backoff_max_s=settings.summarizer.backoff_max_s,
         )
     if kind == "sentence-transformers":
-        from memfold.projections.embedders import SentenceTransformerEmbedder
-
         embedder = SentenceTransformerEmbedder()
         if settings.embedder.dimensions != embedder.dimensions:
             raise ConfigError(
