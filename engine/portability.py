@@ -29,6 +29,7 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,8 @@ from memfold.core.errors import (
 from memfold.core.events import ConversationReopened, Event, decode_dict
 from memfold.core.ports import EventLog
 from memfold.core.unreadable import UnreadableRecord
+from memfold.projections.fold import FOLD_VERSION
+from memfold.streams.sealed_log import SealedLog
 
 FORMAT = "memfold-export"
 FORMAT_VERSION = 1
@@ -430,8 +433,6 @@ def _sha256(path: Path) -> str:
 
 
 def _memfold_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
         return version("memfold")
     except PackageNotFoundError:
@@ -443,9 +444,6 @@ def _memfold_version() -> str:
 
 def export_engine(engine: Any, directory: str | Path, **options: Any) -> ExportReport:
     """Export the log of ``engine`` (any role) with its settings hashes and fold version; see :func:`export_log`."""
-    from memfold.projections.fold import FOLD_VERSION
-    from memfold.streams.sealed_log import SealedLog
-
     log = engine.log
     raw = log.inner if isinstance(log, SealedLog) else None
     keys = engine.sealer.keys if engine.sealer is not None else None

@@ -22,8 +22,10 @@ from fastapi import APIRouter, HTTPException, Path, Query, Request
 from fastapi.encoders import jsonable_encoder
 from pydantic import Field, field_validator, model_validator
 
-from memfold.core.errors import UnknownReplayError
+from memfold.core.errors import UnknownConversationError, UnknownReplayError
+from memfold.engine.replay_diff import Question
 from memfold.service.deps import Admin, Operator, services
+from memfold.service.routes import existing
 from memfold.service.schemas import ErrorResponse, _Body
 
 _ERRORS = {401: {"model": ErrorResponse}, 403: {"model": ErrorResponse}, 404: {"model": ErrorResponse},
@@ -234,16 +236,12 @@ def diff_replay_with_questions(request: Request, body: DiffRequest, key: Operato
     conversation. Questions are asked in conversations of the key's tenant
     (404 for one it does not have, as a missing one).
     """
-    from memfold.engine.replay_diff import Question
-
     questions = [Question(key.tenant_id, q.conversation_id or body.conversation_id, q.question, q.answer)
                  for q in body.questions]
     return _diff(request, key, name, body.conversation_id, body.budget, questions)
 
 
 def _diff(request: Request, key, name: str, conversation_id: str | None, budget: int, questions: list) -> dict:
-    from memfold.core.errors import UnknownConversationError
-
     found = services(request).engine.diff_replay(name, conversation_id, budget=budget, questions=questions,
                                                  tenant_id=key.tenant_id if conversation_id is not None else None)
     covered = {(c.tenant_id, c.conversation_id) for c in found.conversations}
@@ -267,8 +265,6 @@ def verify_all(request: Request, key: Operator) -> dict:
 def verify_conversation(request: Request, key: Admin,
                         conversation_id: str = Path(min_length=1, max_length=200)) -> dict:
     """Verify one conversation of the key's tenant: its projection is what its events fold to (admin keys)."""
-    from memfold.service.routes import existing
-
     existing(request, key.tenant_id, conversation_id)
     return {"conversation_id": conversation_id,
             **_differences(services(request).engine.verify(conversation_id, tenant_id=key.tenant_id))}
