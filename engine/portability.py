@@ -203,8 +203,6 @@ def _key_status(keys: Any, key_ids: set[tuple[str, str]]) -> tuple[set[tuple[str
     return destroyed, live
 
 
-
-
 class _JsonlWriter:
     """One JSON object per line: the event as the log encodes it, plus ``partition`` and ``offset``."""
 

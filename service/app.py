@@ -56,8 +56,6 @@ from memfold.service.ui import router as ui_router
 log = logging.getLogger("memfold.service")
 
 
-
-
 def _error(status: int, kind: str, message: str, *, field=None, line=None, headers=None) -> JSONResponse:
     body = {"type": kind, "message": message}
     if field is not None:
