@@ -43,8 +43,6 @@ from memfold.core.errors import (
 from memfold.core.events import ConversationReopened, Event, decode_dict
 from memfold.core.ports import EventLog
 from memfold.core.unreadable import UnreadableRecord
-from memfold.projections.fold import FOLD_VERSION
-from memfold.streams.sealed_log import SealedLog
 
 FORMAT = "memfold-export"
 FORMAT_VERSION = 1
@@ -442,6 +440,9 @@ def _memfold_version() -> str:
 
 def export_engine(engine: Any, directory: str | Path, **options: Any) -> ExportReport:
     """Export the log of ``engine`` (any role) with its settings hashes and fold version; see :func:`export_log`."""
+    from memfold.projections.fold import FOLD_VERSION
+    from memfold.streams.sealed_log import SealedLog
+
     log = engine.log
     raw = log.inner if isinstance(log, SealedLog) else None
     keys = engine.sealer.keys if engine.sealer is not None else None

@@ -8,7 +8,6 @@ from memfold.core.errors import ConfigError
 from memfold.core.ports import Embedder, Summarizer
 from memfold.core.settings import Settings
 from memfold.projections.embedders import LocalHashEmbedder, OpenAIEmbedder, SentenceTransformerEmbedder
-from memfold.projections.summary_cache import CachingSummarizer
 
 
 def build_summarizer(settings: Settings, cache_conn: Any = None) -> Summarizer:
@@ -38,6 +37,8 @@ def build_summarizer(settings: Settings, cache_conn: Any = None) -> Summarizer:
         raise ConfigError(f"unknown summarizer kind {kind!r}; choose offline or openai")
     if cache_conn is None:
         return summarizer
+    from memfold.projections.summary_cache import CachingSummarizer
+
     return CachingSummarizer(summarizer, cache_conn)
 
 

@@ -23,7 +23,6 @@ from fastapi.encoders import jsonable_encoder
 from pydantic import Field, field_validator, model_validator
 
 from memfold.core.errors import UnknownConversationError, UnknownReplayError
-from memfold.engine.replay_diff import Question
 from memfold.service.deps import Admin, Operator, services
 from memfold.service.routes import existing
 from memfold.service.schemas import ErrorResponse, _Body
@@ -236,6 +235,8 @@ def diff_replay_with_questions(request: Request, body: DiffRequest, key: Operato
     conversation. Questions are asked in conversations of the key's tenant
     (404 for one it does not have, as a missing one).
     """
+    from memfold.engine.replay_diff import Question
+
     questions = [Question(key.tenant_id, q.conversation_id or body.conversation_id, q.question, q.answer)
                  for q in body.questions]
     return _diff(request, key, name, body.conversation_id, body.budget, questions)
