@@ -34,8 +34,6 @@ import duckdb
 from memfold.core.errors import ConfigError, EmbedderError, ProjectionError
 from memfold.core.ports import Embedder, MessageRecord
 from memfold.core.settings import Settings
-from memfold.projections.embedders import SentenceTransformerEmbedder
-from memfold.projections.summarizers import build_embedder
 
 log = logging.getLogger("memfold.dense")
 
@@ -97,10 +95,14 @@ def build_dense_embedder(settings: Settings) -> Embedder:
     says (that setting sizes the local and OpenAI vectors, and the topics
     policy's). Building makes no network call and loads no model.
     """
+    from memfold.projections.summarizers import build_embedder
+
     kind = settings.retrieval.embedder
     if kind == "none":
         raise ConfigError("retrieval.embedder is 'none': no dense embedder to build")
     if kind == "sentence-transformers":
+        from memfold.projections.embedders import SentenceTransformerEmbedder
+
         return SentenceTransformerEmbedder()
     return build_embedder(settings.model_copy(update={"embedder": settings.embedder.model_copy(update={"kind": kind})}))
 
