@@ -7,7 +7,6 @@ from typing import Any
 from memfold.core.errors import ConfigError
 from memfold.core.ports import Embedder, Summarizer
 from memfold.core.settings import Settings
-from memfold.projections.embedders import LocalHashEmbedder, OpenAIEmbedder, SentenceTransformerEmbedder
 
 
 def build_summarizer(settings: Settings, cache_conn: Any = None) -> Summarizer:
@@ -46,8 +45,12 @@ def build_embedder(settings: Settings) -> Embedder:
     """Return the embedder ``settings.embedder.kind`` names: local (default), openai or sentence-transformers."""
     kind = settings.embedder.kind
     if kind == "local":
+        from memfold.projections.embedders import LocalHashEmbedder
+
         return LocalHashEmbedder(dimensions=settings.embedder.dimensions)
     if kind == "openai":
+        from memfold.projections.embedders import OpenAIEmbedder
+
         return OpenAIEmbedder(
             settings.embedder,
             max_retries=settings.summarizer.max_retries,
@@ -55,6 +58,8 @@ def build_embedder(settings: Settings) -> Embedder:
             backoff_max_s=settings.summarizer.backoff_max_s,
         )
     if kind == "sentence-transformers":
+        from memfold.projections.embedders import SentenceTransformerEmbedder
+
         embedder = SentenceTransformerEmbedder()
         if settings.embedder.dimensions != embedder.dimensions:
             raise ConfigError(
