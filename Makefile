@@ -35,6 +35,7 @@ LAYERS      := core projections streams engine service cli client adapters
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(PY) tools/function_imports.py
 	rm -rf $(IMPORT_TREE) && mkdir -p $(IMPORT_TREE)/memfold
 	ln -s "$(CURDIR)/memfold/__init__.py" $(IMPORT_TREE)/memfold/__init__.py
 	for d in $(LAYERS); do ln -s "$(CURDIR)/$$d" $(IMPORT_TREE)/memfold/$$d; done

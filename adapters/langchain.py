@@ -24,6 +24,7 @@ from typing import Any
 from langchain.agents.middleware import AgentMiddleware
 from langchain_core.chat_history import BaseChatMessageHistory
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, RemoveMessage, SystemMessage, ToolMessage
+from langgraph.config import get_config
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
 
 from memfold.client import Client, NotFoundError
@@ -127,8 +128,6 @@ class MemfoldMiddleware(AgentMiddleware):
     def _user(self) -> str | None:
         if self.user_id:
             return self.user_id
-        from langgraph.config import get_config
-
         try:
             user = (get_config().get("configurable") or {}).get("user_id")
         except RuntimeError:  # not inside a runnable: no config to read
@@ -138,8 +137,6 @@ class MemfoldMiddleware(AgentMiddleware):
     def _thread(self) -> str:
         if self.conversation_id:
             return self.conversation_id
-        from langgraph.config import get_config
-
         thread = (get_config().get("configurable") or {}).get("thread_id")
         if not thread:
             raise ValueError("MemfoldMiddleware needs a thread: pass conversation_id= or invoke with "

@@ -12,7 +12,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from memfold.core.errors import ConfigError
+from memfold.core.errors import ConfigError, UnknownConversationError, ValidationError
 
 
 class UsageError(Exception):
@@ -88,8 +88,6 @@ def open_engine(args: argparse.Namespace, *, writing: bool = False, read_only: b
 
 def require_conversation(engine, conversation_id: str, tenant_id: str) -> None:
     """Raise a one-line error when the projection has no such conversation (a typo, another tenant)."""
-    from memfold.core.errors import UnknownConversationError
-
     if engine.store.conversation(tenant_id, conversation_id) is None:
         raise UnknownConversationError(
             f"no conversation {conversation_id!r} for tenant {tenant_id!r} in {engine.settings.data_dir}; "
@@ -143,9 +141,6 @@ def refuse_errors_on_input(errors: str | None, file: str) -> None:
 
 def parse_as_of(text: str):
     """Return the :class:`Position` (``PARTITION:OFFSET``) or aware ``datetime`` (ISO-8601) ``text`` names."""
-    from datetime import datetime
-
-    from memfold.core.errors import ValidationError
     from memfold.core.positions import Position
 
     part, sep, offset = text.partition(":")

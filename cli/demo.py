@@ -11,8 +11,12 @@ from pathlib import Path
 from rich.rule import Rule
 from rich.table import Table
 
-from memfold.cli.render import make_console
+from memfold.cli.ingest import ingest_file
+from memfold.cli.render import make_console, print_context, print_table
 from memfold.core.errors import ConfigError
+from memfold.core.settings import POLICY_NAMES, Settings
+from memfold.engine.engine import MemoryEngine
+from memfold.projections.context import take_last
 
 console = make_console()
 MARKER = ".memfold-demo"
@@ -59,12 +63,6 @@ def _present(value: str, messages) -> bool:
 
 def run_demo(data_dir: Path, *, budget: int = 600, config: str | None = None) -> int:
     """Run the demo in ``data_dir`` (default ``.memfold-demo``); return the exit code."""
-    from memfold.cli.ingest import ingest_file
-    from memfold.cli.render import print_context, print_table
-    from memfold.core.settings import POLICY_NAMES, Settings
-    from memfold.engine.engine import MemoryEngine
-    from memfold.projections.context import take_last
-
     if data_dir == Path(".memfold"):
         data_dir = Path(".memfold-demo")
     started = time.perf_counter()

@@ -40,11 +40,14 @@ import csv
 import functools
 import json
 import os
+import signal
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from memfold.cli import diff as cli_diff
 from memfold.cli import memory as cli_memory
@@ -75,6 +78,7 @@ from memfold.core.errors import (
     ProjectionBusyError,
     ValidationError,
 )
+from memfold.core.runtime import tune_gc
 from memfold.core.shapes import FORMATS, INPUT_FORMATS, shaped
 
 
@@ -263,8 +267,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = _parser().parse_args(argv)
         if argv is None and args.command in _BULK:
-            from memfold.core.runtime import tune_gc
-
             tune_gc()
         flag = "--url" if args.url else "MEMFOLD_URL"
         args.url = args.url or os.environ.get("MEMFOLD_URL") or None
@@ -510,9 +512,6 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
 
 
 def cmd_project(args: argparse.Namespace) -> int:
-    import signal
-    import threading
-
     from memfold.engine.builders import bind_log
     from memfold.engine.engine import MemoryEngine
     from memfold.engine.sharding import open_shards
@@ -572,7 +571,6 @@ def _lag(engine) -> int:
 def cmd_worker(args: argparse.Namespace) -> int:
     import logging
     import logging.config
-    import signal
 
     from memfold.engine.builders import bind_log
     from memfold.engine.engine import MemoryEngine
@@ -645,8 +643,6 @@ class _NoOwnership:
 
 
 def _ownership(args: argparse.Namespace, settings, engine, fixed: list[int] | None, worker):
-    from urllib.parse import urlsplit
-
     from memfold.streams.ownership import ConsumerGroup, StaticPartitions
 
     if fixed is not None:

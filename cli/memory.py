@@ -9,9 +9,12 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-from memfold.cli.common import catch_up, open_engine, print_json
+from memfold.cli.common import UsageError, catch_up, open_engine, print_json
+from memfold.cli.users import audit_user, forget_user
+from memfold.core.errors import ValidationError
 
 
 def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
@@ -41,17 +44,12 @@ def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
 
 def one_scope(args: argparse.Namespace) -> str:
     """Return "user" or "conversation": what ``forget`` / ``audit`` name; exactly one of them (else exit 2)."""
-    from memfold.cli.common import UsageError
-
     if (args.conversation is None) == (args.user is None):
         raise UsageError(f"{args.command} takes a CONVERSATION or --user USER (one of them)")
     return "user" if args.user is not None else "conversation"
 
 
 def cmd_forget(args: argparse.Namespace) -> int:
-    from memfold.cli.users import forget_user
-    from memfold.core.errors import ValidationError
-
     if one_scope(args) == "user":
         return forget_user(args)
     if not args.conversation.strip():
@@ -77,8 +75,6 @@ def cmd_reopen(args: argparse.Namespace) -> int:
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
-    from memfold.cli.users import audit_user
-
     if one_scope(args) == "user":
         return audit_user(args)
     with open_engine(args) as engine:
@@ -89,8 +85,6 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
 def show_audit(report: dict[str, Any], args: argparse.Namespace) -> int:
     """Write the audit page (``--html``), then print the report as JSON or as lines; return 0. Local and remote alike."""
-    from pathlib import Path
-
     from memfold.cli.render import terminal_safe
 
     if args.html:

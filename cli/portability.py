@@ -11,8 +11,10 @@ import argparse
 import sys
 import time
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
+
+from memfold.cli.common import catch_up, open_engine, print_json, settings_of
 
 
 def _when(text: str) -> datetime:
@@ -22,8 +24,6 @@ def _when(text: str) -> datetime:
         raise argparse.ArgumentTypeError(f"{text!r} is not an ISO-8601 time (2026-01-31 or 2026-01-31T12:00+00:00)") \
             from None
     if value.tzinfo is None:
-        from datetime import UTC
-
         value = value.replace(tzinfo=UTC)
     return value
 
@@ -51,7 +51,6 @@ def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from memfold.cli.common import open_engine
     from memfold.engine.portability import ExportFilter, export_engine
 
     tenant = args.tenant if args.tenant is not None or args.conversation is None else "default"
@@ -67,7 +66,6 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    from memfold.cli.common import settings_of
     from memfold.engine.builders import bind_log
     from memfold.engine.engine import MemoryEngine
     from memfold.engine.portability import import_into, read_manifest
@@ -103,11 +101,9 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def cmd_snapshot(args: argparse.Namespace) -> int:
-    from memfold.cli.common import catch_up, open_engine, print_json
     from memfold.engine.snapshots import write_snapshot
 
     if args.replay:
-        from memfold.cli.common import settings_of
         from memfold.engine.namespaces import Namespace, check_name, replays_dir
         from memfold.projections.store import DuckDBProjectionStore
 

@@ -14,6 +14,7 @@ the API key's: ``--tenant`` is never sent, and a ``--tenant`` other than
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import sys
 import time
@@ -23,13 +24,25 @@ from typing import Any
 
 from memfold.cli import users as cli_users
 from memfold.cli.common import SHOWN_REJECTIONS, UsageError, one_line, print_json, refuse_errors_on_input
-from memfold.core.errors import ValidationError
+from memfold.cli.memory import one_scope, print_views, show_audit
+from memfold.cli.render import history_line, print_context, print_summaries, print_table, terminal_safe
+from memfold.cli.users import remote_audit_user, remote_forget_user
+from memfold.client import (
+    ApiError,
+    Client,
+    ConflictError,
+    ConversationGoneError,
+    InvalidRequestError,
+    NotFoundError,
+    RequestTooLargeError,
+    ServiceUnavailableError,
+)
+from memfold.core.errors import ErasureIncompleteError, ValidationError
+from memfold.core.shapes import Shaped, messages_from
 
 
 def run_remote(args: argparse.Namespace) -> int:
     """Run ``args.command`` against the service at ``args.url``; return the exit code."""
-    from memfold.client import Client
-
     if not args.api_key:
         raise ValidationError("--url needs an API key: pass --api-key or set MEMFOLD_API_KEY", field="api_key")
     with Client(args.url, args.api_key) as client:
@@ -54,8 +67,6 @@ def _check_tenant(client, args: argparse.Namespace) -> None:
 
 
 def _say(line: str) -> None:
-    from memfold.cli.render import terminal_safe
-
     print(terminal_safe(line))
 
 
@@ -81,7 +92,6 @@ def _context(client, args) -> int:
             print_json({"format": "compact", "messages": [m.model_dump(mode="json", exclude_none=True)
                                                            for m in context.messages]})
             return 0
-        from memfold.cli.render import print_context
         from memfold.core.ports import ContextMessage
 
         print_context([ContextMessage(role=m.role, content=m.content, kind=m.kind, tokens=m.tokens)
@@ -92,7 +102,6 @@ def _context(client, args) -> int:
         print_json(_context_document(client, args, query))
         return 0
     context = client.context(args.conversation, budget=args.budget, query=query, policy=args.policy, as_of=args.as_of)
-    from memfold.cli.render import print_context
     from memfold.core.ports import ContextMessage
 
     messages = [ContextMessage(role=m.role, content=m.content, kind=m.kind, tokens=m.tokens) for m in context.messages]
@@ -107,8 +116,6 @@ def _context_document(client, args, query: str | None) -> dict[str, Any]:
     format the service's shaped read (:meth:`Client.prompt`), so messages and
     annotations are the service's own, not converted here.
     """
-    from memfold.core.shapes import Shaped
-
     fmt = getattr(args, "format", "openai")
     if fmt == "compact":
         context = client.context(args.conversation, budget=args.budget, query=query, policy=args.policy,
@@ -138,8 +145,6 @@ def _history(client, args) -> int:
     if args.json:
         print_json([m.model_dump(mode="json") for m in messages])
     else:
-        from memfold.cli.render import history_line
-
         for m in messages:
             print(history_line(m.index, m.role, m.content))
     return 0
@@ -150,15 +155,12 @@ def _summaries(client, args) -> int:
     if args.json:
         print_json(rows)
     else:
-        from memfold.cli.render import print_summaries
-
         print_summaries(rows)
     return 0
 
 
 def _sql(client, args) -> int:
     if args.views:  # the documented views are part of this memfold, not of the data
-        from memfold.cli.memory import print_views
 
         return print_views(args)
     if args.replay:
@@ -171,24 +173,15 @@ def _sql(client, args) -> int:
     if args.json:
         print_json([dict(zip(result.columns, r)) for r in result.rows])
     elif args.csv:
-        import csv
-
         w = csv.writer(sys.stdout)
         w.writerow(result.columns)
         w.writerows(result.rows)
     else:
-        from memfold.cli.render import print_table
-
         print_table(result.columns, result.rows)
     return 0
 
 
 def _forget(client, args) -> int:
-    from memfold.cli.memory import one_scope
-    from memfold.cli.users import remote_forget_user
-    from memfold.client import ApiError
-    from memfold.core.errors import ErasureIncompleteError
-
     if one_scope(args) == "user":
         return remote_forget_user(client, args)
     if not args.conversation.strip():
@@ -212,9 +205,6 @@ def _reopen(client, args) -> int:
 
 
 def _audit(client, args) -> int:
-    from memfold.cli.memory import one_scope, show_audit
-    from memfold.cli.users import remote_audit_user
-
     if one_scope(args) == "user":
         return remote_audit_user(client, args)
     return show_audit(client.audit(args.conversation), args)
@@ -265,8 +255,6 @@ def _replays(client, args) -> int:
     if not rows:
         _say(f"no replays at {client.url}")
         return 0
-    from memfold.cli.render import print_table
-
     print_table(["name", "settings", "status", "job", "created"],
                 [(r["name"], r.get("settings_hash"), r.get("status"), (r.get("job") or {}).get("state"),
                   r.get("created_at")) for r in rows])
@@ -339,8 +327,6 @@ class _RemoteIngest:
 
     def held(self, conversation: str) -> set[str]:
         """Return the message ids ``conversation`` already holds (read once per run)."""
-        from memfold.client import NotFoundError
-
         if conversation not in self.known:
             try:
                 self.known[conversation] = {m.id for m in _all_messages(self.client, conversation) if m.id}
@@ -353,8 +339,6 @@ class _RemoteIngest:
 
         Raises :class:`ValidationError` for a line ``--format`` cannot convert.
         """
-        from memfold.core.shapes import messages_from
-
         # openai lines are sent as they are: the service makes them canonical (the flat alias included)
         out = [row] if self.format == "openai" else messages_from(self.format, [row])
         for k, m in enumerate(out):
@@ -416,8 +400,6 @@ class _RemoteIngest:
 
     def send(self, conversation: str, batch: list[tuple[int, list[dict]]]) -> None:
         """Append ``batch`` (lines, each with its messages); when the service refuses it, halve it until the refused lines are alone."""
-        from memfold.client import ConflictError, ConversationGoneError, InvalidRequestError, RequestTooLargeError
-
         if self.stop_line is not None:
             batch = [(n, ms) for n, ms in batch if n < self.stop_line]
         if not batch:
@@ -455,7 +437,6 @@ class _RemoteIngest:
     def run(self, path: Path) -> None:
         """Read ``path`` and send every line; stop at the first bad line with ``--strict``."""
         from memfold.cli.ingest import line_key
-        from memfold.client import ServiceUnavailableError
 
         source = self.args.source or path.name
         seen: dict[bytes, int] = {}
@@ -482,7 +463,6 @@ class _RemoteIngest:
 def _ingest(client, args) -> int:
     """Ingest a JSONL file through the service; the report and exit codes are a local ingest's."""
     from memfold.cli.ingest import check_readable
-    from memfold.cli.render import terminal_safe
 
     path = Path(args.file)
     check_readable(path)

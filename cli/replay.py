@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+from dataclasses import asdict
 from typing import Any
 
 from memfold.cli.common import open_engine, print_json
@@ -62,8 +63,6 @@ def cmd_replay(args: argparse.Namespace) -> int:
                                conversations=conversations, progress=progress, batch_size=args.batch_size,
                                processes=args.processes)
     if args.json:
-        from dataclasses import asdict
-
         print_json({**{k: v for k, v in asdict(report).items() if k != "path"}, "path": str(report.path)})
         return 0
     run, rate = report.run, report.run.folded / report.seconds if report.seconds else 0.0

@@ -13,6 +13,9 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from memfold.cli.common import UsageError, catch_up, open_engine, parse_as_of, print_json
+from memfold.core.errors import ValidationError
+
 
 def add_commands(command: Callable[..., argparse.ArgumentParser], positive_int: Callable[[str], int]) -> None:
     """Add ``user`` (with its ``show`` action) and ``search`` with ``command`` (the CLI's add_parser)."""
@@ -39,9 +42,6 @@ def _say(line: str) -> None:
 
 
 def _as_of(text: str | None):
-    from memfold.cli.common import parse_as_of
-    from memfold.core.errors import ValidationError
-
     if text is None:
         return None
     when = parse_as_of(text)
@@ -55,8 +55,6 @@ def _as_of(text: str | None):
 
 
 def cmd_user(args: argparse.Namespace) -> int:
-    from memfold.cli.common import catch_up, open_engine
-
     with open_engine(args) as engine:
         catch_up(engine)
         memory = engine.user_memory(args.user, tenant_id=args.tenant, as_of=_as_of(args.as_of))
@@ -64,8 +62,6 @@ def cmd_user(args: argparse.Namespace) -> int:
 
 
 def cmd_search(args: argparse.Namespace) -> int:
-    from memfold.cli.common import catch_up, open_engine
-
     with open_engine(args) as engine:
         catch_up(engine)
         if args.user is not None:
@@ -93,8 +89,6 @@ def tenant_search(engine: Any, query: str, tenant_id: str, limit: int) -> list[d
 
 
 def forget_user(args: argparse.Namespace) -> int:
-    from memfold.cli.common import open_engine
-
     with open_engine(args, read_only=False) as engine:
         forgotten = engine.forget_user(args.user, tenant_id=args.tenant, reason=args.reason)
     _say(f"forgot user {args.tenant}/{args.user}: {len(forgotten)} conversation(s) ({', '.join(forgotten)}); "
@@ -103,8 +97,6 @@ def forget_user(args: argparse.Namespace) -> int:
 
 
 def audit_user(args: argparse.Namespace) -> int:
-    from memfold.cli.common import catch_up, open_engine
-
     with open_engine(args) as engine:
         catch_up(engine)
         report = engine.audit_user(args.user, tenant_id=args.tenant)
@@ -115,8 +107,6 @@ def audit_user(args: argparse.Namespace) -> int:
 
 
 def show_memory(memory: dict[str, Any], args: argparse.Namespace) -> int:
-    from memfold.cli.common import print_json
-
     if args.json:
         print_json(memory)
         return 0
@@ -138,8 +128,6 @@ def show_memory(memory: dict[str, Any], args: argparse.Namespace) -> int:
 
 
 def show_hits(hits: list[dict[str, Any]], args: argparse.Namespace) -> int:
-    from memfold.cli.common import print_json
-
     if args.json:
         print_json(hits)
         return 0
@@ -149,11 +137,7 @@ def show_hits(hits: list[dict[str, Any]], args: argparse.Namespace) -> int:
 
 
 def show_user_audit(report: dict[str, Any], args: argparse.Namespace) -> int:
-    from memfold.cli.common import print_json
-
     if getattr(args, "html", None):
-        from memfold.cli.common import UsageError
-
         raise UsageError("--html is the audit page of a conversation; with --user use --json")
     if args.json:
         print_json(report)

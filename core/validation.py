@@ -43,6 +43,7 @@ import pydantic
 
 from memfold.core.errors import EmptyContentError, MessageTooLargeError, UnknownRoleError, ValidationError
 from memfold.core.events import ROLES, MessageAppended, MessagePayload, ToolCall, utcnow
+from memfold.core.ids import new_event_id
 from memfold.core.shapes import canonical_openai
 
 MESSAGE_KEYS = (
@@ -171,7 +172,7 @@ def _validate(message, max_chars, max_tokens, count_tokens, line, event_id, enco
         raise fail("must not be empty", "event_id")
     try:
         return MessageAppended(
-            event_id=given_id or event_id or _new_id(),
+            event_id=given_id or event_id or new_event_id(),
             tenant_id=tenant_id,
             conversation_id=conversation_id,
             occurred_at=_occurred_at(message, fail),
@@ -185,12 +186,6 @@ def _validate(message, max_chars, max_tokens, count_tokens, line, event_id, enco
         err = exc.errors()[0]
         field = ".".join(str(p) for p in err.get("loc", ())) or None
         raise fail(str(err.get("msg")), field) from exc
-
-
-def _new_id() -> str:
-    from memfold.core.ids import new_event_id
-
-    return new_event_id()
 
 
 def _tool_calls(value: Any, fail) -> tuple[ToolCall, ...]:

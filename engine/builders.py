@@ -38,6 +38,9 @@ from memfold.core.settings import Settings
 from memfold.core.tokens import TokenCounter
 from memfold.core.tokens import counter as token_counter
 from memfold.engine.erasure import private_dir
+from memfold.engine.settings_follow import SettingsFollower, at_start
+from memfold.projections.summarizers import build_summarizer
+from memfold.streams.logs import open_log
 
 if TYPE_CHECKING:
     from memfold.core.sealing import Sealer
@@ -168,7 +171,6 @@ def build(role: str, settings: Settings, *, log_timeout: float | None = None, po
     committed batch; ``on_appended`` is called after the summarizer worker
     appended outcomes. ``partitions`` makes a ``projector`` a shard node folding only those.
     """
-    from memfold.streams.logs import open_log
     from memfold.streams.sealed_log import sealed
 
     if role not in ROLES:
@@ -202,12 +204,9 @@ def _build_pipeline(parts: Parts, policy_changes: str, listeners: Sequence[Calla
     from memfold.engine.runner import Runner
     from memfold.engine.worker import SummarizerWorker
     from memfold.projections.store import DuckDBProjectionStore
-    from memfold.projections.summarizers import build_summarizer
 
     settings, role = parts.settings, parts.role
     if role in ("worker", "projector") and settings.log_url().startswith("kafka://"):
-        from memfold.engine.settings_follow import SettingsFollower, at_start
-
         # Nodes sharing a Kafka log fold with the settings promoted on it (see settings_follow).
         parts.follower = SettingsFollower(parts.log)
         settings = at_start(settings, parts.follower)

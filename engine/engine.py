@@ -24,8 +24,10 @@ from typing import TYPE_CHECKING, Any
 from memfold.core.errors import (
     AlreadyRetractedError,
     ConfigError,
+    EmbedderError,
     ErasureIncompleteError,
     EventConflictError,
+    PartitionNotOwnedError,
     ProjectionError,
     ProjectionLagTimeout,
     UnknownConversationError,
@@ -35,6 +37,10 @@ from memfold.core.errors import (
     ValidationError,
 )
 from memfold.core.events import (
+    ConversationDeleted,
+    ConversationDeletedPayload,
+    ConversationReopened,
+    ConversationReopenedPayload,
     MessageAppended,
     MessageRetracted,
     MessageRetractedPayload,
@@ -44,14 +50,25 @@ from memfold.core.events import (
     utcnow,
 )
 from memfold.core.ids import content_hash, new_event_id
+from memfold.core.partitioner import partition_for
 from memfold.core.ports import ContextMessage, ContextPlan, FoldContext, MessageRecord, Policy
 from memfold.core.positions import Position
 from memfold.core.settings import Settings
 from memfold.core.shapes import FORMATS, INPUT_FORMATS, Shaped, messages_from, shaped
 from memfold.core.tokens import MESSAGE_OVERHEAD, text_digest
 from memfold.core.validation import validate_message
-from memfold.engine import builders
+from memfold.engine import builders, users
 from memfold.engine.builders import ROLES, fold_contexts, load_policy  # noqa: F401 - public names of this module
+from memfold.engine.erasure import PendingErasures, remove_leftovers
+from memfold.engine.settings_follow import FollowThread, settings_of
+from memfold.engine.users import with_user_part
+from memfold.projections.context import assemble
+from memfold.projections.dense import FusedOlder
+from memfold.projections.excerpt import forget_analysed
+from memfold.projections.retrieval import OlderAsOf, OlderFromProjection
+from memfold.projections.store import DuckDBProjectionStore
+from memfold.projections.summarizers import build_embedder
+from memfold.projections.time_travel import seq_as_of, state_as_of
 
 if TYPE_CHECKING:
     from memfold.projections.store import Changes
@@ -116,8 +133,6 @@ class MemoryEngine:
         self._hold(parts)
         builders.start(parts, start=start)
         if parts.follower is not None and (start or role == "worker"):
-            from memfold.engine.settings_follow import FollowThread
-
             self._following = FollowThread(self)
             self._following.start()
         _track(self)
@@ -328,8 +343,6 @@ class MemoryEngine:
         Raises :class:`UserConflictError`, writing nothing, when a message
         names another user than its conversation's (:func:`memfold.engine.users.check_owners`).
         """
-        from memfold.engine import users
-
         if not events:
             return []
         users.check_owners(self, events)
@@ -353,9 +366,7 @@ class MemoryEngine:
         todo = [i for i, e in enumerate(events) if e.payload.role == "user" and e.payload.embedding is None]
         if not todo:
             return events
-        from memfold.core.errors import EmbedderError
         from memfold.projections.embedders import LocalHashEmbedder
-        from memfold.projections.summarizers import build_embedder
 
         texts = [events[i].payload.content or "" for i in todo]
         source = self.settings.embedder.kind
@@ -507,8 +518,6 @@ class MemoryEngine:
 
     def owns(self, conversation_id: str, *, tenant_id: str = "default") -> bool:
         """True when this engine folds the conversation's partition: always, except on a shard node."""
-        from memfold.core.partitioner import partition_for
-
         if self.store is None:  # a client engine holds no projection
             return False
         return partition_for(conversation_key(tenant_id, conversation_id), self.log.partition_count) in set(
@@ -521,9 +530,6 @@ class MemoryEngine:
         move; answering from them would be stale without saying so.
         """
         if self.store is not None and not self.owns(conversation_id, tenant_id=tenant_id):
-            from memfold.core.errors import PartitionNotOwnedError
-            from memfold.core.partitioner import partition_for
-
             partition = partition_for(conversation_key(tenant_id, conversation_id), self.log.partition_count)
             raise PartitionNotOwnedError(
                 f"this node does not fold partition {partition} (conversation {conversation_id!r}); read it from "
@@ -573,8 +579,6 @@ class MemoryEngine:
         """
         _check_reading(conversation_id, tenant_id, budget=budget, query=query, policy=policy)
         self.check_owned(conversation_id, tenant_id=tenant_id)
-        from memfold.engine.users import with_user_part
-        from memfold.projections.context import assemble
 
         if as_of is not None:
             return self.context_as_of(conversation_id, as_of, budget=budget, query=query, policy=policy,
@@ -608,8 +612,6 @@ class MemoryEngine:
     def _user_part(self, name: str, plan, verbatim, tenant_id: str, conversation_id: str, budget: int | None,
                    query: str | None, user_id: str | None = None):
         """Return the context's :class:`~memfold.engine.users.UserPart`: None without a budget, a user, or a user share."""
-        from memfold.engine import users
-
         user = self.projector.users.owner(tenant_id, conversation_id)
         if user_id is not None:
             users.check_user_id(user_id)
@@ -705,8 +707,6 @@ class MemoryEngine:
         """
         _check_reading(conversation_id, tenant_id, budget=budget, query=query, policy=policy)
         self.check_owned(conversation_id, tenant_id=tenant_id)
-        from memfold.projections.context import assemble
-        from memfold.projections.time_travel import seq_as_of, state_as_of
 
         name = self._policy_name(policy, tenant_id)
         impl, ctx = self._read_context(name)
@@ -736,14 +736,11 @@ class MemoryEngine:
         many messages (time travel); the dense ranking is today's, later
         messages dropped.
         """
-        from memfold.projections.retrieval import OlderAsOf, OlderFromProjection
-
         older = OlderFromProjection(self.projector.search, (tenant_id, conversation_id))
         if as_of is not None:
             older = OlderAsOf(older, as_of)
         if self.dense is None or dense is False:
             return older
-        from memfold.projections.dense import FusedOlder
 
         return FusedOlder(older, self.dense, (tenant_id, conversation_id), self.settings.retrieval.rrf_k)
 
@@ -843,8 +840,6 @@ class MemoryEngine:
         :class:`UnknownUserError` when no live conversation of the tenant
         belongs to the user.
         """
-        from memfold.engine import users
-
         _require_text("tenant_id", tenant_id)
         if policy is not None and not isinstance(policy, str):
             raise ValidationError(f"policy must be a policy name (a string), got {type(policy).__name__}", field="policy")
@@ -862,8 +857,6 @@ class MemoryEngine:
         Each hit: conversation_id, index, role, content, occurred_at, score.
         Raises :class:`UnknownUserError` for a user with no live conversation.
         """
-        from memfold.engine import users
-
         _require_text("tenant_id", tenant_id)
         _require_text("query", query)
         _check_search(("message",), limit)
@@ -872,8 +865,6 @@ class MemoryEngine:
 
     def audit_user(self, user_id: str, *, tenant_id: str = "default") -> dict[str, Any]:
         """Return how a user's memory evolved: every statement of a fact, the conversation that taught it, what replaced it."""
-        from memfold.engine import users
-
         _require_text("tenant_id", tenant_id)
         users.check_user_id(user_id)
         return users.audit(self, user_id, tenant_id)
@@ -895,9 +886,6 @@ class MemoryEngine:
         :class:`UnknownUserError` when the user has no conversation here and
         no erasure of it is pending.
         """
-        from memfold.engine import users
-        from memfold.engine.erasure import PendingErasures
-
         _require_text("tenant_id", tenant_id)
         users.check_user_id(user_id)
         if self.store is None:
@@ -997,8 +985,6 @@ class MemoryEngine:
         :class:`ConfigError` when content is not sealed (a Kafka log without
         a ``keystore``): the log could not be erased.
         """
-        from memfold.core.events import ConversationDeleted, ConversationDeletedPayload
-        from memfold.engine.erasure import PendingErasures
         from memfold.engine.replaying import erase_in_replays
         from memfold.engine.snapshots import erase_in_snapshots
 
@@ -1069,8 +1055,6 @@ class MemoryEngine:
         conversation was not forgotten. Raises
         :class:`UnknownConversationError` for one the key store never held.
         """
-        from memfold.core.events import ConversationReopened, ConversationReopenedPayload
-
         _require_text("conversation_id", conversation_id)
         _require_text("tenant_id", tenant_id)
         if self.sealer is None:
@@ -1096,13 +1080,10 @@ class MemoryEngine:
 
     def erasure_pending(self, conversation_id: str, *, tenant_id: str = "default") -> bool:
         """True while a ``forget`` of the conversation has begun and not finished (run ``forget`` again)."""
-        from memfold.engine.erasure import PendingErasures
-
         return PendingErasures(self.settings.data_dir).is_pending(tenant_id, conversation_id)
 
     def _remove_leftovers(self) -> list[str]:
         """Delete what killed commands left beside the projections (copies with plaintext); return their names."""
-        from memfold.engine.erasure import remove_leftovers
         from memfold.engine.replay import beside_path
 
         busy = {beside_path(self.store.path, "rebuild")} if self._rebuilding else set()
@@ -1126,8 +1107,6 @@ class MemoryEngine:
         All of it (these caches are not kept per conversation): analysed
         excerpts, and the summarizer's traces, statements and line counts.
         """
-        from memfold.projections.excerpt import forget_analysed
-
         forget_analysed()
         self.summarizer.drop_text_caches()
 
@@ -1292,7 +1271,6 @@ class MemoryEngine:
         if self._follower is None or self._closed:
             return False
         from memfold.engine.replaying import adopt
-        from memfold.engine.settings_follow import settings_of
 
         with self.switching:
             change = self._follower.poll()
@@ -1319,7 +1297,6 @@ class MemoryEngine:
     def _fold_beside(self, name: str, store=None):
         """Fold the log up to its end into ``store`` (a fresh beside file if None)."""
         from memfold.engine.replay import beside_path, fold_beside
-        from memfold.projections.store import DuckDBProjectionStore
 
         if store is None:
             path = beside_path(self.store.path, name)

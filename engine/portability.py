@@ -29,6 +29,7 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
@@ -198,8 +199,6 @@ def _key_status(keys: Any, key_ids: set[tuple[str, str]]) -> tuple[set[tuple[str
         else:
             destroyed.add((key_id, scope))
     return destroyed, live
-
-
 
 
 class _JsonlWriter:
@@ -430,8 +429,6 @@ def _sha256(path: Path) -> str:
 
 
 def _memfold_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
         return version("memfold")
     except PackageNotFoundError:

@@ -21,6 +21,9 @@ from typing import TYPE_CHECKING, Any
 
 from memfold.core.errors import InputFileError, UnknownConversationError, ValidationError
 from memfold.core.ports import ContextMessage
+from memfold.projections.answer_recall import content_words, context_words, recall
+from memfold.projections.context import assemble
+from memfold.projections.retrieval import OlderFromProjection
 
 if TYPE_CHECKING:
     from memfold.engine.engine import MemoryEngine
@@ -208,9 +211,6 @@ class _Reader:
         return self.settings.policy_for(tenant_id)
 
     def context(self, key: Key, budget: int, query: str | None) -> list[ContextMessage]:
-        from memfold.projections.context import assemble
-        from memfold.projections.retrieval import OlderFromProjection
-
         name = self.policy(key[0])
         impl, ctx = self.policies[name]
         plan = impl.plan(self.projector.state(name, *key), ctx)
@@ -237,8 +237,6 @@ def _side(store: Any, policy: str, settings_hash: str, key: Key, budget: int, qu
     Only summaries made under ``settings_hash`` count: a replay's projection
     also holds the live log's summaries as audit rows.
     """
-    from memfold.projections.answer_recall import content_words, context_words, recall
-
     side = Side(policy=policy)
     conv = store.conversation(*key)
     side.messages = int(conv["message_count"]) if conv else 0

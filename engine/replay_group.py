@@ -27,13 +27,18 @@ import shutil
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from memfold.core.errors import ProjectionError
+from memfold.core.runtime import tune_gc
 from memfold.core.settings import Settings
-
-if TYPE_CHECKING:
-    from memfold.engine.namespaces import ReplayStats
+from memfold.core.tokens import counter as token_counter
+from memfold.engine.builders import fold_contexts
+from memfold.engine.namespaces import ReplayFold, ReplayStats
+from memfold.projections.store import DuckDBProjectionStore
+from memfold.streams.logs import open_log
+from memfold.streams.sealed_log import SealedLog, sealed
+from memfold.streams.sqlite_log import SQLiteEventLog
 
 PARTS = "parts"
 
@@ -78,8 +83,6 @@ def fold_in_parts(engine, space, settings: Settings, store, goal: Mapping[int, i
         jobs.append(PartJob(settings, targets, str(root / f"{k}.duckdb"), str(space.side_path), tuple(emit),
                             tuple(conversations) if conversations is not None else None, batch_size))
     if not jobs:
-        from memfold.engine.namespaces import ReplayStats
-
         return ReplayStats()
     ctx = multiprocessing.get_context("spawn")  # a fresh interpreter: no engine threads or DuckDB handles inherited
     done: Any = ctx.Queue()
@@ -87,8 +90,6 @@ def fold_in_parts(engine, space, settings: Settings, store, goal: Mapping[int, i
                 for k, job in enumerate(jobs)]
     for child in children:
         child.start()
-    from memfold.engine.namespaces import ReplayStats
-
     stats = ReplayStats()
     try:
         while any(c.is_alive() for c in children) or not done.empty():
@@ -114,15 +115,6 @@ def fold_in_parts(engine, space, settings: Settings, store, goal: Mapping[int, i
 
 def _part_main(job: PartJob, done: Any) -> None:
     """Child process: fold ``job``'s partitions of the source log into its part file (see the module docstring)."""
-    from memfold.core.runtime import tune_gc
-    from memfold.core.tokens import counter as token_counter
-    from memfold.engine.builders import fold_contexts
-    from memfold.engine.namespaces import ReplayFold
-    from memfold.projections.store import DuckDBProjectionStore
-    from memfold.streams.logs import open_log
-    from memfold.streams.sealed_log import SealedLog, sealed
-    from memfold.streams.sqlite_log import SQLiteEventLog
-
     tune_gc()  # a bulk fold, as `memfold replay` tunes it
     settings = job.settings
     log_ = open_log(settings.log_url(), partitions=settings.partitions, topic=settings.topic,

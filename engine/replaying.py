@@ -15,6 +15,7 @@ import shutil
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,12 +25,21 @@ from memfold.core.events import SettingsChanged, SettingsChangedPayload, utcnow
 from memfold.core.ids import content_hash
 from memfold.core.positions import Position
 from memfold.core.settings import Settings
+from memfold.engine import namespaces as ns
 from memfold.engine.builders import fold_contexts, swap_projection, write_promoted
+from memfold.engine.namespaces import Namespace, ReplayReport, list_namespaces
+from memfold.engine.replay import beside_path, compare
+from memfold.engine.replay_group import PARTS, fold_in_parts
+from memfold.engine.runner import Runner
 from memfold.engine.settings_follow import SETTINGS_CONVERSATION, SETTINGS_TENANT, same_folds
+from memfold.projections.fold import FOLD_VERSION
+from memfold.projections.projector import Projector
+from memfold.projections.store import DuckDBProjectionStore
+from memfold.streams.sealed_log import SealedLog
+from memfold.streams.sqlite_log import SQLiteEventLog
 
 if TYPE_CHECKING:
     from memfold.engine.engine import MemoryEngine
-    from memfold.engine.namespaces import Namespace, ReplayReport
 
 log = logging.getLogger("memfold.replay")
 
@@ -66,8 +76,6 @@ def replay(
     processes: int = 1,
 ) -> ReplayReport:
     """Create or resume the namespace ``name`` and catch it up with the log (see :meth:`MemoryEngine.replay`)."""
-    from memfold.engine import namespaces as ns
-
     root = root or ns.replays_dir(engine.settings.data_dir) / ns.check_name(name)
     asked = policy is not None or overrides or settings_file is not None or conversations is not None
     if (root / ns.MANIFEST).is_file():
@@ -111,9 +119,6 @@ def _catch_up(engine: MemoryEngine, space: Namespace, settings: Settings, *,
               progress: Callable[[int, int], None] | None, target: Mapping[int, int] | None,
               batch_size: int = 5000, processes: int = 1) -> ReplayReport:
     """Fold the namespace up to its target (the recorded one when resuming, else ``target`` or the log's end)."""
-    from memfold.engine import namespaces as ns
-    from memfold.projections.fold import FOLD_VERSION
-
     started = time.perf_counter()
     m = space.manifest
     if space.stale:  # folded by an older memfold: its rows and side log are not what these rules fold to
@@ -147,8 +152,6 @@ def _catch_up(engine: MemoryEngine, space: Namespace, settings: Settings, *,
             store.set_meta("fold_version", str(FOLD_VERSION))  # the rules this namespace is folded by
         grouped = ns.ReplayStats()
         if processes > 1 and not any(o for p, o in store.position().items() if p < ns.SIDE):
-            from memfold.engine.replay_group import fold_in_parts
-
             # A fresh namespace: the source fold runs in a replay group; the side log and answers follow here.
             grouped = fold_in_parts(engine, space, settings, store, goal, emit=emit, conversations=m["conversations"],
                                     processes=processes, batch_size=batch_size, progress=advance)
@@ -168,10 +171,6 @@ def _catch_up(engine: MemoryEngine, space: Namespace, settings: Settings, *,
 @contextlib.contextmanager
 def _opened(engine: MemoryEngine, space: Namespace) -> Iterator[tuple[Any, Any]]:
     """Open a namespace's projection and side log (sealed with the live key store, so forgetting covers it)."""
-    from memfold.projections.store import DuckDBProjectionStore
-    from memfold.streams.sealed_log import SealedLog
-    from memfold.streams.sqlite_log import SQLiteEventLog
-
     store = DuckDBProjectionStore(space.store_path)
     inner = None
     try:
@@ -185,17 +184,11 @@ def _opened(engine: MemoryEngine, space: Namespace) -> Iterator[tuple[Any, Any]]
 
 
 def _asdict(stats: Any) -> dict[str, int]:
-    from dataclasses import asdict
-
     return asdict(stats)
 
 
 def verify(engine: MemoryEngine, conversation_id: str | None, tenant_id: str) -> list:
     """Replay the log with the live settings into a temporary namespace and compare it with live (paused)."""
-    from memfold.engine import namespaces as ns
-    from memfold.engine.replay import compare
-    from memfold.projections.store import DuckDBProjectionStore
-
     engine.wait_idle()
     root = ns.replays_dir(engine.settings.data_dir) / f".verify-{os.getpid()}-{time.monotonic_ns()}"
     try:
@@ -214,8 +207,6 @@ def verify(engine: MemoryEngine, conversation_id: str | None, tenant_id: str) ->
 
 def promote(engine: MemoryEngine, name: str, timeout: float) -> Position:
     """Make replay ``name``'s settings live (see :meth:`MemoryEngine.promote`); return the SettingsChanged position."""
-    from memfold.engine import namespaces as ns
-
     if engine.role not in ("embedded", "projector"):
         raise ConfigError(
             f"promote runs where the replay is: an embedded engine, or a projector node or service on the Kafka log "
@@ -243,8 +234,6 @@ def _promote(engine: MemoryEngine, space: Namespace, settings: Settings, timeout
 
 
 def _record_and_swap(engine: MemoryEngine, space: Namespace, settings: Settings) -> Position:
-    from memfold.engine import namespaces as ns
-
     name = space.name
     # 2. Record the change and the replay's summary events on the live log (idempotent by event id).
     with _opened(engine, space) as (_store, side):
@@ -271,11 +260,6 @@ def swap_in(engine: MemoryEngine, settings: Settings) -> None:
     new one, never an empty one. Only an embedded engine appends the
     summary requests the new settings decide (on a Kafka log the workers do).
     """
-    from memfold.engine.replay import beside_path
-    from memfold.engine.runner import Runner
-    from memfold.projections.projector import Projector
-    from memfold.projections.store import DuckDBProjectionStore
-
     path = beside_path(engine.store.path, "promote")
     path.unlink(missing_ok=True)
     path.with_name(path.name + ".wal").unlink(missing_ok=True)
@@ -330,10 +314,6 @@ def erase_in_replays(data_dir: Path, tenant_id: str, conversation_id: str) -> tu
     namespace another process has open, or that cannot be rewritten, is
     named in the failures: forget again once it is free.
     """
-    from memfold.engine.namespaces import list_namespaces
-    from memfold.engine.replay_group import PARTS
-    from memfold.projections.store import DuckDBProjectionStore
-
     touched, failed = [], []
     for space in list_namespaces(data_dir):
         # The namespace's projection, and the part files of a replay group not merged yet (running or killed).

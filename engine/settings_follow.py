@@ -30,6 +30,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from memfold.core import overrides as ov
+from memfold.core.errors import MemfoldError
 from memfold.core.events import SettingsChanged, conversation_key
 from memfold.core.partitioner import partition_for
 from memfold.core.settings import Settings
@@ -121,8 +122,6 @@ class FollowThread:
             self._thread.join(timeout)
 
     def _loop(self) -> None:
-        from memfold.core.errors import MemfoldError
-
         while not self._stop.wait(self.interval):
             try:
                 self.engine.follow_settings()

@@ -16,6 +16,8 @@ from urllib.parse import urlsplit
 from memfold.core.errors import ConfigError
 from memfold.core.settings import Settings
 from memfold.engine.shard_node import ShardNode
+from memfold.streams.compacted_topic import CompactedTopic
+from memfold.streams.ownership import ConsumerGroup, StaticPartitions
 from memfold.streams.shard_directory import ShardDirectory
 
 DEFAULT_GROUP = "memfold-projector.{topic}"
@@ -28,8 +30,6 @@ def directory_topic(settings: Settings) -> str:
 
 def open_directory(settings: Settings, node_id: str, url: str | None) -> ShardDirectory:
     """Open the node directory of ``settings``' Kafka log for node ``node_id`` served at ``url``."""
-    from memfold.streams.compacted_topic import CompactedTopic
-
     bootstrap = _bootstrap(settings)
     return ShardDirectory(CompactedTopic(bootstrap, directory_topic(settings), client_id="memfold-nodes"), node_id, url)
 
@@ -53,8 +53,6 @@ def open_shards(engine, *, partitions: list[int] | None, group: str | None, dire
     :class:`~memfold.core.errors.LogUnavailableError` when the group
     cannot be joined.
     """
-    from memfold.streams.ownership import ConsumerGroup, StaticPartitions
-
     settings = engine.settings
     if partitions is not None and group is not None:
         raise ConfigError("pass either --partitions (a fixed list) or --group (share through a consumer group), not both")

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from memfold.core.errors import MemfoldError, ValidationError
+from memfold.projections.store import SNAPSHOT_TABLES
 
 log = logging.getLogger("memfold.snapshots")
 
@@ -73,8 +74,6 @@ def write_snapshot(store: Any, root: str | Path, *, node: str | None = None, kee
 
 
 def _write(store: Any, base: Path, node: str | None, keep_seconds: float) -> Snapshot:
-    from memfold.projections.store import SNAPSHOT_TABLES
-
     started = time.perf_counter()
     number = max((n for n, _ in _snapshots(base)), default=0) + 1
     name = f"snap-{number:06d}"

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 from memfold.core.errors import UnknownUserError, UserConflictError, ValidationError
 from memfold.core.events import MessageAppended
 from memfold.core.ports import ContextMessage
+from memfold.projections.user_context import user_block
+from memfold.projections.user_memory import fold_user_facts, stated_before
 
 if TYPE_CHECKING:
     from memfold.engine.engine import MemoryEngine
@@ -84,8 +86,6 @@ class UserPart:
 
     def render(self, room: int | None = None) -> list[ContextMessage]:
         """Return the user messages within ``room`` tokens (default: the share :func:`user_part` gave)."""
-        from memfold.projections.user_context import user_block
-
         return user_block(self.memory, self.recalled, conversation_id=self.conversation_id, policy=self.policy,
                           room=self.room if room is None else room, count_tokens=self.count_tokens, query=self.query)
 
@@ -164,8 +164,6 @@ def memory(engine: MemoryEngine, user_id: str, tenant_id: str, policy: str, as_o
     folded from the statements made by then, and the newest user summary
     made by then (the notes are today's and are left out: they have no history).
     """
-    from memfold.projections.user_memory import fold_user_facts, stated_before
-
     conversations = conversations_of(engine, user_id, tenant_id)
     if as_of is None:
         statements = engine.store.user_facts(tenant_id, user_id, policy)

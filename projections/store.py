@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import duckdb
 
 from memfold.core.errors import ProjectionBusyError, ProjectionError
-from memfold.core.events import PRIVATE_FIELDS, SummaryRequested, ToolCall
+from memfold.core.events import PRIVATE_FIELDS, SummaryRequested, ToolCall, decode_dict
 from memfold.core.ports import MessageRecord
 from memfold.core.positions import Position
 from memfold.projections.dense import DENSE_DDL
@@ -948,8 +948,6 @@ class DuckDBProjectionStore:
     @_read_again_after_a_swap
     def open_request_events(self, partitions: Sequence[int] | None = None) -> list[SummaryRequested]:
         """Return the ``SummaryRequested`` events still 'processing' (of ``partitions``; None = all), in log order."""
-        from memfold.core.events import decode_dict
-
         sql = (
             "SELECT e.event_id, e.type, e.schema_version, e.tenant_id, e.conversation_id, e.seq, e.occurred_at, "
             "e.causation_id, e.payload FROM summaries s JOIN events e ON e.event_id = s.request_id "

@@ -18,6 +18,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
 from fastapi_offline import FastAPIOffline
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from memfold.core.errors import (
     AlreadyRetractedError,
@@ -41,13 +42,18 @@ from memfold.core.errors import (
 from memfold.service.appender import GroupAppender
 from memfold.service.context_cache import ContextCache
 from memfold.service.deps import Services
+from memfold.service.fastpath import ContextFastPath
 from memfold.service.keys import ApiKeyStore
 from memfold.service.limits import BodySizeLimit, Limits, RateLimiter
 from memfold.service.metrics import ServiceMetrics
+from memfold.service.portability import router as portability_router
+from memfold.service.replays import ReplayJobs
+from memfold.service.replays import router as replays_router
+from memfold.service.router import ShardRouter
+from memfold.service.routes import router as routes_router
+from memfold.service.ui import router as ui_router
 
 log = logging.getLogger("memfold.service")
-
-
 
 
 def _error(status: int, kind: str, message: str, *, field=None, line=None, headers=None) -> JSONResponse:
@@ -151,12 +157,6 @@ def create_app(engine, keys: ApiKeyStore, limits: Limits | None = None, *, routi
     node's app: requests of conversations served elsewhere are forwarded,
     tenant-wide reads fan out (:mod:`memfold.service.router`).
     """
-    from memfold.service.portability import router as portability_router
-    from memfold.service.replays import ReplayJobs
-    from memfold.service.replays import router as replays_router
-    from memfold.service.routes import router
-    from memfold.service.ui import router as ui_router
-
     limits = limits or Limits()
     app = FastAPIOffline(  # /docs and /redoc load their scripts from this service, not a CDN
         static_url="/docs-assets",
@@ -173,7 +173,7 @@ def create_app(engine, keys: ApiKeyStore, limits: Limits | None = None, *, routi
                                  GroupAppender(engine, on_group=metrics.append_groups.inc), ContextCache(engine),
                                  ReplayJobs(engine))
     _install_error_handlers(app)
-    app.include_router(router)
+    app.include_router(routes_router)
     app.include_router(replays_router)
     app.include_router(portability_router)
     app.include_router(ui_router)
@@ -186,17 +186,11 @@ def create_app(engine, keys: ApiKeyStore, limits: Limits | None = None, *, routi
     @app.get("/metrics", tags=["operations"], response_class=Response)
     def prometheus_metrics() -> Response:
         """Prometheus text format: ingest, projector lag, summary queue, summarizer outcomes, latencies (no key needed)."""
-        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
-    from memfold.service.fastpath import ContextFastPath
-
-    context_route = next(r for r in router.routes if r.path == "/v1/conversations/{conversation_id:path}/context")
+    context_route = next(r for r in routes_router.routes if r.path == "/v1/conversations/{conversation_id:path}/context")
     app.add_middleware(ContextFastPath, services=app.state.memfold, route=context_route)  # inside the metrics
     if routing is not None:
-        from memfold.service.router import ShardRouter
-
         app.state.memfold.owns = routing.owns
         metrics.collector.partitions = routing.owned
         app.add_middleware(ShardRouter, services=app.state.memfold, routing=routing)  # before the fast path

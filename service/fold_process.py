@@ -45,6 +45,7 @@ exits.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import itertools
 import logging
 import multiprocessing
@@ -61,7 +62,11 @@ from pathlib import Path
 from typing import Any
 
 from memfold.core.errors import LogUnavailableError, MemfoldError
+from memfold.core.runtime import tune_gc, tune_switch_interval
 from memfold.core.settings import Settings
+from memfold.engine.engine import MemoryEngine
+from memfold.service.context_cache import follow_projector, touched_by
+from memfold.service.schemas import context_body
 
 log = logging.getLogger("memfold.service")
 
@@ -89,8 +94,6 @@ def _encode_error(exc: BaseException) -> tuple[str, str, str, dict[str, Any]]:
 
 def _decode_error(module: str, name: str, message: str, attrs: dict[str, Any]) -> BaseException:
     """Rebuild an error raised in the fold process: same class (when importable), message and fields."""
-    import importlib
-
     cls: type[BaseException] = RuntimeError
     with contextlib.suppress(Exception):
         found = getattr(importlib.import_module(module), name)
@@ -197,8 +200,6 @@ class _ReadShapes:
         A conversation answered ahead ``max_unread`` times since it was last
         read is skipped until its next read.
         """
-        from memfold.service.schemas import context_body
-
         with self._lock:
             unread = self._unread
             due = {key: self._shapes[key] for key, gone in touched.items()
@@ -233,10 +234,6 @@ class _Callback:
 
 def _fold_main(settings: Settings, address: str, authkey: bytes) -> None:
     """Entry point of the fold process: open the engine, answer calls until told to close."""
-    from memfold.core.runtime import tune_gc, tune_switch_interval
-    from memfold.engine.engine import MemoryEngine
-    from memfold.service.context_cache import follow_projector, touched_by
-
     parent = os.getppid()
     if FOLD_NICE:
         with contextlib.suppress(OSError):
@@ -610,8 +607,6 @@ class RemoteEngine:
     role = "service"
 
     def __init__(self, settings: Settings, *, max_lag: int = MAX_LAG, max_lag_wait_s: float = MAX_LAG_WAIT_S):
-        from memfold.engine.engine import MemoryEngine
-
         self.max_lag = max_lag
         self.max_lag_wait_s = max_lag_wait_s
         self._appended: dict[int, int] = {}  # partition -> next offset after this process's last append

@@ -30,6 +30,7 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from memfold.core.errors import ConfigError, LogUnavailableError, ValidationError
 from memfold.core.settings import Settings
@@ -312,8 +313,6 @@ def open_api_keys(settings: Settings, *, follow: bool = True) -> ApiKeyStore | S
     url = settings.log_url()
     if not url.startswith("kafka://"):
         return ApiKeyStore(settings.data_dir)
-    from urllib.parse import urlsplit
-
     from memfold.streams.compacted_topic import CompactedTopic
 
     table = CompactedTopic(urlsplit(url).netloc, api_keys_topic(settings), client_id="memfold-apikeys")

@@ -22,8 +22,9 @@ from fastapi import APIRouter, HTTPException, Path, Query, Request
 from fastapi.encoders import jsonable_encoder
 from pydantic import Field, field_validator, model_validator
 
-from memfold.core.errors import UnknownReplayError
+from memfold.core.errors import UnknownConversationError, UnknownReplayError
 from memfold.service.deps import Admin, Operator, services
+from memfold.service.routes import existing
 from memfold.service.schemas import ErrorResponse, _Body
 
 _ERRORS = {401: {"model": ErrorResponse}, 403: {"model": ErrorResponse}, 404: {"model": ErrorResponse},
@@ -242,8 +243,6 @@ def diff_replay_with_questions(request: Request, body: DiffRequest, key: Operato
 
 
 def _diff(request: Request, key, name: str, conversation_id: str | None, budget: int, questions: list) -> dict:
-    from memfold.core.errors import UnknownConversationError
-
     found = services(request).engine.diff_replay(name, conversation_id, budget=budget, questions=questions,
                                                  tenant_id=key.tenant_id if conversation_id is not None else None)
     covered = {(c.tenant_id, c.conversation_id) for c in found.conversations}
@@ -267,8 +266,6 @@ def verify_all(request: Request, key: Operator) -> dict:
 def verify_conversation(request: Request, key: Admin,
                         conversation_id: str = Path(min_length=1, max_length=200)) -> dict:
     """Verify one conversation of the key's tenant: its projection is what its events fold to (admin keys)."""
-    from memfold.service.routes import existing
-
     existing(request, key.tenant_id, conversation_id)
     return {"conversation_id": conversation_id,
             **_differences(services(request).engine.verify(conversation_id, tenant_id=key.tenant_id))}

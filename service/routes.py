@@ -32,11 +32,13 @@ from memfold.core.errors import (
     UserConflictError,
     ValidationError,
 )
-from memfold.core.ids import content_hash
+from memfold.core.ids import content_hash, new_event_id
 from memfold.core.positions import Position
+from memfold.core.shapes import messages_from
 from memfold.core.validation import CONVERSATION_ID_RULE, RESERVED_SEGMENT
 from memfold.service.context_cache import context_key
 from memfold.service.deps import Admin, Forgetter, Reader, Writer, services
+from memfold.service.router import SEARCHED, searched_header
 from memfold.service.schemas import (
     AppendRequest,
     AppendResponse,
@@ -155,9 +157,6 @@ def _validated(engine, tenant: str, conversation_id: str, body: AppendRequest) -
        ``<id>#1``, ``<id>#2``...), a run of Responses ``function_call`` items one.
     3. Each message is validated, its caller id recorded in its metadata.
     """
-    from memfold.core.ids import new_event_id
-    from memfold.core.shapes import messages_from
-
     items, lines, callers = [], {}, {}
     for i, raw in enumerate(body.messages):
         item = dict(raw)
@@ -474,8 +473,6 @@ def search(request: Request, body: SearchRequest, key: Reader, response: Respons
         if more:
             next_cursor = _cursor(ids[-1])
     if owns is not None:
-        from memfold.service.router import SEARCHED, searched_header
-
         response.headers[SEARCHED.decode()] = searched_header(list(ids))
     hits = []
     for conversation_id in dict.fromkeys(ids):

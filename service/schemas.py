@@ -8,6 +8,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from memfold.core.shapes import shaped
+
 
 class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -174,8 +176,6 @@ def context_body(conversation_id: str, policy: str, budget: int | None, messages
 
 def shaped_body(format: str, conversation_id: str, policy: str, budget: int | None, messages) -> bytes:
     """Return the JSON answer of a context read in ``format`` (not ``compact``): :class:`ShapedContextResponse`."""
-    from memfold.core.shapes import shaped
-
     answer = {"conversation_id": conversation_id, "policy": policy, "budget": budget,
               "tokens": sum(m.tokens for m in messages),
               **shaped(format, messages, conversation_id=conversation_id).as_dict()}

@@ -16,10 +16,19 @@ import signal
 import threading
 from collections.abc import Iterator
 
+import uvicorn
+
 from memfold.core.errors import ConfigError
+from memfold.core.ports import KeepsAppended
+from memfold.core.runtime import tune_gc, tune_switch_interval
 from memfold.core.settings import Settings
-from memfold.service.limits import Limits
+from memfold.engine.engine import MemoryEngine
+from memfold.service.app import close_app, create_app
+from memfold.service.fold_process import RemoteEngine
+from memfold.service.keys import open_api_keys
+from memfold.service.limits import Limits, ReplicaShares
 from memfold.service.router import Routing
+from memfold.streams.sqlite_log import RECENT_LIMIT
 
 log = logging.getLogger("memfold.service")
 
@@ -38,15 +47,6 @@ def serve(settings: Settings, *, host: str = "127.0.0.1", port: int = 8080, limi
     node folding a fixed list or what its consumer group assigns, with reads
     of other partitions routed to their owners (:mod:`.router`).
     """
-    import uvicorn
-
-    from memfold.core.ports import KeepsAppended
-    from memfold.core.runtime import tune_gc, tune_switch_interval
-    from memfold.engine.engine import MemoryEngine
-    from memfold.service.app import close_app, create_app
-    from memfold.service.keys import open_api_keys
-    from memfold.streams.sqlite_log import RECENT_LIMIT
-
     tune_switch_interval()  # reads on the event loop wait less for the lock the folding threads hold
     # A full collection walks every recall index and hot tail the service holds (100-200 ms, measured
     # with gc.callbacks under benchmarks/service_load.py), and every request waits it out.
@@ -57,8 +57,6 @@ def serve(settings: Settings, *, host: str = "127.0.0.1", port: int = 8080, limi
     if shard is not None and not kafka:
         raise ConfigError("shard nodes (--partitions, --group) run on a Kafka log: pass --log kafka://HOST:PORT")
     if fold_process and not kafka:
-        from memfold.service.fold_process import RemoteEngine
-
         engine = RemoteEngine(settings)
     else:
         engine = MemoryEngine(settings, role="projector" if kafka else "embedded",
@@ -83,8 +81,6 @@ def serve(settings: Settings, *, host: str = "127.0.0.1", port: int = 8080, limi
         keys = open_api_keys(settings)
         app = create_app(engine, keys, limits, routing=routing)
         if directory is not None:  # replicas split each key's rate (limits.ReplicaShares)
-            from memfold.service.limits import ReplicaShares
-
             limiter = app.state.memfold.limiter
             limiter.share = ReplicaShares(directory, limiter.rate)
             directory.extra = lambda: {"load": limiter.granted()}

@@ -21,6 +21,7 @@ from typing import Any
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka import errors as kafka_errors
+from kafka.admin import NewTopic
 
 from memfold.core.errors import LogUnavailableError
 
@@ -41,8 +42,6 @@ class CompactedTopic:
         try:
             admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=ms, client_id=client_id)
             try:
-                from kafka.admin import NewTopic
-
                 admin.create_topics([NewTopic(name=topic, num_partitions=1, replication_factor=1,
                                               topic_configs=dict(TOPIC_CONFIGS))], timeout_ms=ms)
             except kafka_errors.TopicAlreadyExistsError:

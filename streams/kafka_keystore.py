@@ -30,9 +30,11 @@ import threading
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from urllib.parse import urlsplit
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka import errors as kafka_errors
+from kafka.admin import NewTopic
 
 from memfold.core.errors import KeyStoreError, LogUnavailableError
 from memfold.core.ports import KEY_BYTES
@@ -201,15 +203,11 @@ class KafkaKeyStore:
 
 
 def _new_topic(topic: str):
-    from kafka.admin import NewTopic
-
     return NewTopic(name=topic, num_partitions=1, replication_factor=1, topic_configs=dict(TOPIC_CONFIGS))
 
 
 def open_kafka_keystore(location: str) -> KafkaKeyStore:
     """Open ``kafka://HOST:PORT/TOPIC``."""
-    from urllib.parse import urlsplit
-
     parts = urlsplit(location)
     topic = parts.path.strip("/")
     if not parts.netloc or not topic:

@@ -16,6 +16,7 @@ from memfold.core.ports import EventLog, KeepsAppended
 from memfold.core.positions import LogRecord, Position
 from memfold.core.sealing import Sealer
 from memfold.core.unreadable import UnreadableRecord
+from memfold.streams.keystore import open_keystore
 
 
 class SealedLog:
@@ -90,7 +91,5 @@ def sealed(log: EventLog, keystore: str | None) -> tuple[EventLog, Sealer | None
 
         sealer = Sealer(open_kafka_keystore(keystore))
         return SealedLog(log, sealer), sealer
-    from memfold.streams.keystore import open_keystore
-
     sealer = Sealer(open_keystore(keystore))
     return SealedLog(log, sealer), sealer
