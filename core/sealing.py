@@ -34,6 +34,7 @@ from memfold.core.events import (
     Fact,
     MessageAppended,
     MessageRetracted,
+    SummaryProduced,
     ToolCall,
     replaced,
     unchecked,
@@ -87,10 +88,11 @@ class Sealer:
         todo = [e for e in events if _sealable(e)]
         if not todo:
             return list(events)
-        keys = self.keys.active_keys([e.key for e in todo])
-        if len(keys) < len({e.key for e in todo}):
+        scopes = {id(e): seal_scope(e) for e in todo}
+        keys = self.keys.active_keys(list(dict.fromkeys(scopes.values())))
+        if len(keys) < len(set(scopes.values())):
             for e in todo:
-                if e.key not in keys and e.type in WRITER_TYPES:
+                if scopes[id(e)] not in keys and e.type in WRITER_TYPES:
                     raise _forgotten(e.key)
         # One read of the OS random source for the whole batch: os.urandom releases the GIL,
         # and a call per event let the projector thread stall the appender each time.
@@ -98,13 +100,19 @@ class Sealer:
         nonces = (randomness[i : i + NONCE_BYTES] for i in range(0, len(randomness), NONCE_BYTES))
         out = []
         for e in events:
-            if not _sealable(e):
+            scope = scopes.get(id(e)) if _sealable(e) else None
+            if scope is None:
                 out.append(e)
-            elif e.key in keys:
-                out.append(self._seal(e, keys[e.key], next(nonces)))
+            elif scope in keys and not self._covers_forgotten(e):
+                out.append(self._seal(e, keys[scope], next(nonces)))
             else:  # derived from a conversation forgotten meanwhile (a summary in flight): its text goes
                 out.append(replaced(e, payload=replaced(e.payload, **_fresh_blanks(e.type))))
         return out
+
+    def _covers_forgotten(self, event: Event) -> bool:
+        """True when ``event`` is a user summary made from a conversation forgotten meanwhile."""
+        covers = getattr(event.payload, "covers_conversations", ())
+        return any(self.keys.status(f"{event.tenant_id}/{c}") == "forgotten" for c in covers)
 
     def _seal(self, event: Event, key: tuple[str, bytes], nonce: bytes) -> Event:
         p = event.payload
@@ -187,6 +195,20 @@ def _restored(data: dict, fields: tuple[str, ...]) -> dict:
         if name in out:
             out[name] = tuple(out[name])
     return out
+
+
+def user_summary_scope(tenant_id: str, summary_id: str) -> str:
+    """Return the key scope a user summary is sealed in: a key of its own, destroyed when any conversation it
+    was made from is forgotten (or its user is). No "/" in it, so it is never a conversation's scope."""
+    return f"user-summary:{tenant_id}:{summary_id}"
+
+
+def seal_scope(event: Event) -> str:
+    """Return the key scope ``event``'s content is sealed in: its conversation's, or a user summary's own."""
+    p = event.payload
+    if isinstance(event, SummaryProduced) and p.scope == "user":
+        return user_summary_scope(event.tenant_id, p.summary_id)
+    return event.key
 
 
 def is_shredded(event: Event) -> bool:

@@ -53,6 +53,7 @@ from memfold.core.ids import content_hash, new_event_id
 from memfold.core.partitioner import partition_for
 from memfold.core.ports import ContextMessage, ContextPlan, FoldContext, MessageRecord, Policy
 from memfold.core.positions import Position
+from memfold.core.sealing import user_summary_scope
 from memfold.core.settings import Settings
 from memfold.core.shapes import FORMATS, INPUT_FORMATS, Shaped, messages_from, shaped
 from memfold.core.tokens import MESSAGE_OVERHEAD, text_digest
@@ -1093,13 +1094,18 @@ class MemoryEngine:
         return removed
 
     def _on_erasure(self, changes: Changes) -> None:
-        """After the projection folded a forget of a conversation that had text: empty the text caches.
+        """After the projection folded a forget: empty the text caches, destroy the keys of user summaries made from it.
 
         On every node that folds the deletion (a worker, a projector node, the
         process that forgot), as :meth:`forget` does once more when it returns.
         """
         if changes.erased:
             self._drop_text_caches()
+        if changes.shredded_user_summaries and self.sealer is not None:
+            # User summaries made from a forgotten conversation: their copies in the log are shredded with their keys.
+            for tenant_id, summary_id in sorted(changes.shredded_user_summaries):
+                self.sealer.keys.destroy(user_summary_scope(tenant_id, summary_id))
+            self.sealer.forget()
 
     def _drop_text_caches(self) -> None:
         """Empty what this process keeps of conversations' text for speed.

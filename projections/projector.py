@@ -31,7 +31,7 @@ from memfold.core.events import (
 )
 from memfold.core.ports import FoldContext, MessageRecord, Policy, PolicyTables
 from memfold.core.positions import LogRecord
-from memfold.core.sealing import is_shredded
+from memfold.core.sealing import is_shredded, seal_scope
 from memfold.core.tokens import MESSAGE_OVERHEAD, TokenCounter, text_digest
 from memfold.core.unreadable import UnreadableRecord
 from memfold.projections import retrieval, time_travel
@@ -354,9 +354,10 @@ class Projector:
                 continue
             conv_key = (event.tenant_id, event.conversation_id)
             conv = self._conversation(event.tenant_id, event.conversation_id, part)
-            if is_shredded(event):  # its key was destroyed: the conversation was forgotten, fold nothing of it
-                conv.deleted = True
-            self._event_row(ch, record, erased=conv.deleted)
+            shredded = is_shredded(event)
+            if shredded and seal_scope(event) == event.key:
+                conv.deleted = True  # its conversation's key was destroyed: it was forgotten, fold nothing of it
+            self._event_row(ch, record, erased=conv.deleted or shredded)
             touched_convs.add(conv_key)
             conv.last_seq = max(conv.last_seq, event.seq)
             if conv.first_at is None:
@@ -401,7 +402,8 @@ class Projector:
                     if conv.user_id is not None and not conv.deleted:
                         decided.extend(self._user_summary_asked(conv, event))
                 elif isinstance(event, SummaryProduced) and event.payload.scope == "user":
-                    if conv.user_id is not None and not conv.deleted:
+                    # Shredded: made from a conversation forgotten since (its own key is destroyed).
+                    if conv.user_id is not None and not conv.deleted and not is_shredded(event):
                         ch.user_summaries.append(_user_summary_row(event, conv.user_id))
                         user_convs.add(conv_key)
             elif isinstance(event, TopicEvicted) and self._folded_here(event.payload, folded.states):

@@ -169,6 +169,9 @@ class Changes:
     poison: list[dict[str, Any]] = field(default_factory=list)
     users: set[tuple[str, str]] = field(default_factory=set)  # (tenant, user) whose user memory is refolded
     user_summaries: list[dict[str, Any]] = field(default_factory=list)  # user_summaries rows (user-scope summaries)
+    # (tenant, summary_id) of user summaries this batch erased (made from a conversation forgotten): the engine
+    # destroys their keys, so their copy in the log is shredded too (written by _write).
+    shredded_user_summaries: set[tuple[str, str]] = field(default_factory=set)
     # Conversations not written by the batch whose context changed with it: the other conversations of a
     # user whose conversation it wrote (their contexts hold its memory and recall). Set once committed.
     related: set[tuple[str, str]] = field(default_factory=set)
@@ -399,6 +402,7 @@ class DuckDBProjectionStore:
         import pyarrow as pa  # kept off the CLI's cold path: a read that writes nothing needs no Arrow
 
         for tenant_id, conversation_id in ch.deleted:
+            ch.shredded_user_summaries.update(_user_summaries_from(cur, tenant_id, conversation_id))
             _erase(cur, tenant_id, conversation_id)
         for row in ch.poison:
             cur.execute(
@@ -514,6 +518,14 @@ class DuckDBProjectionStore:
             cur.execute(f"INSERT INTO user_summaries ({cols}) SELECT {cols} FROM _usum WHERE summary_id NOT IN "
                         "(SELECT summary_id FROM user_summaries)")
             cur.unregister("_usum")
+            # One made (in flight) from a conversation forgotten meanwhile goes at once, with its key.
+            late = cur.execute(
+                "SELECT DISTINCT u.tenant_id, u.summary_id FROM user_summaries u JOIN conversations c ON "
+                "c.tenant_id = u.tenant_id AND list_contains(u.covers, c.conversation_id) WHERE c.deleted"
+            ).fetchall()
+            for tenant_id, summary_id in late:
+                _scrub_user_summaries(cur, tenant_id, "summary_id = ?", [summary_id])
+                ch.shredded_user_summaries.add((tenant_id, summary_id))
         for tenant_id, user_id in sorted(ch.users):  # last: it reads the facts and summaries written above
             _refold_user(cur, tenant_id, user_id)
 
@@ -1311,6 +1323,26 @@ ERASED_PAYLOAD = '{"erased": true}'
 COMPACTION_OWED = "compaction_owed"
 
 
+def _user_summaries_from(cur: duckdb.DuckDBPyConnection, tenant_id: str, conversation_id: str) -> list[tuple[str, str]]:
+    """Return (tenant, summary_id) of every user summary made from (or on the stream of) a conversation."""
+    return cur.execute(
+        "SELECT tenant_id, summary_id FROM user_summaries WHERE tenant_id = ? AND (conversation_id = ? "
+        "OR list_contains(covers, ?))", [tenant_id, conversation_id, conversation_id]).fetchall()
+
+
+def _scrub_user_summaries(cur: duckdb.DuckDBPyConnection, tenant_id: str, where: str, params: list[Any]) -> int:
+    """Delete the tenant's user summaries matching ``where`` and scrub their events' content; return rows changed."""
+    ids = [r[0] for r in cur.execute(f"SELECT summary_id FROM user_summaries WHERE tenant_id = ? AND {where}",
+                                     [tenant_id, *params]).fetchall()]
+    if not ids:
+        return 0
+    count = cur.execute("DELETE FROM user_summaries WHERE tenant_id = ? AND list_contains(?, summary_id)",
+                        [tenant_id, ids]).fetchone()[0]
+    return count + cur.execute(
+        "UPDATE events SET payload = ? WHERE tenant_id = ? AND list_contains(?, event_id) AND payload::VARCHAR <> ?",
+        [ERASED_PAYLOAD, tenant_id, ids, ERASED_PAYLOAD]).fetchone()[0]
+
+
 def _erase(cur: duckdb.DuckDBPyConnection, tenant_id: str, conversation_id: str) -> int:
     """Delete a forgotten conversation's rows; keep the envelope of its events, content scrubbed.
 
@@ -1324,8 +1356,10 @@ def _erase(cur: duckdb.DuckDBPyConnection, tenant_id: str, conversation_id: str)
     for table in ("messages", "summaries", "facts", "policy_rows", "search_docs", "state_history", "llm_cache",
                   "dense_vectors", "user_facts", "user_notes", "user_summaries"):
         count += cur.execute(f"DELETE FROM {table} WHERE tenant_id = ? AND conversation_id = ?", key).fetchone()[0]
-    # A user summary made in another conversation of the user stood for this one's summary too: it goes.
-    count += cur.execute("DELETE FROM user_summaries WHERE tenant_id = ? AND list_contains(covers, ?)",
+    # A user summary made in another conversation of the user stood for this one's summary too: it goes,
+    # and so does a summary cache entry made from several conversations (a user summary's) this one among them.
+    count += _scrub_user_summaries(cur, tenant_id, "list_contains(covers, ?)", [conversation_id])
+    count += cur.execute("DELETE FROM llm_cache WHERE tenant_id = ? AND list_contains(conversations, ?)",
                          key).fetchone()[0]
     # Whose conversation it was goes too: the conversations row stays as the audit record, without its user.
     count += cur.execute("UPDATE conversations SET user_id = NULL WHERE tenant_id = ? AND conversation_id = ? "

@@ -47,6 +47,8 @@ CREATE TABLE IF NOT EXISTS llm_cache (
 CACHE_TABLE_MIGRATIONS = (
     "ALTER TABLE llm_cache ADD COLUMN IF NOT EXISTS tenant_id VARCHAR",
     "ALTER TABLE llm_cache ADD COLUMN IF NOT EXISTS conversation_id VARCHAR",
+    # Every conversation an entry was made from (a user summary reads several): forgetting any deletes it.
+    "ALTER TABLE llm_cache ADD COLUMN IF NOT EXISTS conversations VARCHAR[]",
 )
 
 
@@ -319,8 +321,9 @@ class CachingSummarizer:
     def _write(self, key: str, output: SummaryOutput, request: SummaryInput) -> None:
         first = request.messages[0] if request.messages else None
         tenant_id, conversation_id = (first.tenant_id, first.conversation_id) if first else (None, None)
+        conversations = list(dict.fromkeys(m.conversation_id for m in request.messages))
         row = [key, self.inner.name, output.model, output.prompt_hash, datetime.now(UTC),
-               output_to_json(output), tenant_id, conversation_id]
+               output_to_json(output), tenant_id, conversation_id, conversations]
         with self._lock:
             if self._batching:
                 self._pending.append(row)
@@ -337,9 +340,10 @@ class CachingSummarizer:
             with self._cursor() as cur:
                 cur.execute(
                     "INSERT INTO llm_cache (key, summarizer, model, prompt_hash, created_at, output, tenant_id, "
-                    "conversation_id) SELECT DISTINCT ON (key) * FROM (SELECT unnest(?::VARCHAR[]) AS key, "
-                    "unnest(?::VARCHAR[]), unnest(?::VARCHAR[]), unnest(?::VARCHAR[]), unnest(?::TIMESTAMPTZ[]), "
-                    "unnest(?::VARCHAR[]), unnest(?::VARCHAR[]), unnest(?::VARCHAR[])) ON CONFLICT (key) DO NOTHING",
+                    "conversation_id, conversations) SELECT DISTINCT ON (key) * FROM (SELECT unnest(?::VARCHAR[]) "
+                    "AS key, unnest(?::VARCHAR[]), unnest(?::VARCHAR[]), unnest(?::VARCHAR[]), "
+                    "unnest(?::TIMESTAMPTZ[]), unnest(?::VARCHAR[]), unnest(?::VARCHAR[]), unnest(?::VARCHAR[]), "
+                    "unnest(?::VARCHAR[][])) ON CONFLICT (key) DO NOTHING",
                     columns,
                 )
         except duckdb.Error as exc:

@@ -115,14 +115,14 @@ def user_summary_input(
 
     Each note (a conversation's newest summary, oldest conversation first) is
     one input message naming its conversation and day; the current facts are
-    the existing facts. Every message is of ``conversation_id``, the
-    conversation the request was asked in (the summary cache files the entry
-    under it, so forgetting it drops the entry); the note's own conversation
-    is in its metadata (what the summary ``covers``).
+    the existing facts. Every message is of the conversation its note
+    summarizes (also in its metadata: what the summary ``covers``), so the
+    summary cache files the entry under every one of them and forgetting any
+    drops it. ``conversation_id`` is the conversation the request was asked in.
     """
     messages = tuple(
         MessageRecord(
-            tenant_id=tenant_id, conversation_id=conversation_id, index=i, seq=0, event_id=n["summary_id"],
+            tenant_id=tenant_id, conversation_id=n["conversation_id"], index=i, seq=0, event_id=n["summary_id"],
             role="user", content=f"Conversation {n['conversation_id']} ({_day(n.get('at'))}): {n['text']}",
             tokens=0, occurred_at=n.get("at") or _EPOCH, metadata={"conversation_id": n["conversation_id"]},
         )

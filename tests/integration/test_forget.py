@@ -47,7 +47,8 @@ def _cached_text(engine: MemoryEngine) -> str:
     """Return what this process's text caches hold, as text: excerpts, traces, statements, summary line counts."""
     from memfold.projections import excerpt, fact_extraction, salience
 
-    line_counts = engine.summarizer.inner._tokens._line_counts  # the offline summarizer, behind the summary cache
+    made = engine.summarizer.inner.made  # the offline summarizer (made on first use), behind the summary cache
+    line_counts = made._tokens._line_counts if made is not None else {}
     return repr((excerpt._CACHE, list(fact_extraction._TRACES), salience._STATEMENTS, list(line_counts))).lower()
 
 

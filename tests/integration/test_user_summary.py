@@ -124,3 +124,44 @@ def test_a_failing_summarizer_leaves_the_notes_in_the_user_part(tmp_path, openai
         content = _memory_message(engine, "wed")
         assert "lives_in: Munich" in content and "Summary of this user's other conversations:" in content
         assert "[conversation tue, 2024-04-10]" in content and "[conversation mon, 2024-03-01]" in content
+
+
+def test_forgetting_one_conversation_shreds_every_user_summary_made_from_it(tmp_path):
+    """A user summary made in another conversation of the user carries what the forgotten one said: its copy in
+    the log (sealed under a key of its own), its projection rows and its summary cache entry all go."""
+    import uuid
+
+    from support.erasure_kit import SETTINGS, files_with, markers, plant
+
+    from memfold.core.sealing import is_shredded
+
+    data, user = tmp_path / "data", f"zquser{uuid.uuid4().hex[:10]}"
+    gone, kept = markers("u1"), markers("u2")
+    with MemoryEngine(Settings.load(None, data_dir=data, **SETTINGS)) as engine:
+        for conversation, marks in (("u-1", gone), ("u-2", kept)):
+            engine.append_message(conversation, "user", f"{marks['content']} I live in Leeds.", user_id=user)
+            plant(engine, conversation, marks, turns=6)
+        engine.wait_idle(120)
+        made = [e for e in _log(engine) if isinstance(e, SummaryProduced) and e.payload.scope == "user"]
+        from_gone = [e for e in made if "u-1" in e.payload.covers_conversations]
+        assert from_gone and any(e.conversation_id == "u-2" for e in from_gone), "no user summary made in u-2 " \
+            "from u-1: the proof would prove nothing"
+        assert any(gone["content"] in e.payload.text for e in from_gone)
+        engine.sql("CHECKPOINT", write=True)
+    needles = {f"1{f}": v for f, v in gone.items()}
+    assert files_with([data], needles)
+    with MemoryEngine(Settings.load(None, data_dir=data, **SETTINGS)) as engine:
+        engine.forget("u-1")
+        engine.wait_idle(120)
+        events = _log(engine)
+        for e in events:  # every event, unsealed with the keys that still exist
+            if isinstance(e, SummaryProduced) and "u-1" in (e.payload.covers_conversations or ()):
+                assert is_shredded(e) or not e.payload.text, e.event_id
+            assert gone["content"] not in e.model_dump_json(), (e.type, e.conversation_id)
+        assert engine.sql("SELECT count(*) FROM user_summaries WHERE list_contains(covers, 'u-1')")[1] == [(0,)]
+        assert engine.sql("SELECT count(*) FROM llm_cache WHERE list_contains(conversations, 'u-1')")[1] == [(0,)]
+        mine = engine.user_memory(user)
+        assert [c for c in mine["conversations"] if c["conversation_id"] == "u-1"] == []
+        assert any(kept["content"] in r.content for r in engine.history("u-2"))
+        assert engine.verify() == []
+    assert files_with([data], needles) == {}
