@@ -269,6 +269,11 @@ def dense_label(policy: str, dense: str) -> str:
     return f"{policy} + {_DENSE_NAMES.get(dense, dense)}"
 
 
+def _held(engine: Any, conversation_id: str) -> int:
+    """Return how many messages the projection holds of a conversation (0 when it holds none)."""
+    row = engine.conversation(conversation_id)
+    return 0 if row is None or row.get("deleted") else int(row["message_count"])
+
 def measure_beam(path: str | Path, chats: str | None = None, *, budgets: Sequence[int] = BEAM_BUDGETS,
                  policies: Sequence[str] | None = None, step: int = 10, timeout: float = 1800.0,
                  data_dir: str | Path | None = None, kinds: Sequence[str] = beam.KINDS,
@@ -313,8 +318,8 @@ def measure_beam(path: str | Path, chats: str | None = None, *, budgets: Sequenc
             started = time.perf_counter()
             # A --data-dir that already holds a chat whole (an earlier run) is scored again without
             # re-ingesting it: read-side changes (recall, excerpts) are measured in minutes, not an hour.
-            todo = [c for c in loaded if len(engine.history(conv_ids[c.chat_id])) != len(c.messages)]
-            if any(engine.history(conv_ids[c.chat_id]) for c in todo):
+            todo = [c for c in loaded if _held(engine, conv_ids[c.chat_id]) != len(c.messages)]
+            if any(_held(engine, conv_ids[c.chat_id]) for c in todo):
                 raise ValueError(f"{root} holds some chats partly or differently; use an empty --data-dir")
             _ingest(engine, [[{**m, "conversation_id": conv_ids[c.chat_id]} for m in c.messages] for c in todo],
                     step, timeout)

@@ -517,6 +517,25 @@ class MemoryEngine:
         impl, ctx = self.policies[name]
         return impl.plan(self.projector.state(name, tenant_id, conversation_id), ctx)
 
+    def require_stored(self, conversation_id: str, *, tenant_id: str = "default") -> None:
+        """Raise :class:`UnknownConversationError` for a conversation never written or forgotten.
+
+        What every read of one conversation does first (history, messages,
+        summaries, context without ``user_id``), here as over HTTP (404): a
+        misspelt id is an error, not an empty memory. A conversation appended
+        here and not folded yet is not unknown (its key is live), it reads as
+        far as the projection holds it.
+        """
+        stored = self.projector.stored(tenant_id, conversation_id)
+        if stored:
+            return
+        if stored is None and self.sealer is not None and \
+                self.sealer.keys.status(conversation_key(tenant_id, conversation_id)) == "live":
+            return
+        raise UnknownConversationError(
+            f"no conversation {conversation_id!r} in tenant {tenant_id!r}"
+            + (" (it was forgotten)" if stored is False else ""), field="conversation_id")
+
     def owns(self, conversation_id: str, *, tenant_id: str = "default") -> bool:
         """True when this engine folds the conversation's partition: always, except on a shard node."""
         if self.store is None:  # a client engine holds no projection
@@ -580,7 +599,8 @@ class MemoryEngine:
         """
         _check_reading(conversation_id, tenant_id, budget=budget, query=query, policy=policy)
         self.check_owned(conversation_id, tenant_id=tenant_id)
-
+        if user_id is None:  # with a user: a conversation not started yet reads as its first context
+            self.require_stored(conversation_id, tenant_id=tenant_id)
         if as_of is not None:
             return self.context_as_of(conversation_id, as_of, budget=budget, query=query, policy=policy,
                                       tenant_id=tenant_id, dense=dense)
@@ -708,7 +728,7 @@ class MemoryEngine:
         """
         _check_reading(conversation_id, tenant_id, budget=budget, query=query, policy=policy)
         self.check_owned(conversation_id, tenant_id=tenant_id)
-
+        self.require_stored(conversation_id, tenant_id=tenant_id)
         name = self._policy_name(policy, tenant_id)
         impl, ctx = self._read_context(name)
         key = (tenant_id, conversation_id)
@@ -790,6 +810,7 @@ class MemoryEngine:
         """Return the conversation's stored messages from index ``start``, at most ``limit``, oldest first."""
         _check_reading(conversation_id, tenant_id)
         self.check_owned(conversation_id, tenant_id=tenant_id)
+        self.require_stored(conversation_id, tenant_id=tenant_id)
         return self.store.messages(tenant_id, conversation_id, start, None if limit is None else start + limit - 1)
 
     def search_messages(self, conversation_id: str, query: str, *, tenant_id: str = "default",
@@ -914,15 +935,17 @@ class MemoryEngine:
         return conversations
 
     def history(self, conversation_id: str, *, tenant_id: str = "default") -> list[MessageRecord]:
-        """Return every message of a conversation as stored, oldest first."""
+        """Return every message of a conversation as stored, oldest first (:meth:`require_stored`)."""
         _check_reading(conversation_id, tenant_id)
         self.check_owned(conversation_id, tenant_id=tenant_id)
+        self.require_stored(conversation_id, tenant_id=tenant_id)
         return self.store.messages(tenant_id, conversation_id)
 
     def summaries(self, conversation_id: str, *, tenant_id: str = "default", policy: str | None = None) -> list[dict[str, Any]]:
-        """Return the summary chain(s): every request with its outcome and lineage, oldest first."""
+        """Return the summary chain(s): every request with its outcome and lineage, oldest first (:meth:`require_stored`)."""
         _check_reading(conversation_id, tenant_id, policy=policy)
         self.check_owned(conversation_id, tenant_id=tenant_id)
+        self.require_stored(conversation_id, tenant_id=tenant_id)
         return self.store.summary_rows(tenant_id, conversation_id, policy)
 
     def audit(self, conversation_id: str, *, tenant_id: str = "default") -> dict[str, Any]:

@@ -127,6 +127,14 @@ class Projector:
         key = (policy, tenant_id, conversation_id)
         return key in self._states or key in self._cold_states
 
+    def stored(self, tenant_id: str, conversation_id: str) -> bool | None:
+        """Return True when the conversation holds messages here, False when it was forgotten, None when never folded."""
+        conv = self._conversations.get((tenant_id, conversation_id))
+        if conv is not None:
+            return not conv.deleted
+        row = self.store.conversation(tenant_id, conversation_id)
+        return None if row is None else not row.get("deleted")
+
     def _plan_tokens(self, policy: str, state: BaseModel) -> str:
         """Return the JSON of the token counts ``state``'s context plan counts, by :func:`text_digest`.
 

@@ -299,13 +299,20 @@ class EngineApiContract:
         memory.append(conversation, {"role": "user", "content": "Starting over."})
         assert [m.content for m in memory.history(conversation)] == ["Starting over."]
 
-    def test_a_forgotten_conversation_reads_as_empty(self, memory: MemoryApi, conversation: str) -> None:
+    def test_a_forgotten_conversation_reads_as_an_unknown_conversation(self, memory: MemoryApi, conversation: str) -> None:
         memory.append_batch(conversation, filler(2))
         memory.forget(conversation)
-        assert memory.history(conversation) == []
+        for read in (memory.history, lambda c: memory.context(c, budget=500), memory.summaries):
+            with pytest.raises(UnknownConversationError):
+                read(conversation)
 
-    def test_a_conversation_never_written_reads_as_empty(self, memory: MemoryApi, conversation: str) -> None:
-        assert memory.history(conversation) == []
+    def test_a_conversation_never_written_reads_as_an_unknown_conversation(
+        self, memory: MemoryApi, conversation: str
+    ) -> None:
+        # A misspelt id is an error, not an empty memory; the HTTP client's class is the engine's.
+        for read in (memory.history, lambda c: memory.context(c, budget=500), memory.summaries):
+            with pytest.raises(UnknownConversationError):
+                read(conversation)
 
     def test_forgetting_an_unknown_conversation_is_an_unknown_conversation_error(
         self, memory: MemoryApi, conversation: str

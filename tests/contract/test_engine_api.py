@@ -22,7 +22,7 @@ import pytest
 from fixtures.memfold_service import LiveService
 
 from contract.engine_api_contract import SETTINGS, EngineApiContract, MemoryApi, Piece, Stored, flat_tool_calls
-from memfold.client import Client, NotFoundError
+from memfold.client import Client
 from memfold.core.settings import Settings
 from memfold.engine.engine import MemoryEngine
 from memfold.service.fold_process import RemoteEngine
@@ -216,23 +216,8 @@ class TestFoldProcess(EngineApiContract):
         return EngineApi(remote, TENANT)
 
 
-# The service answers 404 for a conversation it does not hold (another tenant's included, so as not to say
-# which); the engine's history of it is empty.
-READS_AS_NOT_FOUND = (
-    "difference, to fix: the client's messages() of a {what} conversation raises NotFoundError (404); "
-    "the engine's history() of it is []"
-)
-
-
 class TestHttpClient(EngineApiContract):
     @pytest.fixture
     def memory(self, client: Client) -> MemoryApi:
         return ClientApi(client)
 
-    @pytest.mark.xfail(strict=True, raises=NotFoundError, reason=READS_AS_NOT_FOUND.format(what="forgotten"))
-    def test_a_forgotten_conversation_reads_as_empty(self, memory, conversation):
-        super().test_a_forgotten_conversation_reads_as_empty(memory, conversation)
-
-    @pytest.mark.xfail(strict=True, raises=NotFoundError, reason=READS_AS_NOT_FOUND.format(what="never written"))
-    def test_a_conversation_never_written_reads_as_empty(self, memory, conversation):
-        super().test_a_conversation_never_written_reads_as_empty(memory, conversation)

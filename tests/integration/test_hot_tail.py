@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
+from memfold.core.errors import UnknownConversationError
 from memfold.core.settings import Settings
 from memfold.engine.engine import MemoryEngine
 
@@ -43,8 +46,9 @@ def test_a_deleted_conversation_leaves_the_tail(tmp_path):
         engine.log.append([ConversationDeleted(event_id="del-1", conversation_id="gone", occurred_at=utcnow())])
         engine.wait_idle()
         assert engine.projector.tail.window(("default", "gone"), 0, None) is None
-        assert engine.context("gone") == []
-        assert engine.history("gone") == []
+        with pytest.raises(UnknownConversationError):
+            engine.context("gone")
+        assert engine.store.messages("default", "gone") == []
 
 
 def test_context_in_memory_says_when_a_read_needs_no_store_query(tmp_path):

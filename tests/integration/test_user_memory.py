@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from memfold.cli.ingest import ingest_file
-from memfold.core.errors import UnknownUserError, UserConflictError, ValidationError
+from memfold.core.errors import UnknownConversationError, UnknownUserError, UserConflictError, ValidationError
 from memfold.core.settings import Settings
 from memfold.engine.engine import MemoryEngine
 
@@ -249,7 +249,10 @@ def test_forget_user_leaves_no_byte_of_the_user_or_their_conversations(tmp_path)
         assert sorted(engine.forget_user(user)) == ["u-1", "u-2"]
         with pytest.raises(UnknownUserError):
             engine.user_memory(user)
-        assert engine.history("u-1") == [] and engine.history("u-2") == []
+        for gone in ("u-1", "u-2"):
+            with pytest.raises(UnknownConversationError):
+                engine.history(gone)
+            assert engine.store.messages("default", gone) == []
         assert engine.sql("SELECT count(*) FROM user_summaries WHERE user_id = ?", [user])[1] == [(0,)]
         assert engine.verify() == []
         engine.replay("after")
