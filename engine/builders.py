@@ -112,14 +112,15 @@ class Folds:
 
 
 def build_folds(settings: Settings, store: DuckDBProjectionStore, counter: TokenCounter,
-                listeners: Sequence[Callable[[Any], None]] = ()) -> Folds:
-    """Return the folds of ``settings`` over ``store``; ``listeners`` hear every committed batch."""
+                listeners: Sequence[Callable[[Any], None]] = (), *, partition_count: int) -> Folds:
+    """Return the folds of ``settings`` over ``store`` (a log of ``partition_count`` partitions); ``listeners``
+    hear every committed batch."""
     from memfold.engine.worker import FoldedSource
     from memfold.projections.projector import Projector
 
     policies = fold_contexts(settings)
     projector = Projector(store, policies, counter)
-    inputs = FoldedSource(projector.tail, store)
+    inputs = FoldedSource(projector.tail, store, partition_count=partition_count)
     projector.listeners.append(inputs.committed)
     projector.listeners.extend(listeners)
     return Folds(settings, policies, projector, inputs)
@@ -216,7 +217,8 @@ def _build_pipeline(parts: Parts, policy_changes: str, listeners: Sequence[Calla
         from memfold.projections.dense import DenseIndex, build_dense_embedder, embedder_name
 
         parts.dense = DenseIndex(parts.store, build_dense_embedder(settings), embedder_name(settings))
-    parts.folds = build_folds(settings, parts.store, parts.counter, [*listeners, *dense_listeners(parts.dense)])
+    parts.folds = build_folds(settings, parts.store, parts.counter, [*listeners, *dense_listeners(parts.dense)],
+                              partition_count=parts.log.partition_count)
     parts.summarizer = build_summarizer(settings, cache_conn=parts.store)
     inputs = parts.folds.inputs
     parts.worker = SummarizerWorker(

@@ -1313,7 +1313,8 @@ class MemoryEngine:
         batch on. Readers in flight finish with the old fold contexts (every
         policy name stays resolvable).
         """
-        folds = builders.build_folds(settings, self.store, self.counter, self._batch_listeners)
+        folds = builders.build_folds(settings, self.store, self.counter, self._batch_listeners,
+                                     partition_count=self.log.partition_count)
         self._folds = folds
         self.runner.projector = folds.projector
         self.worker.use(folds.inputs, folds.settings)

@@ -240,7 +240,8 @@ class ReplayFold:
         self.side = side
         self.store = store
         self.projector = Projector(store, dict(policies), counter)
-        self.inputs = FoldedSource(self.projector.tail, store)  # summary inputs without re-reading the store
+        # Summary inputs without re-reading the store.
+        self.inputs = FoldedSource(self.projector.tail, store, partition_count=source.partition_count)
         self.projector.listeners.append(self.inputs.committed)
         self.emit = frozenset(emit)
         self.summarizer = summarizer

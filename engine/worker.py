@@ -23,7 +23,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 from memfold.core.errors import MemfoldError, SummarizerError, SummarizerTimeoutError
-from memfold.core.events import Event, Fact, SummaryRequested
+from memfold.core.events import Event, Fact, SummaryRequested, conversation_key
 from memfold.core.partitioner import partition_for
 from memfold.core.ports import (
     CachedSummarizer,
@@ -108,9 +108,10 @@ class FoldedSource:
     Saves a DuckDB query or two per request, which dominated cached replays.
     """
 
-    def __init__(self, tail: Any, store: ProjectionStore, max_summaries: int = 50_000):
+    def __init__(self, tail: Any, store: ProjectionStore, *, partition_count: int, max_summaries: int = 50_000):
         self.tail = tail
         self.store = store
+        self.partition_count = partition_count  # the log's: a user summary reads its request's partition only
         self.max_summaries = max_summaries
         self._summaries: dict[str, dict[str, Any]] = {}
 
@@ -150,23 +151,33 @@ class FoldedSource:
         return self.store.outcomes(request_ids)
 
     def user_input(self, tenant_id: str, conversation_id: str, policy: str, as_of: Any) -> tuple[list, list]:
-        return user_input(self.store, tenant_id, conversation_id, policy, as_of)
+        return user_input(self.store, tenant_id, conversation_id, policy, as_of, self.partition_count)
 
 
 def user_input(
-    store: ProjectionStore, tenant_id: str, conversation_id: str, policy: str, as_of: Any,
+    store: ProjectionStore, tenant_id: str, conversation_id: str, policy: str, as_of: Any, partition_count: int,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Return (notes, user_facts rows) of the user of ``conversation_id`` as of ``as_of``, of ``policy``.
 
     Notes: each conversation's newest summary dated by then; facts: the user
-    fold over the statements made by then. Empty when the conversation has
-    no user (forgotten since the request was asked).
+    fold over the statements made by then. Only the user's conversations on
+    the request's partition (of ``partition_count``): every node answering the
+    request has folded that partition up to it, whatever else it folds, so
+    the input, and the summary, are the same embedded, on any worker after a
+    rebalance, and in a replay. Empty when the conversation has no user
+    (forgotten since the request was asked).
     """
     user_id = store.conversation_owner(tenant_id, conversation_id)[1]
     if user_id is None:
         return [], []
-    notes = store.user_notes_as_of(tenant_id, user_id, policy, as_of)
-    stated = [f for f in stated_before(store.stated_facts(tenant_id, user_id), as_of) if f.policy == policy]
+    home = partition_for(conversation_key(tenant_id, conversation_id), partition_count)
+
+    def here(conversation: str) -> bool:
+        return partition_for(conversation_key(tenant_id, conversation), partition_count) == home
+
+    notes = [n for n in store.user_notes_as_of(tenant_id, user_id, policy, as_of) if here(n["conversation_id"])]
+    stated = [f for f in stated_before(store.stated_facts(tenant_id, user_id), as_of)
+              if f.policy == policy and here(f.conversation_id)]
     return notes, fold_user_facts(tenant_id, user_id, stated)
 
 

@@ -17,7 +17,8 @@ pytestmark = pytest.mark.timeout(240)
 
 def run(*args: str, code: int = 0) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMFOLD_")}
-    env |= {"MEMFOLD_POLICY": "hierarchical", "MEMFOLD_POLICIES": "hierarchical"}
+    # One partition: the user summary reads the user's conversations on its request's partition, so both meet.
+    env |= {"MEMFOLD_POLICY": "hierarchical", "MEMFOLD_POLICIES": "hierarchical", "MEMFOLD_PARTITIONS": "1"}
     proc = subprocess.run([MEMFOLD, *args], capture_output=True, text=True, timeout=120, env=env)
     assert "Traceback" not in proc.stderr, proc.stderr
     assert proc.returncode == code, (proc.stdout, proc.stderr)

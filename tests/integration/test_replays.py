@@ -246,7 +246,7 @@ def test_summary_inputs_from_folded_messages_equal_inputs_read_from_the_store(tm
                     reads.append(name)
                     return getattr(store, name)
 
-            source = FoldedSource(projector.tail, Counted())
+            source = FoldedSource(projector.tail, Counted(), partition_count=8)
             projector.listeners.append(source.committed)
             requests = []
             for p in engine.log.partitions():

@@ -226,11 +226,15 @@ def test_search_across_a_users_conversations_only(tmp_path):
             engine.search_user("dana", "order", tenant_id="t2")
 
 
+# One partition: the user summary reads the user's conversations on its request's partition, so u-1 and u-2 meet.
+ONE_PARTITION = {**SETTINGS, "partitions": 1}
+
+
 def test_forget_user_leaves_no_byte_of_the_user_or_their_conversations(tmp_path):
     data = tmp_path / "data"
     user = f"zquser{uuid.uuid4().hex[:10]}"
     m1, m2, k = markers("u1"), markers("u2"), markers("k")
-    with MemoryEngine(Settings.load(None, data_dir=data, **SETTINGS)) as engine:
+    with MemoryEngine(Settings.load(None, data_dir=data, **ONE_PARTITION)) as engine:
         for conversation, marks, owner in (("u-1", m1, user), ("u-2", m2, user), ("kept", k, "other")):
             engine.append_message(conversation, "user", f"{marks['content']} I live in Leeds.", user_id=owner)
             plant(engine, conversation, marks, turns=6)
@@ -245,7 +249,7 @@ def test_forget_user_leaves_no_byte_of_the_user_or_their_conversations(tmp_path)
         engine.sql("CHECKPOINT", write=True)
     needles = {"user": user, **{f"1{f}": v for f, v in m1.items()}, **{f"2{f}": v for f, v in m2.items()}}
     assert files_with([data], needles)  # planted where erasure has to reach
-    with MemoryEngine(Settings.load(None, data_dir=data, **SETTINGS)) as engine:
+    with MemoryEngine(Settings.load(None, data_dir=data, **ONE_PARTITION)) as engine:
         assert sorted(engine.forget_user(user)) == ["u-1", "u-2"]
         with pytest.raises(UnknownUserError):
             engine.user_memory(user)

@@ -18,7 +18,8 @@ from memfold.projections.store import DuckDBProjectionStore
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_user_memory import APRIL, MARCH, _session  # noqa: E402
 
-ONE_POLICY = {"policy": "hierarchical", "policies": ("hierarchical",)}
+# One partition: a user summary reads the user's conversations on its request's partition, so both meet.
+ONE_POLICY = {"policy": "hierarchical", "policies": ("hierarchical",), "partitions": 1}
 TABLE = "SELECT policy, user_id, conversation_id, summary_id, text, covers, covers_summaries, produced_at " \
         "FROM user_summaries ORDER BY produced_at, summary_id"
 
@@ -137,7 +138,7 @@ def test_forgetting_one_conversation_shreds_every_user_summary_made_from_it(tmp_
 
     data, user = tmp_path / "data", f"zquser{uuid.uuid4().hex[:10]}"
     gone, kept = markers("u1"), markers("u2")
-    with MemoryEngine(Settings.load(None, data_dir=data, **SETTINGS)) as engine:
+    with MemoryEngine(Settings.load(None, data_dir=data, **{**SETTINGS, "partitions": 1})) as engine:
         for conversation, marks in (("u-1", gone), ("u-2", kept)):
             engine.append_message(conversation, "user", f"{marks['content']} I live in Leeds.", user_id=user)
             plant(engine, conversation, marks, turns=6)
@@ -150,7 +151,7 @@ def test_forgetting_one_conversation_shreds_every_user_summary_made_from_it(tmp_
         engine.sql("CHECKPOINT", write=True)
     needles = {f"1{f}": v for f, v in gone.items()}
     assert files_with([data], needles)
-    with MemoryEngine(Settings.load(None, data_dir=data, **SETTINGS)) as engine:
+    with MemoryEngine(Settings.load(None, data_dir=data, **{**SETTINGS, "partitions": 1})) as engine:
         engine.forget("u-1")
         engine.wait_idle(120)
         events = _log(engine)
@@ -165,3 +166,29 @@ def test_forgetting_one_conversation_shreds_every_user_summary_made_from_it(tmp_
         assert any(kept["content"] in r.content for r in engine.history("u-2"))
         assert engine.verify() == []
     assert files_with([data], needles) == {}
+
+
+def test_a_user_summary_reads_the_users_conversations_on_its_own_partition(tmp_path):
+    """What a node answering the request is sure to have folded, whatever else it folds: the same summary embedded,
+    on a worker owning some partitions, after a rebalance, in a replay."""
+    from memfold.core.events import conversation_key
+    from memfold.core.partitioner import partition_for
+
+    parts = 8
+    home = partition_for(conversation_key("default", "mon"), parts)
+    other = next(c for c in (f"tue-{i}" for i in range(100)) if partition_for(conversation_key("default", c), parts) != home)
+    same = next(c for c in (f"wed-{i}" for i in range(100)) if partition_for(conversation_key("default", c), parts) == home)
+    with MemoryEngine(Settings.load(None, data_dir=tmp_path / "d", **{**ONE_POLICY, "partitions": parts})) as engine:
+        engine.append_many(_session("mon", MARCH, "I live in Berlin and my order number is #4471."))
+        engine.wait_idle(60)
+        engine.append_many(_session(other, APRIL, "Big news: I moved to Munich last week."))
+        engine.wait_idle(60)
+        engine.append_many(_session(same, APRIL, "My new phone number is 0151 2345678."))
+        engine.wait_idle(60)
+        made = [e for e in _log(engine) if isinstance(e, SummaryProduced) and e.payload.scope == "user"]
+        assert made
+        for e in made:
+            mine = partition_for(conversation_key("default", e.conversation_id), parts)
+            assert {partition_for(conversation_key("default", c), parts) for c in e.payload.covers_conversations} \
+                == {mine}, (e.conversation_id, e.payload.covers_conversations)
+        assert any(set(e.payload.covers_conversations) == {"mon", same} for e in made)  # both of its partition

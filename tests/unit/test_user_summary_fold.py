@@ -67,7 +67,7 @@ def _live(path: Path, settings: Settings) -> tuple[_Log, DuckDBProjectionStore]:
     """Run log, fold and summarizer to rest: each batch's requests answered at once (the runner and worker's loop)."""
     store = DuckDBProjectionStore(path)
     projector = Projector(store, fold_contexts(settings), counter(settings.encoding))
-    inputs = FoldedSource(projector.tail, store)
+    inputs = FoldedSource(projector.tail, store, partition_count=1)  # one partition: both conversations meet
     projector.listeners.append(inputs.committed)
     summarizer = OfflineSummarizer()
     log = _Log()
