@@ -88,8 +88,8 @@ def measure_recall(path: str, chats: str, policy: str, budgets: tuple[int, ...])
                     answer = beam.content_words(q.answer)
                     for b in budgets:
                         for mode in MODES:
-                            if mode == "no user memory":
-                                msgs = engine.context(f"new-{chat.chat_id}", budget=b, query=q.text, policy=policy)
+                            if mode == "no user memory":  # a new conversation holds nothing without its user
+                                msgs = []
                             elif mode == "user memory":
                                 t0 = time.perf_counter()
                                 msgs = engine.context(f"new-{chat.chat_id}", budget=b, query=q.text, policy=policy,
