@@ -22,7 +22,7 @@ from memfold.core.errors import (
 
 
 class _Result(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    model_config = ConfigDict(extra="ignore", frozen=True, defer_build=True)
 
 
 class Appended(_Result):
