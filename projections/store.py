@@ -1079,20 +1079,27 @@ class DuckDBProjectionStore:
     @_read_again_after_a_swap
     def user_summaries(self, tenant_id: str, user_id: str, policy: str | None = None,
                        as_of: datetime | None = None) -> list[dict[str, Any]]:
-        """Return the user's summary per policy: its newest ``user_summaries`` row (made by ``as_of``, if given).
+        """Return the user's summaries in force: per policy and log partition, the newest ``user_summaries`` row
+        (made by ``as_of``, if given), newest first within a policy.
 
+        A user summary reads the user's conversations on the partition it was
+        asked on, so together these cover every conversation of the user.
         Newest is event time (``produced_at``), ties by summary id: a function
         of the rows, whatever order partitions delivered them in.
         """
-        where, params = _user_scope(tenant_id, user_id, policy)
+        where, params = "u.tenant_id = ? AND u.user_id = ?", [tenant_id, user_id]
+        if policy is not None:
+            where, params = where + " AND u.policy = ?", [*params, policy]
         if as_of is not None:
-            where += " AND produced_at <= ?"
+            where += " AND u.produced_at <= ?"
             params.append(as_of)
         cur = self.connection.execute(
-            "SELECT policy, conversation_id, summary_id, text, covers, covers_summaries, produced_at, summarizer, "
-            f"model FROM user_summaries WHERE {where} "
-            "QUALIFY row_number() OVER (PARTITION BY policy ORDER BY produced_at DESC, summary_id DESC) = 1 "
-            "ORDER BY policy", params,
+            "SELECT u.policy, u.conversation_id, u.summary_id, u.text, u.covers, u.covers_summaries, u.produced_at, "
+            "u.summarizer, u.model FROM user_summaries u LEFT JOIN conversations c ON c.tenant_id = u.tenant_id "
+            f"AND c.conversation_id = u.conversation_id WHERE {where} "
+            'QUALIFY row_number() OVER (PARTITION BY u.policy, c."partition" '
+            "ORDER BY u.produced_at DESC, u.summary_id DESC) = 1 "
+            "ORDER BY u.policy, u.produced_at DESC, u.summary_id DESC", params,
         )
         return _dicts(cur)
 

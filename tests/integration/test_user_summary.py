@@ -192,3 +192,11 @@ def test_a_user_summary_reads_the_users_conversations_on_its_own_partition(tmp_p
             assert {partition_for(conversation_key("default", c), parts) for c in e.payload.covers_conversations} \
                 == {mine}, (e.conversation_id, e.payload.covers_conversations)
         assert any(set(e.payload.covers_conversations) == {"mon", same} for e in made)  # both of its partition
+        # In force: the newest of each partition, together covering every conversation of the user.
+        rows = engine.store.user_summaries("default", "dana", "hierarchical")
+        assert {c for r in rows for c in r["covers"]} == {"mon", same, other}
+        assert len(rows) == 2 and rows[0]["produced_at"] >= rows[1]["produced_at"]
+        summary = _memory_message(engine, "next").split("Summary of this user's conversations:")[1]
+        lines = [{" ".join(line.split()) for line in r["text"].splitlines() if line.strip()} for r in rows]
+        for mine, theirs in ((lines[0], lines[1]), (lines[1], lines[0])):
+            assert any(line in summary for line in mine - theirs), (mine - theirs, summary)  # each partition's own
