@@ -48,27 +48,25 @@ def memfold_command() -> list[str]:
 
 
 def commands(data_dir: Path) -> dict[str, list[str]]:
-    base = [*memfold_command(), "--data-dir", str(data_dir)]
-    return {
-        "memfold --help": [*memfold_command(), "--help"],
-        f"context {CONVERSATION}": [*base, "context", CONVERSATION, "--tenant", TENANT],
-        f"append {CONVERSATION} user TEXT": [*base, "append", CONVERSATION, "user", "Is the refund on its way?",
-                                             "--tenant", TENANT],
-        f"history {CONVERSATION}": [*base, "history", CONVERSATION, "--tenant", TENANT],
-        f"summaries {CONVERSATION}": [*base, "summaries", CONVERSATION, "--tenant", TENANT],
-        'sql "SELECT count(*) FROM messages"': [*base, "sql", "SELECT count(*) FROM messages"],
-    }
+    """The embedded commands (``--help`` first), on ``data_dir``."""
+    return {"memfold --help": [*memfold_command(), "--help"],
+            **reads_and_writes("", [*memfold_command(), "--data-dir", str(data_dir)])}
 
 
 def remote_commands(url: str) -> dict[str, list[str]]:
-    base = [*memfold_command(), "--url", url]
+    """The same commands with ``--url``."""
+    return reads_and_writes("--url ", [*memfold_command(), "--url", url])
+
+
+def reads_and_writes(label: str, base: list[str]) -> dict[str, list[str]]:
+    """Return ``{label: argv}`` of the timed commands, each ``base`` + its arguments."""
     return {
-        f"--url context {CONVERSATION}": [*base, "context", CONVERSATION, "--tenant", TENANT],
-        f"--url append {CONVERSATION} user TEXT": [*base, "append", CONVERSATION, "user", "Is the refund on its way?",
-                                                   "--tenant", TENANT],
-        f"--url history {CONVERSATION}": [*base, "history", CONVERSATION, "--tenant", TENANT],
-        f"--url summaries {CONVERSATION}": [*base, "summaries", CONVERSATION, "--tenant", TENANT],
-        '--url sql "SELECT count(*) FROM messages"': [*base, "sql", "SELECT count(*) FROM messages"],
+        f"{label}context {CONVERSATION}": [*base, "context", CONVERSATION, "--tenant", TENANT],
+        f"{label}append {CONVERSATION} user TEXT": [*base, "append", CONVERSATION, "user", "Is the refund on its way?",
+                                                    "--tenant", TENANT],
+        f"{label}history {CONVERSATION}": [*base, "history", CONVERSATION, "--tenant", TENANT],
+        f"{label}summaries {CONVERSATION}": [*base, "summaries", CONVERSATION, "--tenant", TENANT],
+        f'{label}sql "SELECT count(*) FROM messages"': [*base, "sql", "SELECT count(*) FROM messages"],
     }
 
 

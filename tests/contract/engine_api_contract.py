@@ -302,17 +302,13 @@ class EngineApiContract:
     def test_a_forgotten_conversation_reads_as_an_unknown_conversation(self, memory: MemoryApi, conversation: str) -> None:
         memory.append_batch(conversation, filler(2))
         memory.forget(conversation)
-        for read in (memory.history, lambda c: memory.context(c, budget=500), memory.summaries):
-            with pytest.raises(UnknownConversationError):
-                read(conversation)
+        _reads_as_unknown(memory, conversation)
 
     def test_a_conversation_never_written_reads_as_an_unknown_conversation(
         self, memory: MemoryApi, conversation: str
     ) -> None:
         # A misspelt id is an error, not an empty memory; the HTTP client's class is the engine's.
-        for read in (memory.history, lambda c: memory.context(c, budget=500), memory.summaries):
-            with pytest.raises(UnknownConversationError):
-                read(conversation)
+        _reads_as_unknown(memory, conversation)
 
     def test_forgetting_an_unknown_conversation_is_an_unknown_conversation_error(
         self, memory: MemoryApi, conversation: str
@@ -380,3 +376,10 @@ class EngineApiContract:
             memory.append_batch(conversation, [{"role": "user", "content": "fine"}, message])
         assert batch.value.field == field
         assert [m.content for m in memory.history(conversation)] == ["Before."]
+
+
+def _reads_as_unknown(memory: MemoryApi, conversation: str) -> None:
+    """Every read of the conversation (history, context, summaries) raises :class:`UnknownConversationError`."""
+    for read in (memory.history, lambda c: memory.context(c, budget=500), memory.summaries):
+        with pytest.raises(UnknownConversationError):
+            read(conversation)
