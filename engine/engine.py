@@ -80,6 +80,8 @@ log = logging.getLogger("memfold.engine")
 # the interpreter finalizes, one inside DuckDB is unwound by force and the process aborts
 # ("FATAL: exception not rethrown", exit status 134) even after a script that simply ended.
 _OPEN: weakref.WeakSet[MemoryEngine] = weakref.WeakSet()
+# Plans a process makes with the token counts the fold recorded before it counts for itself (_read_plan).
+RECORDED_PLANS = 64
 _at_exit_registered = False
 
 
@@ -158,6 +160,7 @@ class MemoryEngine:
         self.appended_users: dict[tuple[str, str], str] = {}  # conversation -> user, as appended (engine.users)
         # Plans count their memory text on every read; the same summary is read many times.
         self._recorded: dict[str, int] = {}  # token counts the fold recorded (text digest -> tokens), see _read_plan
+        self._recorded_plans = 0
         self._count_cached = functools.lru_cache(maxsize=1024)(self._count)
         self._read_contexts: dict[tuple[str, str], FoldContext] = {}
         self._last_plan: tuple[Any, FoldContext, ContextPlan] | None = None  # see _read_plan
@@ -491,11 +494,14 @@ class MemoryEngine:
         """
         impl, ctx = self._read_context(name)
         state = self.projector.state(name, tenant_id, conversation_id)
-        if not self.counter.loaded:  # a process that has folded nothing: plan with the counts the fold recorded
-            self._recorded.update(self.store.plan_tokens(name, tenant_id, conversation_id))
         last = self._last_plan
         if last is not None and last[0] is state and last[1] is ctx:
             return impl, ctx, last[2]
+        if not self.counter.loaded and self._recorded_plans < RECORDED_PLANS:
+            # A process that has counted nothing yet (a CLI read): plan with the counts the fold recorded. A
+            # process that keeps reading loads the tokenizer once instead of a query per plan.
+            self._recorded_plans += 1
+            self._recorded.update(self.store.plan_tokens(name, tenant_id, conversation_id))
         plan = impl.plan(state, ctx)
         self._last_plan = (state, ctx, plan)
         return impl, ctx, plan
