@@ -7,6 +7,7 @@ import json
 import os
 import re
 import sys
+import types
 from datetime import date, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -155,3 +156,22 @@ def parse_as_of(text: str):
     if when.tzinfo is None:
         raise ValidationError(f"--as-of {text!r} has no time zone; add one (e.g. +00:00 or Z)", field="as_of")
     return when
+
+
+def without_httpx_cli() -> None:
+    """Keep httpx from importing its own command-line client (click, rich's progress bars, pygments: ~40 ms).
+
+    ``import httpx`` imports ``httpx._main`` for the ``httpx`` command and
+    falls back to a stub when its dependencies are missing. The ``memfold``
+    command never runs it, so its process takes that stub path at once (only
+    here, in memfold's own executable; a program importing ``memfold.client``
+    is left alone). No effect once httpx is imported.
+    """
+    if "httpx" not in sys.modules and "httpx._main" not in sys.modules:
+        stub = types.ModuleType("httpx._main")
+
+        def main() -> None:
+            raise SystemExit("the httpx command line client is not loaded in the memfold command")
+
+        stub.main = main  # type: ignore[attr-defined]
+        sys.modules["httpx._main"] = stub

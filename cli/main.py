@@ -68,6 +68,7 @@ from memfold.cli.common import (
     refuse_errors_on_input,
     require_conversation,
     settings_of,
+    without_httpx_cli,
 )
 from memfold.core.errors import (
     ConfigError,
@@ -264,6 +265,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # owner-only, whatever the shell's umask. The library leaves its caller's umask alone; the
         # data dir itself is 0700 either way.
         os.umask(0o077)
+        without_httpx_cli()  # the memfold command's own process: httpx's command-line client is never run
     try:
         args = _parser().parse_args(argv)
         if argv is None and args.command in _BULK:
