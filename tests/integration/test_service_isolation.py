@@ -86,10 +86,15 @@ TENANT_SCOPED = {
 
 
 def _b_state(b) -> tuple:
-    for _ in range(400):  # let B's summary settle first: its completion is not a change A made
-        if all(s["status"] != "processing" for s in b.get("/v1/conversations/b-private/summaries").json()["summaries"]):
+    """B's messages and summaries once B's own summarizing has settled (its summaries, then its user's summary asked
+    after them, are not changes A made): nothing processing, and the same answer a moment later."""
+    last = None
+    for _ in range(200):
+        summaries = b.get("/v1/conversations/b-private/summaries").json()
+        if summaries == last and all(s["status"] != "processing" for s in summaries["summaries"]):
             break
-        time.sleep(0.05)
+        last = summaries
+        time.sleep(0.25)
     return (b.get("/v1/conversations/b-private/messages").json(), b.get("/v1/conversations/b-private/summaries").json())
 
 
