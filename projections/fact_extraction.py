@@ -84,14 +84,15 @@ from memfold.projections.fact_patterns import (
 )
 from memfold.projections.fold_text import (
     BARE_KEEP,
+    STOP_WORDS,
     _is_question,
     _norm,
+    analyze,
     bare_stem,
     retracted_stems,
     retracts,
     sentence_spans,
 )
-from memfold.projections.retrieval import STOP_WORDS, analyze
 
 MAX_HISTORY = 2  # earlier values kept per key
 # An unnamed condition sharing this share of its index terms with one already held changes that one;

@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from itertools import accumulate, islice
 from typing import TYPE_CHECKING, Any
 
+from memfold.projections.fold_text import _WORD, analyze
+
 if TYPE_CHECKING:
     import numpy as np
 
@@ -46,18 +48,6 @@ SEARCH_DDL = [
 ]
 SEARCH_COLUMNS = ("tenant_id", "conversation_id", "kind", "doc_id", "idx", "policy", "length", "terms", "tfs")
 
-# Function words carry no topic: a question's "when did I" must not match every message.
-STOP_WORDS = frozenset(
-    """a about above after again against all am an and any are as at be because been before being below
-    between both but by can could did do does doing down during each few for from further had has have having
-    he her here hers herself him himself his how i if in into is it its itself just me more most my myself no
-    nor not now of off on once only or other our ours ourselves out over own same she should so some such than
-    that the their theirs them themselves then there these they this those through to too under until up very
-    was we were what when where which while who whom why will with would you your yours yourself yourselves
-    also am im ive id ill youre dont doesnt didnt cant wont isnt arent wasnt s t d ll m re ve o y
-    yes ok okay oh hi hello hey thanks thank please sure really well like get got let lets""".split()
-)
-_WORD = re.compile(r"[^\W_]+", re.UNICODE)
 # Words a question uses to point at the conversation itself ("what did I mention about the
 # move?"): every turn is "said" or "talked about", so they only add noise to a query with other
 # terms; so do apologies and hesitations ("sorry, wait, when am I flying out?"). Dropped from
@@ -89,53 +79,6 @@ USER_BOOST = 1.5
 VALUE_BOOST = 1.6
 _VALUE = re.compile(r"\d|\w@\w")
 QUESTION_WORDS = frozenset("what when where which who whom whose why how remind".split())
-
-
-def stem(word: str) -> str:
-    """Return ``word`` with common English inflections removed, so "move", "moves", "moved", "moving" meet."""
-    if len(word) > 4 and word.endswith("ies"):
-        return word[:-3] + "y"
-    if len(word) > 3 and word.endswith("s") and not word.endswith(("ss", "us", "is")):
-        word = word[:-1]
-    elif len(word) > 5 and word.endswith("ing"):
-        word = word[:-3]
-    elif len(word) > 3 and word.endswith("ed"):
-        word = word[:-2]
-    else:
-        return word[:-1] if len(word) >= 3 and word.endswith("e") else word
-    if len(word) > 2 and word[-1] == word[-2] and word[-1] not in "lsz" and not word[-1].isdigit():
-        return word[:-1]  # stopped -> stop, running -> run
-    return word[:-1] if len(word) >= 3 and word.endswith("e") else word
-
-
-def _term(word: str) -> str | None:
-    """Return the index term of one lower-cased word, or None when it is not indexed."""
-    if word in STOP_WORDS or (len(word) == 1 and not word.isdigit()):
-        return None
-    return stem(word)
-
-
-# word -> term ("": not indexed). Talk reuses a small vocabulary, so nearly every word
-# is a hit: indexing skips ~20 stem() calls per message. Cleared when full (memory stays flat).
-_TERMS: dict[str, str] = {}
-_TERMS_MAX = 200_000
-
-
-def analyze(text: str) -> list[str]:
-    """Return the index terms of ``text``: lower-cased words, stop words dropped, lightly stemmed, numbers kept."""
-    words = _WORD.findall(text.lower())
-    terms = _TERMS
-    mapped = list(map(terms.get, words))  # one C-level pass; None marks a word not cached yet
-    if None in mapped:
-        if len(terms) + len(words) > _TERMS_MAX:
-            terms.clear()
-        for i, word in enumerate(words):
-            if mapped[i] is None:
-                term = terms.get(word)
-                if term is None:
-                    term = terms[word] = _term(word) or ""
-                mapped[i] = term
-    return [t for t in mapped if t]
 
 
 _QUERY_META = frozenset(analyze(" ".join(QUERY_META_WORDS)))

@@ -34,6 +34,7 @@ def test_editing_any_text_rule_changes_the_fold_version():
         ("never ?mind|withdraw", "never ?mind|withdraw|drop"),  # a pattern
         ("return key == stem or", "return key == stem and"),  # a function
         ("BARE_KEEP = 4", "BARE_KEEP = 5"),  # a constant
+        ("yes ok okay oh", "yes ok okay yep oh"),  # a stop word of the search rows the projector writes
     ]
     for old, new in edits:
         assert old in source, old
