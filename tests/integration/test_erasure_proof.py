@@ -29,10 +29,7 @@ from memfold.core.settings import Settings
 from memfold.engine.engine import MemoryEngine
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from support.erasure_kit import SETTINGS, files_with, ingest_line, markers, plant  # noqa: E402
-
-KIT = Path(__file__).resolve().parents[1] / "support" / "erasure_kit.py"
-
+from support.erasure_kit import SETTINGS, files_with, ingest_line, markers, plant, run_child  # noqa: E402
 
 
 def _erased(engine, conversation_id: str, tenant_id: str = "default") -> bool:
@@ -123,15 +120,7 @@ def test_a_reopened_conversation_takes_new_messages_and_can_be_forgotten_again(t
 
 def _run_forget(data: Path, settings_file: Path, *, kill_after: float | None = None) -> subprocess.CompletedProcess | None:
     """Run the kit's forget child; with ``kill_after``, SIGKILL it that long after it opened the engine."""
-    cmd = [sys.executable, str(KIT), "forget", str(data), str(settings_file), "secret"]
-    if kill_after is None:
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    child = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    assert child.stdout.readline().strip() == "opened"
-    time.sleep(kill_after)
-    child.kill()
-    child.communicate(timeout=60)
-    return None
+    return run_child("forget", data, settings_file, "secret", kill_after=kill_after)
 
 
 def _kill_trials(tmp_path: Path, new_log, searched: list[Path], trials: int = 4) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import random
-import subprocess
 import sys
 import time
 import uuid
@@ -20,7 +19,7 @@ from memfold.core.settings import Settings
 from memfold.engine.engine import MemoryEngine
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from support.erasure_kit import SETTINGS, files_with, markers, plant  # noqa: E402
+from support.erasure_kit import SETTINGS, files_with, markers, plant, run_child  # noqa: E402
 
 MARCH = datetime(2024, 3, 1, 9, 0, tzinfo=UTC)
 APRIL = datetime(2024, 4, 10, 9, 0, tzinfo=UTC)
@@ -265,7 +264,6 @@ def test_forget_user_leaves_no_byte_of_the_user_or_their_conversations(tmp_path)
     assert files_with([data], needles) == {}
 
 
-KIT = Path(__file__).resolve().parents[1] / "support" / "erasure_kit.py"
 
 
 def _planted_user(root: Path) -> tuple[Path, Path, str, dict[str, str]]:
@@ -286,15 +284,7 @@ def _planted_user(root: Path) -> tuple[Path, Path, str, dict[str, str]]:
 
 
 def _forget_user_child(data: Path, settings_file: Path, user: str, kill_after: float | None = None):
-    cmd = [sys.executable, str(KIT), "forget-user", str(data), str(settings_file), user]
-    if kill_after is None:
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    child = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    assert child.stdout.readline().strip() == "opened"
-    time.sleep(kill_after)
-    child.kill()
-    child.communicate(timeout=60)
-    return None
+    return run_child("forget-user", data, settings_file, user, kill_after=kill_after)
 
 
 def test_a_forget_user_killed_at_random_points_is_finished_by_the_next(tmp_path):

@@ -12,7 +12,9 @@ prints ``opened`` once the engine is open, then forgets the conversation
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -92,7 +94,8 @@ def files_with(roots: list[Path], needles: dict[str, str]) -> dict[str, list[str
     return hits
 
 
-def _forget(data: str, settings_file: str, conversation: str) -> int:
+def _child(command: str, data: str, settings_file: str, name: str) -> int:
+    """Open the engine, print ``opened``, then forget conversation ``name`` (``forget``) or user ``name``."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     from memfold.core.errors import MemfoldError
     from memfold.core.settings import Settings
@@ -102,34 +105,29 @@ def _forget(data: str, settings_file: str, conversation: str) -> int:
     with MemoryEngine(Settings.load(None, data_dir=Path(data), **overrides)) as engine:
         print("opened", flush=True)
         try:
-            engine.forget(conversation)
+            engine.forget(name) if command == "forget" else engine.forget_user(name)
         except MemfoldError as exc:
             print(f"{type(exc).__name__}: {exc}", file=sys.stderr)
             return 1
     return 0
 
 
-def _forget_user(data: str, settings_file: str, user: str) -> int:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from memfold.core.errors import MemfoldError
-    from memfold.core.settings import Settings
-    from memfold.engine.engine import MemoryEngine
-
-    overrides = json.loads(Path(settings_file).read_text())
-    with MemoryEngine(Settings.load(None, data_dir=Path(data), **overrides)) as engine:
-        print("opened", flush=True)
-        try:
-            engine.forget_user(user)
-        except MemfoldError as exc:
-            print(f"{type(exc).__name__}: {exc}", file=sys.stderr)
-            return 1
-    return 0
+def run_child(command: str, data: Path, settings_file: Path, name: str, *,
+              kill_after: float | None = None) -> subprocess.CompletedProcess | None:
+    """Run this kit's ``command`` child to its end; with ``kill_after``, SIGKILL it that long after it opened."""
+    cmd = [sys.executable, __file__, command, str(data), str(settings_file), name]
+    if kill_after is None:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    child = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert child.stdout.readline().strip() == "opened"
+    time.sleep(kill_after)
+    child.kill()
+    child.communicate(timeout=60)
+    return None
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 5 and sys.argv[1] == "forget":
-        sys.exit(_forget(*sys.argv[2:]))
-    if len(sys.argv) == 5 and sys.argv[1] == "forget-user":
-        sys.exit(_forget_user(*sys.argv[2:]))
+    if len(sys.argv) == 5 and sys.argv[1] in ("forget", "forget-user"):
+        sys.exit(_child(*sys.argv[1:]))
     print(__doc__, file=sys.stderr)
     sys.exit(2)
