@@ -92,20 +92,14 @@ def _context(client, args) -> int:
             print_json({"format": "compact", "messages": [m.model_dump(mode="json", exclude_none=True)
                                                            for m in context.messages]})
             return 0
-        from memfold.core.ports import ContextMessage
-
-        print_context([ContextMessage(role=m.role, content=m.content, kind=m.kind, tokens=m.tokens)
-                       for m in context.messages], title=f"context for {args.conversation} of {args.user} "
-                       f"({client.url})", budget=args.budget)
+        print_context(context.messages, title=f"context for {args.conversation} of {args.user} ({client.url})",
+                      budget=args.budget)
         return 0
     if args.json:
         print_json(_context_document(client, args, query))
         return 0
     context = client.context(args.conversation, budget=args.budget, query=query, policy=args.policy, as_of=args.as_of)
-    from memfold.core.ports import ContextMessage
-
-    messages = [ContextMessage(role=m.role, content=m.content, kind=m.kind, tokens=m.tokens) for m in context.messages]
-    print_context(messages, title=f"context for {args.conversation} ({client.url})", budget=args.budget)
+    print_context(context.messages, title=f"context for {args.conversation} ({client.url})", budget=args.budget)
     return 0
 
 

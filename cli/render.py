@@ -6,13 +6,24 @@ import functools
 import os
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from rich.console import Console
     from rich.text import Text
 
-    from memfold.core.ports import ContextMessage
+
+class ContextRow(Protocol):
+    """What a printed context row shows: the engine's ``ContextMessage`` and the client's both are one."""
+
+    @property
+    def role(self) -> str: ...
+    @property
+    def content(self) -> str: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def tokens(self) -> int: ...
 
 
 def make_console() -> Console:
@@ -70,7 +81,7 @@ def history_line(index: int, role: str, content: str) -> str:
 _STYLE = {"system_prompt": "bold magenta", "recalled": "cyan", "verbatim": "white", "current": "bold green"}
 
 
-def print_context(messages: Sequence[ContextMessage], *, title: str, budget: int | None, highlight: Sequence[str] = ()) -> None:
+def print_context(messages: Sequence[ContextRow], *, title: str, budget: int | None, highlight: Sequence[str] = ()) -> None:
     """Print an assembled context: one row per message with its kind, role, tokens and content."""
     from rich.table import Table  # kept off the CLI's cold path: only tables and panels need rich
 

@@ -41,7 +41,9 @@ def utcnow() -> datetime:
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # defer_build: a model's validator is built on its first use, not at import (a read that decodes no event
+    # never builds them).
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
 
 # --------------------------------------------------------------------------- payload parts
@@ -467,7 +469,7 @@ AnyEvent = Annotated[
     ),
     Field(discriminator="type"),
 ]
-_ADAPTER: TypeAdapter[Event] = TypeAdapter(AnyEvent)
+_ADAPTER: TypeAdapter[Event] = TypeAdapter(AnyEvent, config=ConfigDict(defer_build=True))
 
 
 # --------------------------------------------------------------------------- upcasting
