@@ -93,6 +93,11 @@ def _close_open_engines() -> None:
             log.warning("could not close a memfold engine at exit: %s", exc)
 
 
+def open_engines() -> int:
+    """Return how many engines of this process are open (made and not closed yet)."""
+    return len(_OPEN)
+
+
 def _track(engine: MemoryEngine) -> None:
     """Close ``engine`` at exit unless it is closed before.
 
