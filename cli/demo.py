@@ -3,20 +3,31 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import time
 from importlib import resources
 from pathlib import Path
 
+from rich.console import Console
 from rich.rule import Rule
 from rich.table import Table
 
 from memfold.cli.ingest import ingest_file
-from memfold.cli.render import make_console, print_context, print_table
+from memfold.cli.render import print_context, print_table
 from memfold.core.errors import ConfigError
 from memfold.core.settings import POLICY_NAMES, Settings
 from memfold.engine.engine import MemoryEngine
 from memfold.projections.context import take_last
+
+
+def make_console() -> Console:
+    """Return the demo's console: the terminal's width, or 200 columns when output goes to a file or a pipe."""
+    console = Console(highlight=False)
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console.width = 200
+    return console
+
 
 console = make_console()
 MARKER = ".memfold-demo"
