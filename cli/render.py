@@ -127,7 +127,7 @@ def _print_grid(columns: Sequence[str], rows: Sequence[Sequence[str]], *, title:
     """
     width = _width()
     # tabulate pads a header by 2 (its MIN_PADDING): a column is at least its header + 2 wide
-    caps = _column_caps([max(_visible(c) + 2, *(_visible(line) for r in rows for line in r[i].splitlines()))
+    caps = _column_caps([max([_visible(c) + 2, *(_visible(line) for r in rows for line in r[i].splitlines())])
                          for i, c in enumerate(columns)], width)
     align = ["right" if i in right else "left" for i in range(len(columns))]
     table = tabulate(rows, headers=list(columns), tablefmt="rounded_outline", disable_numparse=True,

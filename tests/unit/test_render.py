@@ -36,6 +36,11 @@ def test_a_long_message_wraps_inside_the_width(capsys, monkeypatch):
                                     "prompt and the current message are never cut")
 
 
+def test_a_query_with_no_rows_prints_its_header(capsys):
+    print_table(["policy", "count_star()"], [])
+    assert "policy" in capsys.readouterr().out
+
+
 def test_column_caps_keep_narrow_columns_and_cap_the_widest_to_fit():
     assert _column_caps([10, 20, 30], 200) == [None, None, None]
     caps = _column_caps([6, 100, 300], 100)
