@@ -67,8 +67,7 @@ def print_context(messages: Sequence[ContextRow], *, title: str, budget: int | N
         content = _cell(m.content)
         kind = _cell(m.kind)
         if tty:
-            for needle in highlight:
-                content = _mark(content, needle, _REVERSE)
+            content = _mark(content, highlight, _REVERSE)
             if m.kind.startswith("memory"):
                 kind = f"{_BOLD}{kind}{_RESET}"
         rows.append([kind, _cell(m.role), str(m.tokens), content])
@@ -101,11 +100,13 @@ def _cell(value: Any) -> str:
     return terminal_safe(value).expandtabs(4)
 
 
-def _mark(text: str, needle: str, style: str) -> str:
-    """Return ``text`` with each case-insensitive occurrence of ``needle`` wrapped in ``style``."""
-    if not needle:
+def _mark(text: str, needles: Sequence[str], style: str) -> str:
+    """Return ``text`` with each case-insensitive occurrence of any of ``needles`` wrapped in ``style`` (one pass,
+    so a needle never matches inside another's escape code)."""
+    wanted = [re.escape(terminal_safe(n)) for n in needles if n]
+    if not wanted:
         return text
-    return re.sub(re.escape(terminal_safe(needle)), lambda m: f"{style}{m.group()}{_RESET}", text, flags=re.IGNORECASE)
+    return re.sub("|".join(wanted), lambda m: f"{style}{m.group()}{_RESET}", text, flags=re.IGNORECASE)
 
 
 def _width() -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from memfold.cli.render import _column_caps, print_context, print_table
+from memfold.cli.render import _column_caps, _mark, print_context, print_table
 
 
 @dataclass
@@ -46,3 +46,8 @@ def test_column_caps_keep_narrow_columns_and_cap_the_widest_to_fit():
     caps = _column_caps([6, 100, 300], 100)
     assert caps[0] is None and caps[1] == caps[2]
     assert 6 + caps[1] + caps[2] <= 100 - (3 * 3 + 1)
+
+
+def test_highlighted_words_are_marked_in_one_pass():
+    marked = _mark("Order 7m of 7M, ref 1m", ["7m", "1m"], "<")
+    assert marked == "Order <7m\x1b[0m of <7M\x1b[0m, ref <1m\x1b[0m"
