@@ -21,9 +21,7 @@ import hmac
 import json
 import os
 from collections.abc import Sequence
-
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from typing import TYPE_CHECKING
 
 from memfold.core.errors import ConversationForgottenError, EventDecodeError
 from memfold.core.events import (
@@ -41,6 +39,9 @@ from memfold.core.events import (
 )
 from memfold.core.ports import KeyStore
 
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
 ALGORITHM = "AES-256-GCM"
 NONCE_BYTES = 12
 
@@ -55,6 +56,9 @@ class Sealer:
     def _cipher(self, key_id: str, key: bytes) -> AESGCM:
         cipher = self._ciphers.get(key_id)
         if cipher is None:
+            # ~9 ms to import: loaded by the first process that seals or unseals, never by a read with nothing to fold
+            from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
             cipher = self._ciphers[key_id] = AESGCM(key)
         return cipher
 
@@ -149,8 +153,11 @@ class Sealer:
         key = self.keys.key(sealed.key_id)
         if key is None:
             return event  # shredded: the conversation was forgotten
+        cipher = self._cipher(sealed.key_id, key)
+        from cryptography.exceptions import InvalidTag  # loaded with the cipher
+
         try:
-            plain = self._cipher(sealed.key_id, key).decrypt(
+            plain = cipher.decrypt(
                 base64.b64decode(sealed.nonce_b64), base64.b64decode(sealed.ciphertext_b64), _aad(event)
             )
         except (InvalidTag, ValueError) as exc:
