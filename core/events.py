@@ -462,6 +462,12 @@ PRIVATE_FIELDS: dict[str, tuple[str, ...]] = {
     TopicAssigned.TYPE: ("title",),
 }
 
+
+def sealed_content(event: Event) -> EncryptedContent | None:
+    """Return the sealed form of ``event``'s private fields: None when they are plain, or it has none."""
+    return event.payload.encrypted if event.type in PRIVATE_FIELDS else None  # type: ignore[attr-defined]
+
+
 AnyEvent = Annotated[
     (
         MessageAppended | MessageRetracted | ConversationDeleted | ConversationReopened | SettingsChanged | ClockTicked

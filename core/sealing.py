@@ -35,6 +35,7 @@ from memfold.core.events import (
     SummaryProduced,
     ToolCall,
     replaced,
+    sealed_content,
     unchecked,
 )
 from memfold.core.ports import KeyStore
@@ -115,7 +116,7 @@ class Sealer:
 
     def _covers_forgotten(self, event: Event) -> bool:
         """True when ``event`` is a user summary made from a conversation forgotten meanwhile."""
-        covers = getattr(event.payload, "covers_conversations", ())
+        covers = event.payload.covers_conversations if isinstance(event, SummaryProduced) else ()
         return any(self.keys.status(f"{event.tenant_id}/{c}") == "forgotten" for c in covers)
 
     def _seal(self, event: Event, key: tuple[str, bytes], nonce: bytes) -> Event:
@@ -145,7 +146,7 @@ class Sealer:
         ciphertext does not authenticate (tampered or misplaced content), or
         the plaintext is not what the sealed form says it holds.
         """
-        sealed = getattr(event.payload, "encrypted", None)
+        sealed = sealed_content(event)
         if sealed is None:
             return event
         if sealed.algorithm != ALGORITHM:
@@ -220,7 +221,7 @@ def seal_scope(event: Event) -> str:
 
 def is_shredded(event: Event) -> bool:
     """True when ``event`` still carries sealed content after unsealing: its key was destroyed."""
-    return getattr(event.payload, "encrypted", None) is not None
+    return sealed_content(event) is not None
 
 
 def _blanks() -> dict[str, dict[str, object]]:

@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from memfold.engine.snapshots import SnapshotRefresher
     from memfold.engine.worker import FoldedSource, SummarizerWorker
     from memfold.projections.dense import DenseIndex
-    from memfold.projections.projector import Projector
+    from memfold.projections.projector import Projector, ServingHooks
     from memfold.projections.store import DuckDBProjectionStore
 
 log = logging.getLogger("memfold.engine")
@@ -112,14 +112,15 @@ class Folds:
 
 
 def build_folds(settings: Settings, store: DuckDBProjectionStore, counter: TokenCounter,
-                listeners: Sequence[Callable[[Any], None]] = (), *, partition_count: int) -> Folds:
+                listeners: Sequence[Callable[[Any], None]] = (), *, partition_count: int,
+                hooks: ServingHooks | None = None) -> Folds:
     """Return the folds of ``settings`` over ``store`` (a log of ``partition_count`` partitions); ``listeners``
-    hear every committed batch."""
+    hear every committed batch; ``hooks`` are a serving process's (see :class:`ServingHooks`)."""
     from memfold.engine.worker import FoldedSource
-    from memfold.projections.projector import Projector
+    from memfold.projections.projector import Projector, ServingHooks
 
     policies = fold_contexts(settings)
-    projector = Projector(store, policies, counter)
+    projector = Projector(store, policies, counter, hooks=hooks or ServingHooks())
     inputs = FoldedSource(projector.tail, store, partition_count=partition_count)
     projector.listeners.append(inputs.committed)
     projector.listeners.extend(listeners)
@@ -143,6 +144,7 @@ class Parts:
     dense: DenseIndex | None = None
     follower: SettingsFollower | None = None
     snapshots: SnapshotRefresher | None = None  # Parquet snapshots refreshed every snapshot.every_seconds
+    hooks: ServingHooks | None = None  # a serving process's asks of every projector (settings switches too)
 
     def close(self) -> None:
         """Close what was opened, newest first (a build that failed half way, or the engine's close)."""
@@ -163,7 +165,7 @@ class Parts:
 
 def build(role: str, settings: Settings, *, log_timeout: float | None = None, policy_changes: str = "rebuild",
           listeners: Sequence[Callable[[Any], None]] = (), on_appended: Callable[[], None] = lambda: None,
-          partitions: Iterable[int] | None = None) -> Parts:
+          partitions: Iterable[int] | None = None, hooks: ServingHooks | None = None) -> Parts:
     """Assemble the parts of an engine of ``role``; nothing is started (see :func:`start`).
 
     ``policy_changes``: ``"rebuild"`` rebuilds a projection folded with other
@@ -171,6 +173,7 @@ def build(role: str, settings: Settings, *, log_timeout: float | None = None, po
     naming the command that makes the change. ``listeners`` hear every
     committed batch; ``on_appended`` is called after the summarizer worker
     appended outcomes. ``partitions`` makes a ``projector`` a shard node folding only those.
+    ``hooks`` are what a process serving reads asks of every projector (:class:`ServingHooks`).
     """
     from memfold.streams.sealed_log import sealed
 
@@ -189,7 +192,7 @@ def build(role: str, settings: Settings, *, log_timeout: float | None = None, po
     except BaseException:
         raw.close()
         raise
-    parts = Parts(role, settings, token_counter(settings.encoding), log_, sealer)
+    parts = Parts(role, settings, token_counter(settings.encoding), log_, sealer, hooks=hooks)
     if role == "client":
         return parts
     try:
@@ -218,7 +221,7 @@ def _build_pipeline(parts: Parts, policy_changes: str, listeners: Sequence[Calla
 
         parts.dense = DenseIndex(parts.store, build_dense_embedder(settings), embedder_name(settings))
     parts.folds = build_folds(settings, parts.store, parts.counter, [*listeners, *dense_listeners(parts.dense)],
-                              partition_count=parts.log.partition_count)
+                              partition_count=parts.log.partition_count, hooks=parts.hooks)
     parts.summarizer = build_summarizer(settings, cache_conn=parts.store)
     inputs = parts.folds.inputs
     parts.worker = SummarizerWorker(

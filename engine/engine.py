@@ -72,6 +72,7 @@ from memfold.projections.summarizers import build_embedder
 from memfold.projections.time_travel import seq_as_of, state_as_of
 
 if TYPE_CHECKING:
+    from memfold.projections.projector import ServingHooks
     from memfold.projections.store import Changes
 
 log = logging.getLogger("memfold.engine")
@@ -115,13 +116,11 @@ class MemoryEngine:
     """Append messages, read assembled context, query projections. Use :meth:`open`; close when done."""
 
     ROLES = ROLES
-    # A client engine's source of conversations' users (tenant, conversation) -> user, when a projection
-    # elsewhere holds them (the service's fold process sets it); appends check a message's user against it.
-    owners: Callable[[str, str], str | None] | None = None
 
     def __init__(
         self, settings: Settings, *, start: bool = True, role: str = "embedded", log_timeout: float | None = None,
         policy_changes: str = "rebuild", partitions: Iterable[int] | None = None,
+        owners: Callable[[str, str], str | None] | None = None, hooks: ServingHooks | None = None,
     ):
         """Open an engine of ``role`` (see :mod:`memfold.engine.builders`) over ``settings``; start it if ``start``.
 
@@ -134,10 +133,18 @@ class MemoryEngine:
         keeps: ``"rebuild"`` (default) rebuilds the projection from the log;
         ``"refuse"`` (what reads use: a read never changes the data dir)
         raises a :class:`ConfigError` naming the command that makes the change.
+
+        ``owners`` is a client's source of conversations' users, ``(tenant,
+        conversation) -> user``, when a projection elsewhere holds them (the
+        service's fold process): appends check a message's user against it.
+        ``hooks`` are what a process serving reads asks of every projector
+        (:class:`~memfold.projections.projector.ServingHooks`).
         """
         self._closed = True
+        self.owners = owners
         parts = builders.build(role, settings, log_timeout=log_timeout, policy_changes=policy_changes,
-                               listeners=[self._on_erasure], on_appended=self._wake, partitions=partitions)
+                               listeners=[self._on_erasure], on_appended=self._wake, partitions=partitions,
+                               hooks=hooks)
         self._hold(parts)
         builders.start(parts, start=start)
         if parts.follower is not None and (start or role == "worker"):
@@ -1322,10 +1329,14 @@ class MemoryEngine:
         Call with the runner paused. Builds new folds and installs them: the
         engine, its runner and its summary worker use them from the next
         batch on. Readers in flight finish with the old fold contexts (every
-        policy name stays resolvable).
+        policy name stays resolvable). A client (no projection) only validates
+        with them from now on.
         """
+        if self.store is None:
+            self.settings = settings
+            return
         folds = builders.build_folds(settings, self.store, self.counter, self._batch_listeners,
-                                     partition_count=self.log.partition_count)
+                                     partition_count=self.log.partition_count, hooks=self._parts.hooks)
         self._folds = folds
         self.runner.projector = folds.projector
         self.worker.use(folds.inputs, folds.settings)

@@ -40,7 +40,7 @@ from memfold.core.errors import (
     KeyStoreError,
     ValidationError,
 )
-from memfold.core.events import ConversationReopened, Event, decode_dict
+from memfold.core.events import ConversationReopened, Event, decode_dict, sealed_content
 from memfold.core.ports import EventLog
 from memfold.core.unreadable import UnreadableRecord
 
@@ -145,7 +145,7 @@ def export_log(
                 if not only.keeps(event):
                     continue
                 counts[event.type] += 1
-                sealed = getattr(event.payload, "encrypted", None)
+                sealed = sealed_content(event)
                 if sealed is not None:
                     key_ids.add((sealed.key_id, event.key))
                 writer.add(partition, offset, event)

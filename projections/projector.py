@@ -77,6 +77,21 @@ PLAN_COUNT_MEMO = 4096
 PAUSE_EVERY = 16  # folded events between two calls of Projector.pause (~2 ms of the fold)
 
 
+@dataclass(frozen=True)
+class ServingHooks:
+    """What a process serving reads beside the fold asks of every projector built for it (the service's).
+
+    ``relate_users``: each commit names, in ``Changes.related``, the other
+    conversations of the users it touched (their contexts hold those users'
+    memory and recall), for a cache of contexts. ``pause``: called every
+    :data:`PAUSE_EVERY` folded events, where the fold lets waiting reads go
+    first; it must not touch the fold's data and may block for a moment.
+    """
+
+    relate_users: bool = False
+    pause: Callable[[], None] | None = None
+
+
 class Projector:
     """Turn log records into row changes + policy state; one instance per store."""
 
@@ -87,6 +102,7 @@ class Projector:
         counter: TokenCounter,
         *,
         max_conversations: int = 20_000,
+        hooks: ServingHooks = ServingHooks(),
     ):
         self.store = store
         self.max_conversations = max_conversations
@@ -99,14 +115,10 @@ class Projector:
         self.search = retrieval.SearchIndex(store.search_rows, store.messages)
         self.history = time_travel.HistoryCache(store)
         self.users = UserReads(store, counter.count)  # conversations' users and users' memory, for reads
-        # Set by a reader that caches contexts (the service): each commit then names, in Changes.related, the
-        # other conversations of the users it touched (their contexts hold those users' memory and recall).
-        self.relate_users = False
+        self.relate_users = hooks.relate_users
+        self.pause = hooks.pause
         # Called with each batch's Changes once durable (the dense index queues its messages to embed).
         self.listeners: list[Callable[[Changes], None]] = []
-        # Called every PAUSE_EVERY folded events: where a process serving reads lets them go first
-        # (service.fold_process). It must not touch the fold's data; it may block for a moment.
-        self.pause: Callable[[], None] | None = None
         self._conversations: dict[tuple[str, str], _Conversation] = {}
         self._states: dict[tuple[str, str, str], BaseModel] = {}
         # States a read fetched for a conversation the fold holds none of (a restart, an evicted conversation):

@@ -70,14 +70,12 @@ def touched_by(changes) -> dict[tuple[str, str], bool]:
 def follow_projector(engine, listener: Callable, on_switch: Callable[[Any], None]) -> None:
     """Have ``listener`` hear every committed batch, and ``on_switch(projector)`` every settings switch.
 
-    Every projector also reports, for a conversation of a user, the user's
-    other conversations as touched: their contexts hold the user's memory.
+    The engine must be built with ``ServingHooks(relate_users=True)``: each
+    commit then names, for a conversation of a user, the user's other
+    conversations as touched (their contexts hold the user's memory).
     """
-    def relate_users(projector) -> None:
-        projector.relate_users = True
-
-    relate_users(engine.projector)
-    engine.add_switch_listener(relate_users)
+    if not engine.projector.relate_users:
+        raise ValueError("a context cache needs an engine built with hooks=ServingHooks(relate_users=True)")
     engine.add_batch_listener(listener)
     engine.add_switch_listener(on_switch)
 
@@ -99,9 +97,8 @@ class ContextCache:
         self._known: set[tuple[str, str]] = set()  # conversations seen to exist (not deleted)
         self._deletions = 0  # bumped by every committed deletion: a lookup racing one is not remembered
         self._ahead_read: Callable[[str, str], None] | None = None
-        listen = getattr(engine, "listen", None)
-        if listen is not None:  # the fold runs in another process (fold_process.RemoteEngine)
-            listen(self._answered, self.clear)
+        if engine.role == "service":  # the fold runs in another process (fold_process.RemoteEngine)
+            engine.listen(self._answered, self.clear)
             self._ahead_read = engine.answers_read
             return
         follow_projector(engine, self._projected, lambda projector: self.clear())  # new policies: every answer

@@ -65,6 +65,7 @@ from memfold.core.errors import LogUnavailableError, MemfoldError
 from memfold.core.runtime import tune_gc, tune_switch_interval
 from memfold.core.settings import Settings
 from memfold.engine.engine import MemoryEngine
+from memfold.projections.projector import ServingHooks
 from memfold.service.context_cache import follow_projector, touched_by
 from memfold.service.schemas import context_body
 
@@ -242,8 +243,9 @@ def _fold_main(settings: Settings, address: str, authkey: bytes) -> None:
     tune_gc()
     listener = Listener(address, family="AF_UNIX", authkey=authkey)
     events = listener.accept()  # the serving process connects its event channel first
+    reads = _ReadsFirst()
     try:
-        engine = MemoryEngine(settings, role="embedded")
+        engine = MemoryEngine(settings, role="embedded", hooks=ServingHooks(relate_users=True, pause=reads.pause))
     except BaseException as exc:  # the serving process raises it (a locked projection, a fold-rules change, ...)
         with contextlib.suppress(Exception):
             events.send(("failed", _encode_error(exc)))
@@ -259,9 +261,6 @@ def _fold_main(settings: Settings, address: str, authkey: bytes) -> None:
     def hello() -> tuple:
         return "settings", engine.settings, engine.store.position()
 
-    reads = _ReadsFirst()
-    engine.projector.pause = reads.pause
-
     shapes = _ReadShapes()
 
     def projected(changes) -> None:
@@ -275,7 +274,6 @@ def _fold_main(settings: Settings, address: str, authkey: bytes) -> None:
             send_event(("projected", touched, set(changes.deleted), answers))
 
     def switched(projector) -> None:  # switch_settings gave the engine a new projector
-        projector.pause = reads.pause
         send_event(hello())
 
     follow_projector(engine, projected, switched)
@@ -611,7 +609,8 @@ class RemoteEngine:
         self.max_lag_wait_s = max_lag_wait_s
         self._appended: dict[int, int] = {}  # partition -> next offset after this process's last append
 
-        self.local = MemoryEngine(settings, role="client")
+        # Appends check a message's user against its conversation's: the projection's is in the fold process.
+        self.local = MemoryEngine(settings, role="client", owners=self._owner)
         self.log = self.local.log
         self.settings: Settings = settings
         try:
@@ -619,13 +618,13 @@ class RemoteEngine:
         except BaseException:
             self.local.close()
             raise
-        # Appends check a message's user against its conversation's: the projection's is in the fold process.
-        self.local.owners = lambda tenant_id, conversation_id: self.fold.call(
-            "user_of", (conversation_id,), {"tenant_id": tenant_id})
+
+    def _owner(self, tenant_id: str, conversation_id: str) -> str | None:
+        return self.fold.call("user_of", (conversation_id,), {"tenant_id": tenant_id})
 
     def _settings_changed(self, settings: Settings) -> None:
         self.settings = settings
-        self.local.settings = settings  # validation follows the live settings too
+        self.local.switch_settings(settings)  # validation follows the live settings too
 
     def listen(self, on_projected: Callable[[dict, set, dict], None], on_switched: Callable[[], None]) -> None:
         """Call ``on_projected(touched, deleted, answers)`` after each committed batch, ``on_switched()`` when settings switch.

@@ -23,6 +23,7 @@ from memfold.core.ports import KeepsAppended
 from memfold.core.runtime import tune_gc, tune_switch_interval
 from memfold.core.settings import Settings
 from memfold.engine.engine import MemoryEngine
+from memfold.projections.projector import ServingHooks
 from memfold.service.app import close_app, create_app
 from memfold.service.fold_process import RemoteEngine
 from memfold.service.keys import open_api_keys
@@ -60,7 +61,8 @@ def serve(settings: Settings, *, host: str = "127.0.0.1", port: int = 8080, limi
         engine = RemoteEngine(settings)
     else:
         engine = MemoryEngine(settings, role="projector" if kafka else "embedded",
-                              partitions=[] if shard is not None else None)
+                              partitions=[] if shard is not None else None,
+                              hooks=ServingHooks(relate_users=True))  # for the context cache
         if isinstance(engine.log, KeepsAppended):  # the SQLite log: its projector here reads what was appended
             engine.log.keep_appended(RECENT_LIMIT)
     app = directory = shards = keys = None

@@ -213,3 +213,32 @@ def test_wait_idle_never_returns_with_a_request_read_but_not_yet_handed_to_the_s
         chain = engine.summaries("c1", policy="hierarchical")
         assert chain and all(r["status"] != "processing" for r in chain), chain
         assert engine.runner.handed_over()
+
+
+def test_a_serving_processs_hooks_hold_for_every_projector_its_engine_builds(tmp_path):
+    from memfold.projections.projector import PAUSE_EVERY, ServingHooks
+
+    paused: list[int] = []
+    hooks = ServingHooks(relate_users=True, pause=lambda: paused.append(1))
+    with MemoryEngine(Settings.load(None, data_dir=tmp_path / "d"), hooks=hooks) as engine:
+        for i in range(PAUSE_EVERY):
+            engine.append_message("c1", "user", f"note {i}", user_id="u1")
+        engine.append_message("c2", "user", "other", user_id="u1")
+        engine.wait_idle()
+        assert paused  # the fold let reads go first every PAUSE_EVERY events
+        first = engine.projector
+        with engine.switching, engine.runner.paused():
+            engine.switch_settings(engine.settings)  # what a promote, adopt or rebuild ends with
+        assert engine.projector is not first
+        assert engine.projector.relate_users and engine.projector.pause is hooks.pause
+
+
+def test_a_client_takes_the_owners_it_is_given_and_switches_settings_without_a_projection(tmp_path):
+    from memfold.core.errors import UserConflictError
+
+    settings = Settings.load(None, data_dir=tmp_path / "d")
+    with MemoryEngine(settings, role="client", owners=lambda tenant, conversation: "ana") as client:
+        with pytest.raises(UserConflictError, match="belongs to user 'ana'"):
+            client.append_message("c1", "user", "hello", user_id="bob")
+        client.switch_settings(settings.model_copy(update={"max_message_tokens": 5}))
+        assert client.settings.max_message_tokens == 5 and client.store is None

@@ -63,12 +63,23 @@ def test_cached_context_follows_appends_retractions_and_forget(service):
         assert w.get("/v1/conversations/cached-1/context", params={"budget": 500}).status_code == 404
 
 
-def test_the_cache_knows_a_conversation_exists_until_the_projector_commits_its_deletion(tmp_path):
+def test_a_context_cache_refuses_an_engine_that_does_not_relate_users(tmp_path):
     from memfold.core.settings import Settings
     from memfold.engine.engine import MemoryEngine
     from memfold.service.context_cache import ContextCache
 
     with MemoryEngine(Settings.load(None, data_dir=tmp_path / "d")) as engine:
+        with pytest.raises(ValueError, match="relate_users=True"):
+            ContextCache(engine)  # its answers for a user's other conversations would go stale
+
+
+def test_the_cache_knows_a_conversation_exists_until_the_projector_commits_its_deletion(tmp_path):
+    from memfold.core.settings import Settings
+    from memfold.engine.engine import MemoryEngine
+    from memfold.projections.projector import ServingHooks
+    from memfold.service.context_cache import ContextCache
+
+    with MemoryEngine(Settings.load(None, data_dir=tmp_path / "d"), hooks=ServingHooks(relate_users=True)) as engine:
         cache = ContextCache(engine)
         asked: list[str] = []
 

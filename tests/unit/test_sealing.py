@@ -166,3 +166,11 @@ def test_a_destroyed_key_leaves_no_bytes_in_the_key_store_file(sealer, tmp_path)
     sealer.keys.destroy("default/a")
     for path in tmp_path.iterdir():
         assert key not in path.read_bytes(), path.name
+
+
+def test_exactly_the_event_types_with_private_fields_can_carry_sealed_content():
+    from memfold.core.events import EVENT_CLASSES, PRIVATE_FIELDS
+
+    payloads = {name: cls.model_fields["payload"].annotation for name, cls in EVENT_CLASSES.items()}
+    sealable = {name for name, payload in payloads.items() if "encrypted" in payload.model_fields}
+    assert sealable == set(PRIVATE_FIELDS)  # what sealed_content reads, by type
