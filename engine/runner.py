@@ -25,7 +25,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 
-from memfold.core.errors import MemfoldError, ProjectionLagTimeout
+from memfold.core.errors import MemfoldError, PartitionNotOwnedError, ProjectionLagTimeout
 from memfold.core.events import SummaryRequested
 from memfold.core.partitioner import partition_for
 from memfold.core.ports import EventLog, ProjectionStore
@@ -335,11 +335,20 @@ class Runner:
     # ----------------------------------------------------------------- waiting
 
     def wait_for(self, position: Position, timeout: float = 30.0) -> None:
-        """Block until the event *at* ``position`` is projected; raise :class:`ProjectionLagTimeout` after ``timeout``."""
+        """Block until the event *at* ``position`` is projected; raise :class:`ProjectionLagTimeout` after ``timeout``.
+
+        Raises :class:`PartitionNotOwnedError` at once when this runner does
+        not fold the position's partition (a shard node's moved away while
+        waiting): its new owner serves its reads only once caught up past it.
+        """
         deadline = time.monotonic() + timeout
         self.notify()
         with self._progress:
             while not self._reached(position):
+                if position.partition not in self._owned:
+                    raise PartitionNotOwnedError(f"partition {position.partition} is not folded here (it moved to "
+                                                 "another node, which serves it once caught up)",
+                                                 partition=position.partition)
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise ProjectionLagTimeout(

@@ -27,6 +27,7 @@ from pydantic import AfterValidator
 
 from memfold.core.errors import (
     ConversationForgottenError,
+    PartitionNotOwnedError,
     UnknownConversationError,
     UnknownMessageError,
     UserConflictError,
@@ -124,6 +125,9 @@ async def append_messages(
     stored again: the answer names the stored event, so retries are safe.
     The same ``id`` with different content is refused (409), nothing written.
     Appends arriving together are written in one log transaction.
+    With ``wait``, on a shard node whose partition moves to another node
+    meanwhile, the answer comes at the move: the messages are in the log, and
+    the new owner serves the partition's reads only once caught up past them.
     """
     svc = services(request)
     limit = svc.limits.max_batch
@@ -135,8 +139,12 @@ async def append_messages(
     positions = await svc.appender.append(events)  # conflicts (409) are checked in the group, per request
     svc.metrics.appended.inc(len(events))
     if wait:
-        await run_in_threadpool(svc.engine.wait_for, max(positions))
-        svc.contexts.bump(positions)  # the projection may hold them before the runner's hook has run
+        try:
+            await run_in_threadpool(svc.engine.wait_for, max(positions))
+        except PartitionNotOwnedError:
+            pass  # moved to another node while waiting: it reads them before it serves the partition
+        else:
+            svc.contexts.bump(positions)  # the projection may hold them before the runner's hook has run
     return AppendResponse(conversation_id=conversation_id, messages=[
         {"id": i, "event_id": e.event_id, "partition": p.partition, "offset": p.offset}
         for i, e, p in zip(ids, events, positions)
