@@ -28,6 +28,10 @@ POLICY_NAMES = ("hierarchical", "chunked", "sliding_window", "rolling", "topics"
 class _PolicySettings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
+    def read_wait_ms(self) -> int:
+        """How long a read may wait for this policy's pending summary (0: never; seed 000's lazy fallback)."""
+        return 0
+
 
 class HierarchicalSettings(_PolicySettings):
     """Seed 000: facts + narrative + recent N verbatim above a message-count trigger."""
@@ -42,6 +46,9 @@ class HierarchicalSettings(_PolicySettings):
     resummarize_every: int = Field(10, ge=1)
     # Seed's lazy fallback: on read, wait at most this long for a pending summary.
     lazy_timeout_ms: int = Field(2000, ge=0)
+
+    def read_wait_ms(self) -> int:
+        return self.lazy_timeout_ms
 
 
 class ChunkedSettings(_PolicySettings):

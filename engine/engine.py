@@ -624,7 +624,7 @@ class MemoryEngine:
                                       tenant_id=tenant_id, dense=dense)
         name = self._policy_name(policy, tenant_id)
         impl, ctx, plan = self._read_plan(name, tenant_id, conversation_id)
-        lazy_ms = getattr(ctx.settings, "lazy_timeout_ms", 0)
+        lazy_ms = ctx.settings.read_wait_ms()
         pending = plan.notes.get("pending_request") if plan.notes else None
         if pending and lazy_ms:
             deadline = time.monotonic() + lazy_ms / 1000
@@ -711,7 +711,7 @@ class MemoryEngine:
         name = self._policy_name(policy, tenant_id)
         key = (tenant_id, conversation_id)
         _, ctx = self._read_context(name)
-        if not (self.dense is None and not getattr(ctx.settings, "lazy_timeout_ms", 0)
+        if not (self.dense is None and not ctx.settings.read_wait_ms()
                 and self.projector.holds_state(name, *key) and self.projector.search.loaded(key)
                 and self.projector.tail.holds(key) and self.projector.users.warm(*key)):
             return False

@@ -323,7 +323,7 @@ async def get_context(
         else:
             messages, compact = await run_in_threadpool(_render_context, *args)
         body = compact if format == "compact" else shaped_body(format, conversation_id, name, budget, messages)
-        lazy_ms = getattr(svc.engine.settings.policy_settings(name), "lazy_timeout_ms", 0)
+        lazy_ms = svc.engine.settings.policy_settings(name).read_wait_ms()
         # An answer that waited out a pending summary (lazy wait) is the fallback: the next read waits again.
         if not lazy_ms or time.perf_counter() - started < lazy_ms / 1000:
             svc.contexts.put(compact_key, version, compact, messages=messages)
