@@ -36,6 +36,7 @@ JSON shapes (stable):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import functools
 import json
@@ -326,9 +327,12 @@ def run() -> NoReturn:
         logging.shutdown()
     try:
         sys.stdout.flush()
-        sys.stderr.flush()
     except (BrokenPipeError, ValueError):  # the reader went away (memfold sql ... | head), or a stream is closed
         pass
+    except OSError as exc:  # the output could not be written (a full disk): say so, as Python's own exit would not
+        code = _fail(f"error: could not write the output: {exc.strerror or exc}", 1)
+    with contextlib.suppress(OSError, ValueError):
+        sys.stderr.flush()
     os._exit(code)
 
 

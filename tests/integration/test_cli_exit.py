@@ -44,3 +44,14 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path):
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 0
     assert b"Traceback" not in err and b"Exception ignored" not in err, err
+
+
+def test_output_that_cannot_be_written_is_an_error_not_a_success(tmp_path):
+    data = tmp_path / "data"
+    assert memfold(data, "append", "c1", "user", "hello").returncode == 0
+    with open("/dev/full", "w") as full:  # every write fails with ENOSPC
+        done = subprocess.run([MEMFOLD, "--data-dir", str(data), "sql", "SELECT 1 AS one"], stdout=full,
+                              stderr=subprocess.PIPE, text=True, env=ENV, timeout=120)
+    assert done.returncode == 1
+    assert done.stderr.startswith("memfold: error") and "No space left on device" in done.stderr
+    assert "Traceback" not in done.stderr and "Exception ignored" not in done.stderr
