@@ -107,6 +107,22 @@ def _parser() -> argparse.ArgumentParser:
         common.add_argument(flag, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     command = functools.partial(sub.add_parser, parents=[common])
 
+    _add_message_commands(command)
+    _add_node_commands(command)
+    d = command("demo", help="ingest the bundled sample and show what memfold keeps")
+    d.add_argument("--budget", type=positive_int, default=600)
+    cli_memory.add_commands(command)
+    cli_users.add_commands(command, positive_int)
+    cli_replay.add_commands(command)
+    cli_portability.add_commands(command)
+    cli_diff.add_commands(command, positive_int)
+
+    _add_service_commands(command)
+    return p
+
+
+def _add_message_commands(command) -> None:
+    """append, ingest, context, history, summaries, sql, schema: what a data dir holds, in and out."""
     a = command("append", help="append one message")
     a.add_argument("conversation")
     a.add_argument("role", help="user | assistant | system | tool")
@@ -171,6 +187,9 @@ def _parser() -> argparse.ArgumentParser:
 
     command("schema", help="print the JSON Schema of every event type")
 
+
+def _add_node_commands(command) -> None:
+    """rebuild, project, worker: folding the log into this data dir, alone or as a node of many."""
     command("rebuild", help="fold the projection again from the log beside the live one, then swap it in")
 
     pj = command("project", help="run a projector node: fold the log into this data dir's DuckDB replica")
@@ -188,14 +207,9 @@ def _parser() -> argparse.ArgumentParser:
     w.add_argument("--log-level", default="INFO", help="DEBUG, INFO (default), WARNING")
     w.add_argument("--connect-timeout", type=positive_float, default=15.0, help="seconds to wait for the broker at start")
 
-    d = command("demo", help="ingest the bundled sample and show what memfold keeps")
-    d.add_argument("--budget", type=positive_int, default=600)
-    cli_memory.add_commands(command)
-    cli_users.add_commands(command, positive_int)
-    cli_replay.add_commands(command)
-    cli_portability.add_commands(command)
-    cli_diff.add_commands(command, positive_int)
 
+def _add_service_commands(command) -> None:
+    """serve, keys: the HTTP service over this data dir and its API keys."""
     sv = command("serve", help="serve this data dir over HTTP (API keys, /docs, /metrics, /ui)")
     sv.add_argument("--host", default="127.0.0.1")
     sv.add_argument("--port", type=int, default=8080)
@@ -223,7 +237,6 @@ def _parser() -> argparse.ArgumentParser:
     kl.add_argument("--json", action="store_true")
     kr = ksub.add_parser("revoke", help="revoke a key by its id (or the whole key)")
     kr.add_argument("key_id")
-    return p
 
 
 def _shard_options(parser: argparse.ArgumentParser) -> None:
