@@ -251,67 +251,97 @@ def _fold_main(settings: Settings, address: str, authkey: bytes) -> None:
             events.send(("failed", _encode_error(exc)))
         listener.close()
         raise SystemExit(1) from None
-    sending = threading.Lock()
+    server = _FoldServer(engine, listener, events, reads)
+    try:
+        server.start()
+        while not server.closing.wait(0.5):
+            if os.getppid() != parent:  # the serving process is gone (killed): nobody will ask us to close
+                break
+    finally:
+        engine.close()
+        listener.close()
+        with contextlib.suppress(OSError):
+            events.close()
 
-    def send_event(message: tuple) -> None:
-        with sending:
+
+class _FoldServer:
+    """The fold process's side of the boundary: answers :data:`OPERATIONS` on each connection, sends events.
+
+    Events to the serving process: ``("settings", ...)`` at start and after
+    each switch, ``("projected", touched, deleted, answers)`` after each
+    committed batch, ``("applied", positions)`` after each commit.
+    """
+
+    def __init__(self, engine: MemoryEngine, listener: Listener, events: Connection, reads: _ReadsFirst):
+        self.engine, self.listener, self.events, self.reads = engine, listener, events, reads
+        self.shapes = _ReadShapes()
+        self.closing = threading.Event()
+        self._sending = threading.Lock()
+
+    def start(self) -> None:
+        """Hear the engine's batches and switches, say hello, then accept calls and wake-ups on threads of their own."""
+        follow_projector(self.engine, self._projected, lambda projector: self._send(self._hello()))
+        self.engine.runner.add_commit_listener(lambda positions: self._send(("applied", positions)))
+        self._send(self._hello())
+        threading.Thread(target=self._accept, name="memfold-fold-accept", daemon=True).start()
+        threading.Thread(target=self._woken, name="memfold-fold-woken", daemon=True).start()
+
+    def _send(self, message: tuple) -> None:
+        with self._sending:
             with contextlib.suppress(OSError, EOFError):
-                events.send(message)
+                self.events.send(message)
 
-    def hello() -> tuple:
-        return "settings", engine.settings, engine.store.position()
+    def _hello(self) -> tuple:
+        return "settings", self.engine.settings, self.engine.store.position()
 
-    shapes = _ReadShapes()
-
-    def projected(changes) -> None:
+    def _projected(self, changes) -> None:
         touched = touched_by(changes)
         if touched or changes.deleted:
             try:
-                answers = shapes.answers(engine, touched)
+                answers = self.shapes.answers(self.engine, touched)
             except Exception:  # a listener must not fail the runner's step: the reads compute it themselves
                 log.exception("answering context reads ahead failed")
                 answers = {}
-            send_event(("projected", touched, set(changes.deleted), answers))
+            self._send(("projected", touched, set(changes.deleted), answers))
 
-    def switched(projector) -> None:  # switch_settings gave the engine a new projector
-        send_event(hello())
+    def _accept(self) -> None:
+        while not self.closing.is_set():
+            try:
+                conn = self.listener.accept()
+            except (OSError, EOFError):
+                if self.closing.is_set():
+                    return
+                continue
+            threading.Thread(target=self._serve, args=(conn,), name="memfold-fold-call", daemon=True).start()
 
-    follow_projector(engine, projected, switched)
-    engine.runner.add_commit_listener(lambda positions: send_event(("applied", positions)))
-    send_event(hello())
-    closing = threading.Event()
+    def _woken(self) -> None:
+        """The serving process says it appended: fold now, not at the next poll."""
+        while True:
+            try:
+                message = self.events.recv()
+            except (EOFError, OSError):
+                return
+            self.shapes.read(message[1])  # with the answers ahead it read since its last append
+            self.engine.runner.notify()
 
-    def serve(conn: Connection) -> None:
+    def _serve(self, conn: Connection) -> None:
         with conn:
-            while not closing.is_set():
+            while not self.closing.is_set():
                 try:
-                    message = conn.recv()
+                    path, args, kwargs = conn.recv()
                 except (EOFError, OSError):
                     return
-                path, args, kwargs = message
                 if path == "close":
-                    closing.set()
+                    self.closing.set()
                     conn.send(("ok", None))
                     return
                 if path == "hello":  # the settings now (after a promote, before its event is read)
-                    conn.send(("ok", hello()))
+                    conn.send(("ok", self._hello()))
                     continue
                 args = [_called_back(conn, a) for a in args]
                 kwargs = {k: _called_back(conn, v) for k, v in kwargs.items()}
                 try:
-                    if path not in OPERATIONS:
-                        raise LookupError(f"{path!r} is not an operation of the fold process")
-                    target = getattr(engine, path)
-                    if path in READS_FIRST and (path != "context" or _in_memory(engine, args, kwargs)):
-                        with reads.reading():
-                            result = target(*args, **kwargs)
-                    else:
-                        result = target(*args, **kwargs)
-                    if path == "context":
-                        shapes.note(args, kwargs)
-                    if path == "promote":
-                        send_event(hello())  # every cached answer is stale
-                    reply = ("ok", result)
+                    reply = ("ok", self._call(path, args, kwargs))
                 except BaseException as exc:  # the caller raises it; this thread serves on
                     reply = ("error", _encode_error(exc))
                 try:
@@ -321,36 +351,22 @@ def _fold_main(settings: Settings, address: str, authkey: bytes) -> None:
                 except Exception as exc:  # an answer that does not pickle
                     conn.send(("error", _encode_error(TypeError(f"the answer of {path} cannot be sent: {exc}"))))
 
-    def accept() -> None:
-        while not closing.is_set():
-            try:
-                conn = listener.accept()
-            except (OSError, EOFError):
-                if closing.is_set():
-                    return
-                continue
-            threading.Thread(target=serve, args=(conn,), name="memfold-fold-call", daemon=True).start()
-
-    def woken() -> None:  # the serving process says it appended: fold now, not at the next poll
-        while True:
-            try:
-                message = events.recv()
-            except (EOFError, OSError):
-                return
-            shapes.read(message[1])  # with the answers ahead it read since its last append
-            engine.runner.notify()
-
-    threading.Thread(target=accept, name="memfold-fold-accept", daemon=True).start()
-    threading.Thread(target=woken, name="memfold-fold-woken", daemon=True).start()
-    try:
-        while not closing.wait(0.5):
-            if os.getppid() != parent:  # the serving process is gone (killed): nobody will ask us to close
-                break
-    finally:
-        engine.close()
-        listener.close()
-        with contextlib.suppress(OSError):
-            events.close()
+    def _call(self, path: str, args: list, kwargs: dict) -> Any:
+        """Run the engine operation ``path``; only a name of :data:`OPERATIONS` is answered."""
+        if path not in OPERATIONS:
+            raise LookupError(f"{path!r} is not an operation of the fold process")
+        engine = self.engine
+        target = getattr(engine, path)
+        if path in READS_FIRST and (path != "context" or _in_memory(engine, args, kwargs)):
+            with self.reads.reading():
+                result = target(*args, **kwargs)
+        else:
+            result = target(*args, **kwargs)
+        if path == "context":
+            self.shapes.note(args, kwargs)
+        if path == "promote":
+            self._send(self._hello())  # every cached answer is stale
+        return result
 
 
 def _in_memory(engine, args: tuple, kwargs: dict) -> bool:
