@@ -111,6 +111,7 @@ class Projector:
         self._tables = {name: impl for name, (impl, _) in policies.items() if isinstance(impl, PolicyTables)}
         self.counter = counter
         self._plan_counts: dict[str, int] = {}  # memory text -> tokens, for _plan_tokens
+        self._recorded_counts: dict[str, int] = {}  # text digest -> tokens, as recorded with the states loaded
         self.tail = TailCache()
         self.search = retrieval.SearchIndex(store.search_rows, store.messages)
         self.history = time_travel.HistoryCache(store)
@@ -152,19 +153,23 @@ class Projector:
 
         Recorded with the state, so a process that only reads plans with them
         and never loads the tokenizer. A memory text unchanged since the last
-        batch is counted from :attr:`_plan_counts`, not encoded again.
+        batch is counted from :attr:`_plan_counts`, and one unchanged since
+        the state was stored from the counts recorded with it: neither is
+        encoded again.
         """
         impl, ctx = self.policies[policy]
         counts: dict[str, int] = {}
-        memo = self._plan_counts
+        memo, recorded = self._plan_counts, self._recorded_counts
 
         def count(text: str) -> int:
             n = memo.get(text)
+            digest = text_digest(text)
             if n is None:
                 if len(memo) >= PLAN_COUNT_MEMO:
                     memo.clear()
-                n = memo[text] = self.counter.count(text)
-            counts[text_digest(text)] = n
+                n = recorded.get(digest)
+                memo[text] = n = self.counter.count(text) if n is None else n
+            counts[digest] = n
             return n
 
         impl.plan(state, replace(ctx, count_tokens=count))
@@ -302,7 +307,10 @@ class Projector:
         missing = [k for k in keys if k not in self._conversations]
         if not missing:
             return
-        rows, states = self.store.conversations_and_states(missing)
+        rows, states, counts = self.store.conversations_and_states(missing)
+        if len(self._recorded_counts) + len(counts) > PLAN_COUNT_MEMO:
+            self._recorded_counts.clear()
+        self._recorded_counts.update(counts)
         for key in missing:
             row = rows.get(key)
             self._conversations[key] = _Conversation.from_row(row, keys[key])

@@ -781,14 +781,15 @@ class DuckDBProjectionStore:
     @_read_again_after_a_swap
     def conversations_and_states(
         self, keys: Sequence[tuple[str, str]]
-    ) -> tuple[dict[tuple[str, str], dict[str, Any]], dict[tuple[str, str, str], str]]:
-        """Return the ``conversations`` rows and every policy state of ``keys`` in two queries.
+    ) -> tuple[dict[tuple[str, str], dict[str, Any]], dict[tuple[str, str, str], str], dict[str, int]]:
+        """Return the ``conversations`` rows, every policy state of ``keys`` and the token counts recorded
+        with those states' context plans (text digest -> tokens, :meth:`plan_tokens`), in two queries.
 
         A point query costs milliseconds in DuckDB; the projector prefetches
         each batch's unseen conversations with this instead.
         """
         if not keys:
-            return {}, {}
+            return {}, {}, {}
         cur = self.connection
         relation, params = _relation({"t": "VARCHAR", "c": "VARCHAR"},
                                      {"t": [k[0] for k in keys], "c": [k[1] for k in keys]})
@@ -799,14 +800,15 @@ class DuckDBProjectionStore:
         for row in cur.fetchall():
             rec = dict(zip(cols, row))
             convs[(rec["tenant_id"], rec["conversation_id"])] = rec
-        states = {
-            (p, t, c): st
-            for p, t, c, st in cur.execute(
-                f"SELECT policy, tenant_id, conversation_id, state FROM policy_state JOIN {relation} AS _keys "
-                "ON tenant_id = _keys.t AND conversation_id = _keys.c", params,
-            ).fetchall()
-        }
-        return convs, states
+        states, counts = {}, {}
+        for p, t, c, st, plan in cur.execute(
+            f"SELECT policy, tenant_id, conversation_id, state, plan_tokens FROM policy_state JOIN {relation} "
+            "AS _keys ON tenant_id = _keys.t AND conversation_id = _keys.c", params,
+        ).fetchall():
+            states[(p, t, c)] = st
+            if plan:
+                counts.update(json.loads(plan))
+        return convs, states, counts
 
     @_read_again_after_a_swap
     def policy_state_json(self, policy: str, tenant_id: str, conversation_id: str) -> str | None:

@@ -11,7 +11,7 @@ from memfold.core.tokens import TokenCounter, load_encoding
 def test_cl100k_base_is_loaded_by_the_first_count_not_by_the_counter():
     counter = TokenCounter()
     assert counter._loaded is None
-    text = "The desk arrived cracked, can I get a refund of 310.40 EUR?"
+    text = "The desk arrived cracked, can I get a refund of 310.40 €?"  # not ASCII: not the rank index's (test_cl100k_ascii)
     assert counter.count(text) == len(load_encoding("cl100k_base").encode_ordinary(text))
     assert counter._loaded is load_encoding("cl100k_base")
 
