@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, m
 from memfold.core.errors import ConfigError
 from memfold.core.ids import content_hash
 
+LOG_BINDING = "log.json"
 POLICY_NAMES = ("hierarchical", "chunked", "sliding_window", "rolling", "topics")
 
 
@@ -341,6 +342,10 @@ class Settings(BaseModel):
     def projection_path(self) -> Path:
         """Return the DuckDB projection file of this data dir."""
         return self.data_dir / "projections.duckdb"
+
+    def log_binding_path(self) -> Path:
+        """Return the file naming the log a data dir replicates (a Kafka node's; an embedded dir has none)."""
+        return self.data_dir / LOG_BINDING
 
 
 ENV_PREFIX, ENV_NESTED = "MEMFOLD_", "__"

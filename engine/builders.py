@@ -329,9 +329,6 @@ def swap_projection(engine: Any, beside: DuckDBProjectionStore, settings: Settin
         engine.dense.resync()  # messages the beside fold saw that have no vector yet (or lost one in the swap)
 
 
-LOG_BINDING = "log.json"
-
-
 def bind_log(settings: Settings) -> Settings:
     """Return settings whose log (URL and topic) is the one this data dir was built from.
 
@@ -339,7 +336,7 @@ def bind_log(settings: Settings) -> Settings:
     projection holds positions of one log; opening it against another would
     fold nonsense, so that is refused with a clear error.
     """
-    marker = settings.data_dir / LOG_BINDING
+    marker = settings.log_binding_path()
     bound = json.loads(marker.read_text()) if marker.is_file() else None
     if settings.log is None:
         if bound is not None:  # the data dir knows its log: no --log needed to read it

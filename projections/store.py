@@ -25,12 +25,13 @@ from typing import Any
 
 import duckdb
 
-from memfold.core.errors import ProjectionBusyError, ProjectionError
+from memfold.core.errors import ProjectionError
 from memfold.core.events import PRIVATE_FIELDS, SummaryRequested, ToolCall, decode_dict
 from memfold.core.ids import content_hash
 from memfold.core.ports import MessageRecord
 from memfold.core.positions import Position
 from memfold.projections.dense import DENSE_DDL
+from memfold.projections.opening import connect
 from memfold.projections.retrieval import SEARCH_COLUMNS, SEARCH_DDL, new_columns
 from memfold.projections.summary_cache import CACHE_TABLE_DDL, CACHE_TABLE_MIGRATIONS
 from memfold.projections.user_memory import USER_FACT_COLUMNS, StatedFact, fold_user_facts
@@ -197,28 +198,6 @@ class Changes:
         return len(self.events["event_id"])
 
 
-def _connect(path: Path, read_only: bool, wait_s: float) -> duckdb.DuckDBPyConnection:
-    deadline = time.monotonic() + wait_s
-    while True:
-        try:
-            con = duckdb.connect(str(path), read_only=read_only)
-            if not read_only and path.stat().st_mode & 0o077:
-                os.chmod(path, 0o600)  # plaintext rows: owner-only, like the key store
-            return con
-        except duckdb.IOException as exc:
-            if "lock" not in str(exc).lower():
-                raise ProjectionError(f"cannot open projection {path}: {exc}") from exc
-            if time.monotonic() >= deadline:
-                holder = str(exc).split("held in", 1)[-1].split(". See", 1)[0].strip()
-                raise ProjectionBusyError(
-                    f"the projection {path} is in use by another memfold process ({holder}); "
-                    "DuckDB allows one writer per file: wait for it to finish or stop it, then retry"
-                ) from exc
-            time.sleep(0.1)
-        except duckdb.Error as exc:
-            raise ProjectionError(f"cannot open projection {path}: {exc}") from exc
-
-
 def _read_again_after_a_swap(method):
     """Run a read once more if the file was swapped under it (compaction, rebuild, promote).
 
@@ -251,7 +230,7 @@ class DuckDBProjectionStore:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         elif not self.path.exists():
             raise ProjectionError(f"no projection at {self.path}: run a command that ingests first")
-        self._con = _connect(self.path, read_only, lock_wait_s)
+        self._con = connect(self.path, read_only, lock_wait_s)
         self._local = threading.local()
         self._generation = 0
         self._open = threading.Event()
@@ -734,7 +713,7 @@ class DuckDBProjectionStore:
                 self._con.close()
             except duckdb.Error:
                 pass
-            self._con = _connect(self.path, False, 5.0)
+            self._con = connect(self.path, False, 5.0)
             self._generation += 1
             self._positions = {p: o for p, o in self._con.execute("SELECT * FROM positions").fetchall()}
         finally:
@@ -759,7 +738,7 @@ class DuckDBProjectionStore:
                     time.sleep(0.001)
             os.replace(fresh, self.path)
             self.path.with_name(self.path.name + ".wal").unlink(missing_ok=True)
-            self._con = _connect(self.path, False, 5.0)
+            self._con = connect(self.path, False, 5.0)
             self._generation += 1
             self._positions = {p: o for p, o in self._con.execute("SELECT * FROM positions").fetchall()}
         finally:
