@@ -926,7 +926,14 @@ class DuckDBProjectionStore:
 
     @_read_again_after_a_swap
     def open_request_events(self, partitions: Sequence[int] | None = None) -> list[SummaryRequested]:
-        """Return the ``SummaryRequested`` events still 'processing' (of ``partitions``; None = all), in log order."""
+        """Return the ``SummaryRequested`` events still 'processing' (of ``partitions``; None = all), in log order.
+
+        Usually there are none (every engine start asks): that is answered
+        from ``summaries`` alone, without reading the ``events`` table.
+        """
+        cur = self.connection
+        if not cur.execute("SELECT 1 FROM summaries WHERE status = 'processing' LIMIT 1").fetchall():
+            return []
         sql = (
             "SELECT e.event_id, e.type, e.schema_version, e.tenant_id, e.conversation_id, e.seq, e.occurred_at, "
             "e.causation_id, e.payload FROM summaries s JOIN events e ON e.event_id = s.request_id "
@@ -936,7 +943,7 @@ class DuckDBProjectionStore:
         if partitions is not None:
             sql += ' AND e."partition" IN (SELECT unnest(?::INTEGER[]))'
             params.append(list(partitions))
-        rows = self.connection.execute(sql + ' ORDER BY e."partition", e."offset"', params).fetchall()
+        rows = cur.execute(sql + ' ORDER BY e."partition", e."offset"', params).fetchall()
         keys = ("event_id", "type", "schema_version", "tenant_id", "conversation_id", "seq", "occurred_at",
                 "causation_id", "payload")
         out = []
