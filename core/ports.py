@@ -280,12 +280,17 @@ class PolicyTables(Protocol):
     """A policy that keeps rows of tables of its own (memories, topics) beside its state.
 
     ``holds_topics``: its summaries hold one topic's facts each (the projector
-    tracks which); ``retractions`` of its state are what the user took back.
+    tracks which); :meth:`retractions` are what the user took back, as far as
+    its state keeps them.
     """
 
     holds_topics: ClassVar[bool]
 
     def rows(self, state: Any) -> dict[str, list[dict[str, Any]]]: ...
+
+    def retractions(self, state: Any) -> tuple[tuple[str, int], ...]:
+        """Return (key stem, message index) of what the user took back that ``state`` keeps (``()``: none)."""
+        ...
 
 
 @runtime_checkable

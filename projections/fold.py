@@ -27,6 +27,9 @@ from memfold.core.events import (
     SummaryProducedPayload,
     SummaryRequested,
     SummaryRequestedPayload,
+    TopicAssigned,
+    TopicCompacted,
+    TopicEvicted,
 )
 from memfold.core.ids import content_hash
 from memfold.core.ports import FoldContext, MessageRecord, Policy
@@ -365,8 +368,8 @@ def fold_event(
         return EventFold(ConversationCounters(), None, fresh)
     elif isinstance(event, MessageRetracted):
         return EventFold(counters)
-    elif event.type.startswith("Topic"):
-        owner = getattr(getattr(event, "payload", None), "policy", None)
+    elif isinstance(event, (TopicAssigned, TopicCompacted, TopicEvicted)):
+        owner = event.payload.policy
     if counters.deleted and not isinstance(event, ConversationDeleted):
         return EventFold(counters, message)
     states: dict[str, BaseModel] = {}

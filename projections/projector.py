@@ -424,7 +424,8 @@ class Projector:
                 # Facts and search docs only from summaries a policy folded here: one made under other
                 # settings (the live log read by a replay, a log from before a settings change) is audit only.
                 if isinstance(event, SummaryProduced) and event.payload.policy in folded.states:
-                    self._facts_diff(ch, event, _retractions(folded.states[event.payload.policy]))
+                    policy = event.payload.policy
+                    self._facts_diff(ch, event, self._retractions(policy, folded.states[policy]))
                     _index_summary(ch, event)
                     user_convs.add(conv_key)
                     if conv.user_id is not None and not conv.deleted:
@@ -553,6 +554,11 @@ class Projector:
             holdings = self._holdings[conv] = self.store.topic_fact_holdings(*conv)
         return holdings
 
+    def _retractions(self, policy: str, state: Any) -> tuple[tuple[str, int], ...]:
+        """Return what the user took back that ``policy``'s ``state`` keeps (a policy with tables says; others keep none)."""
+        tables = self._tables.get(policy)
+        return () if tables is None else tables.retractions(state)
+
     def _facts_taken_back(self, ch: Changes, event: Event, index: int, states: dict[str, Any]) -> None:
         """Retire the live facts rows the user's message ``index`` takes back, in a policy whose memory drops them at once.
 
@@ -564,7 +570,7 @@ class Projector:
         come from summaries of earlier messages.
         """
         for name, state in states.items():
-            stems = [stem for stem, at in _retractions(state) if at == index]
+            stems = [stem for stem, at in self._retractions(name, state) if at == index]
             if not stems:
                 continue
             conv = (name, event.tenant_id, event.conversation_id)
@@ -754,11 +760,6 @@ def _drop_pending_rows(ch: Changes, conv_key: tuple[str, str]) -> None:
     ch.fact_retirements[:] = [r for r in ch.fact_retirements if (r[1], r[2]) != conv_key]
     ch.fact_supersessions[:] = [r for r in ch.fact_supersessions if (r[1], r[2]) != conv_key]
     ch.retracted[:] = [r for r in ch.retracted if (r[0], r[1]) != conv_key]
-
-
-def _retractions(state: Any) -> tuple[tuple[str, int], ...]:
-    """Return what the user took back, (key stem, message index) pairs, for a policy whose state keeps it (topics)."""
-    return getattr(state, "retractions", ())
 
 
 def _pending_facts(ch: Changes, conv: tuple[str, str, str]) -> dict[tuple[str, str], dict[str, Any]]:

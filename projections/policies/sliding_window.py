@@ -394,5 +394,9 @@ class SlidingWindowPolicy:
         """Return the policy's tables for the projector: ``{"memory": memory_rows(state)}``."""
         return {"memory": memory_rows(state)}
 
+    def retractions(self, state: State) -> tuple[tuple[str, int], ...]:
+        """Return ``()``: a fact the user takes back leaves with the next summary, which retires its row."""
+        return ()
+
 
 POLICY = SlidingWindowPolicy()

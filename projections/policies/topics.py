@@ -572,5 +572,9 @@ class TopicsPolicy:
         """Return the policy's tables for the projector: ``{"topics": topic_rows(state)}``."""
         return {"topics": topic_rows(state)}
 
+    def retractions(self, state: State) -> tuple[tuple[str, int], ...]:
+        """Return ``state.retractions``: what the user took back, left out of every topic's memory at once."""
+        return state.retractions
+
 
 POLICY = TopicsPolicy()
