@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from memfold.core.errors import ConfigError, UnknownConversationError, ValidationError
+from memfold.core.runtime import resume_gc
 
 
 class UsageError(Exception):
@@ -88,7 +89,9 @@ def open_engine(args: argparse.Namespace, *, writing: bool = False, read_only: b
     role = "embedded"
     if settings.log_url().startswith("kafka://"):
         role = "client" if writing else "projector"
-    return MemoryEngine(settings, role=role, policy_changes="refuse" if read_only else "rebuild")
+    engine = MemoryEngine(settings, role=role, policy_changes="refuse" if read_only else "rebuild")
+    resume_gc()  # the code is loaded (memfold.cli.main.run paused the collector meanwhile)
+    return engine
 
 
 def require_conversation(engine, conversation_id: str, tenant_id: str) -> None:

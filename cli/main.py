@@ -80,7 +80,7 @@ from memfold.core.errors import (
     ProjectionBusyError,
     ValidationError,
 )
-from memfold.core.runtime import tune_gc
+from memfold.core.runtime import pause_gc, resume_gc, tune_gc
 from memfold.core.shapes import FORMATS, INPUT_FORMATS, shaped
 
 
@@ -272,7 +272,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     Run as the ``memfold`` command (``argv`` None), a command that folds the
     whole log (:data:`_BULK`) tunes its process's garbage collector
-    (:func:`~memfold.core.runtime.tune_gc`).
+    (:func:`~memfold.core.runtime.tune_gc`). Under :func:`run` the collector
+    is off while the code loads: a command of :data:`_QUICK` turns it back on
+    once its engine is open (:func:`~memfold.cli.common.open_engine`), any
+    other command before it starts.
     """
     if argv is None:
         # Files this process creates (DuckDB's WAL, replay namespaces, exports) hold plaintext or keys:
@@ -282,6 +285,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         without_httpx_cli()  # the memfold command's own process: httpx's command-line client is never run
     try:
         args = _parser().parse_args(argv)
+        if args.command not in _QUICK:
+            resume_gc()
         if argv is None and args.command in _BULK:
             tune_gc()
         flag = "--url" if args.url else "MEMFOLD_URL"
@@ -329,8 +334,10 @@ def run() -> NoReturn:
     nothing. It is skipped only when nothing is left to finish: no other
     thread runs and no engine is open (what their exit handlers would do is
     done); logging and the standard streams are flushed first. Otherwise the
-    process exits normally.
+    process exits normally. The cyclic garbage collector is off until the
+    command's code is loaded (:func:`~memfold.core.runtime.pause_gc`).
     """
+    pause_gc()
     code = main()
     engines = sys.modules.get("memfold.engine.engine")
     if threading.active_count() > 1 or (engines is not None and engines.open_engines()):
@@ -753,6 +760,8 @@ def cmd_keys(args: argparse.Namespace) -> int:
 # 20,000 messages from the cache 6,329 -> 8,031 msg/s). Long-running processes (serve, worker) keep
 # CPython's defaults: no gain was measured there.
 _BULK = ("replay", "rebuild", "verify")
+# One short engine session each: the garbage collector stays off until the engine is open (main, run).
+_QUICK = frozenset({"context", "append", "history", "summaries", "sql"})
 
 _COMMANDS = {
     "append": cmd_append,

@@ -33,6 +33,26 @@ def tune_gc(thresholds: tuple[int, int, int] = GC_THRESHOLDS) -> tuple[int, int,
     return previous
 
 
+def pause_gc() -> None:
+    """Turn CPython's cyclic garbage collector off while a short-lived process loads its code (:func:`resume_gc`).
+
+    Loading pydantic, DuckDB and the engine makes ~250,000 objects that
+    live as long as the process; the collector walked them ~90 times during
+    a CLI ``append`` (~12 ms of a ~0.3 s command) and freed nothing.
+    """
+    gc.disable()
+
+
+def resume_gc() -> None:
+    """Turn the collector back on after :func:`pause_gc`, what exists now frozen out of its sight for good.
+
+    Nothing when it is on (a library caller's process, or already resumed).
+    """
+    if not gc.isenabled():
+        gc.freeze()
+        gc.enable()
+
+
 # How long a thread may hold CPython's interpreter lock while another waits for it (the default is 5 ms).
 SERVICE_SWITCH_INTERVAL = 0.001
 
