@@ -154,13 +154,15 @@ def _schema() -> tuple[str, ...]:
 SCHEMA_HASH = content_hash(*_schema(), length=16)
 
 
-def _schema_of(con: duckdb.DuckDBPyConnection) -> str | None:
-    """Return the schema hash a projection file records, or None (a new file, or one from before the hash)."""
+def _schema_of(con: duckdb.DuckDBPyConnection) -> tuple[str | None, bool]:
+    """Return the schema hash a projection file records (None: a new file, or one from before the hash) and
+    whether it records its column types."""
     try:
-        rows = con.execute("SELECT value FROM store_meta WHERE key = 'schema'").fetchall()
+        rows = dict(con.execute("SELECT key, value FROM store_meta WHERE key IN ('schema', 'column_types')").fetchall())
     except duckdb.CatalogException:
-        return None
-    return rows[0][0] if rows else None
+        return None, False
+    return rows.get("schema"), "column_types" in rows
+
 
 @dataclass
 class Changes:
@@ -239,7 +241,8 @@ class DuckDBProjectionStore:
         # Held while a snapshot reads (write_parquet): a file rewrite waits for it, as DuckDB cannot
         # CHECKPOINT under an open transaction, and a swap would close the connection it reads from.
         self._copying = threading.Lock()
-        if not read_only and _schema_of(self._con) != SCHEMA_HASH:  # a file made by this memfold needs no DDL
+        schema, typed = _schema_of(self._con) if not read_only else (SCHEMA_HASH, True)
+        if schema != SCHEMA_HASH:  # a file made by this memfold needs no DDL
             for ddl in _schema():
                 self._con.execute(ddl)
             self._con.execute(
@@ -247,13 +250,25 @@ class DuckDBProjectionStore:
             )
             self._con.execute("INSERT INTO store_meta VALUES ('schema', ?) ON CONFLICT (key) DO UPDATE SET "
                               "value = excluded.value", [SCHEMA_HASH])
+        if schema != SCHEMA_HASH or not typed:
+            self._con.execute("INSERT INTO store_meta VALUES ('column_types', ?) ON CONFLICT (key) DO UPDATE SET "
+                              "value = excluded.value", [json.dumps(self._column_types(), sort_keys=True)])
         self._positions = {p: o for p, o in self._con.execute("SELECT * FROM positions").fetchall()}
 
     # ----------------------------------------------------------------- plumbing
 
     @functools.cached_property
     def _types(self) -> dict[str, dict[str, str]]:
-        """Return ``{table: {column: DuckDB type}}`` of this file's tables: what a batch's columns are cast to."""
+        """Return ``{table: {column: DuckDB type}}`` of this file's tables: what a batch's columns are cast to.
+
+        Recorded in ``store_meta`` with the schema they belong to (reading DuckDB's catalog for them took
+        ~5 ms of every process that writes); a file opened read-only from before that record has them read here.
+        """
+        rows = self._con.execute("SELECT value FROM store_meta WHERE key = 'column_types'").fetchall()
+        return json.loads(rows[0][0]) if rows else self._column_types()
+
+    def _column_types(self) -> dict[str, dict[str, str]]:
+        """Return ``{table: {column: DuckDB type}}`` from DuckDB's catalog."""
         types: dict[str, dict[str, str]] = {}
         for table, column, data_type in self._con.execute(
             "SELECT table_name, column_name, data_type FROM duckdb_columns() WHERE schema_name = 'main' "

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import duckdb
 
 from memfold.projections.store import SCHEMA_HASH, DuckDBProjectionStore
@@ -34,3 +36,29 @@ def test_a_file_of_this_schema_runs_no_statement(tmp_path):
     con = duckdb.connect(str(path))
     assert "retracted" not in {r[0] for r in con.execute("DESCRIBE messages").fetchall()}
     con.close()
+
+
+def test_the_column_types_batches_are_cast_to_are_recorded_with_the_schema(tmp_path):
+    path = tmp_path / "p.duckdb"
+    store = DuckDBProjectionStore(path)
+    try:
+        catalog = store._column_types()
+        assert catalog["messages"]["retracted"] == "BOOLEAN" and "llm_cache" in catalog and "dense_vectors" in catalog
+        assert json.loads(store.meta("column_types")) == catalog
+        assert store._types == catalog
+    finally:
+        store.close()
+    con = duckdb.connect(str(path))  # a file from before the record
+    con.execute("DELETE FROM store_meta WHERE key = 'column_types'")
+    con.close()
+    store = DuckDBProjectionStore(path, read_only=True)  # read-only: the types are read from the catalog
+    try:
+        assert store.meta("column_types") is None
+        assert store._types == catalog
+    finally:
+        store.close()
+    store = DuckDBProjectionStore(path)  # a writer records them
+    try:
+        assert json.loads(store.meta("column_types")) == catalog
+    finally:
+        store.close()
