@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import binascii
 import hashlib
+import os
 import sqlite3
 import threading
 from collections.abc import Iterable, Sequence
@@ -118,6 +119,20 @@ def quick_counter() -> AsciiCounter | None:
         return AsciiCounter(path, CL100K_SHA256)
     except (OSError, sqlite3.Error, ValueError, TokenizerUnavailableError):  # tiktoken's load reports the cause
         return None
+
+
+# The parents' rank indexes a forked child inherited: kept open and never used (an SQLite connection must not be
+# used, nor closed, across fork()); the child opens its own.
+_inherited: list[AsciiCounter | None] = []
+
+
+def _open_again_in_child() -> None:
+    if quick_counter.cache_info().currsize:
+        _inherited.append(quick_counter())
+        quick_counter.cache_clear()
+
+
+os.register_at_fork(after_in_child=_open_again_in_child)
 
 
 def text_digest(text: str) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import random
 from importlib import resources
 from pathlib import Path
@@ -148,3 +149,23 @@ def test_non_ascii_text_loads_tiktoken(cache: Path, reference):
     counter = TokenCounter()
     assert counter.count("Größe 42, bitte") == len(reference.encode_ordinary("Größe 42, bitte"))
     assert counter.loaded
+
+
+def test_a_forked_child_opens_the_index_again(cache: Path):
+    parent = tokens.quick_counter()
+    assert parent is not None and TokenCounter().count("Is the refund on its way?") == 7
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its own connection, the same counts
+        try:
+            child = tokens.quick_counter()
+            ok = child is not None and child is not parent and child.count("Is the refund on its way?") == 7
+            os.write(write, b"ok" if ok else b"no")
+        finally:
+            os._exit(0)
+    os.close(write)
+    answer = os.read(read, 2)
+    os.waitpid(pid, 0)
+    os.close(read)
+    assert answer == b"ok"
+    assert tokens.quick_counter() is parent  # the parent keeps its own
