@@ -1152,10 +1152,12 @@ class MemoryEngine:
         """Empty what this process keeps of conversations' text for speed.
 
         All of it (these caches are not kept per conversation): analysed
-        excerpts, and the summarizer's traces, statements and line counts.
+        excerpts, the summarizer's traces, statements and line counts, and the
+        memory texts the projector remembers token counts of.
         """
         forget_analysed()
         self.summarizer.drop_text_caches()
+        self.projector.drop_text_caches()
 
     def rebuild(self, timeout: float = 600.0) -> None:
         """Fold the projection again from the log *beside* the live one, swap it in, return when idle.

@@ -148,6 +148,10 @@ class Projector:
         row = self.store.conversation(tenant_id, conversation_id)
         return None if row is None else not row.get("deleted")
 
+    def drop_text_caches(self) -> None:
+        """Forget the memory texts whose token counts this projector remembers (an erasure: their content)."""
+        self._plan_counts.clear()
+
     def _plan_tokens(self, policy: str, state: BaseModel) -> str:
         """Return the JSON of the token counts ``state``'s context plan counts, by :func:`text_digest`.
 

@@ -51,12 +51,14 @@ def _files_with(root: Path, needle: str) -> list[str]:
 
 
 def _cached_text(engine: MemoryEngine) -> str:
-    """Return what this process's text caches hold, as text: excerpts, traces, statements, summary line counts."""
+    """Return what this process's text caches hold, as text: excerpts, traces, statements, summary line counts,
+    the memory texts whose token counts the projector remembers."""
     from memfold.projections import excerpt, fact_extraction, salience
 
     made = engine.summarizer.inner.made  # the offline summarizer (made on first use), behind the summary cache
     line_counts = made._tokens._line_counts if made is not None else {}
-    return repr((excerpt._CACHE, list(fact_extraction._TRACES), salience._STATEMENTS, list(line_counts))).lower()
+    return repr((excerpt._CACHE, list(fact_extraction._TRACES), salience._STATEMENTS, list(line_counts),
+                 list(engine.projector._plan_counts))).lower()
 
 
 def _engine(data: Path, **kw) -> MemoryEngine:
