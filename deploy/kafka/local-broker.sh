@@ -244,6 +244,9 @@ start() {
     mkdir -p "$RUN_DIR"
     if port_open "$PORT"; then die "port $PORT is already in use: set MEMFOLD_KAFKA_PORT to a free port"; fi
     if port_open "$CONTROLLER_PORT"; then die "port $CONTROLLER_PORT is already in use: set MEMFOLD_KAFKA_CONTROLLER_PORT"; fi
+    if [ "$PORT" = "$CONTROLLER_PORT" ]; then
+        die "MEMFOLD_KAFKA_PORT and MEMFOLD_KAFKA_CONTROLLER_PORT are both $PORT: the two listeners need two ports"
+    fi
     local t0; t0=$(now_ms)
     write_config
     format_storage
