@@ -1153,12 +1153,14 @@ class MemoryEngine:
 
         All of it (these caches are not kept per conversation): analysed
         excerpts, the summarizer's traces, statements and line counts, and the
-        memory texts the projector and the reads remember token counts of.
+        memory texts the projector and the reads remember token counts of, and
+        the last plan a read made.
         """
         forget_analysed()
         self.summarizer.drop_text_caches()
         self.projector.drop_text_caches()
         self._count_cached.cache_clear()
+        self._last_plan = None
 
     def rebuild(self, timeout: float = 600.0) -> None:
         """Fold the projection again from the log *beside* the live one, swap it in, return when idle.

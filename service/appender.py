@@ -74,20 +74,9 @@ class GroupAppender:
     def _run(self) -> None:
         stopping = False
         while not stopping:
-            first = self._queue.get()
-            if first is _STOP:
+            group, stopping = self._next_group()
+            if not group:
                 return
-            group, size = [first], len(first.events)
-            while size < self.max_events:
-                try:
-                    item = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if item is _STOP:
-                    stopping = True
-                    break
-                group.append(item)
-                size += len(item.events)
             try:
                 self._write(group)
             except BaseException as exc:  # never leave a caller waiting
@@ -95,6 +84,27 @@ class GroupAppender:
                 for request in group:
                     if not request.future.done():
                         request.future.set_exception(exc)
+            # Nothing of the group stays referenced while this thread waits for the next one: its messages are
+            # in the log, and a conversation forgotten meanwhile must leave no copy of them in this process.
+            del group
+
+    def _next_group(self) -> tuple[list[_Request], bool]:
+        """Wait for a request; return it with every one queued behind it (up to ``max_events`` events), and
+        whether the appender is asked to stop after them. An empty group: stop now."""
+        first = self._queue.get()
+        if first is _STOP:
+            return [], True
+        group, size = [first], len(first.events)
+        while size < self.max_events:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if item is _STOP:
+                return group, True
+            group.append(item)
+            size += len(item.events)
+        return group, False
 
     def _write(self, group: list[_Request]) -> None:
         accepted: list[_Request] = []

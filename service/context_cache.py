@@ -125,9 +125,12 @@ class ContextCache:
                     known.discard(key)
                 else:
                     known.add(key)  # its row is committed: a first read need not ask DuckDB
+            gone = {key for key, is_gone in touched.items() if is_gone} | set(deleted)
             if deleted:
                 self._deletions += 1
                 known.difference_update(deleted)
+            if gone:
+                self._drop_answers(gone)
 
     def _answered(self, touched: dict[tuple[str, str], bool], deleted: set[tuple[str, str]],
                   answers: dict[tuple[str, str], tuple]) -> None:
@@ -227,10 +230,24 @@ class ContextCache:
         return True
 
     def deleted(self, keys: Iterable[tuple[str, str]]) -> None:
-        """Forget that the conversations ``keys`` (tenant, conversation) exist: they were deleted (forget route)."""
+        """Forget that the conversations ``keys`` (tenant, conversation) exist, and their stored answers: they
+        were deleted (forget route)."""
+        keys = set(keys)
         with self._lock:
             self._deletions += 1
             self._known.difference_update(keys)
+            self._drop_answers(keys)
+
+    def _drop_answers(self, conversations: set[tuple[str, str]]) -> None:
+        """Drop the stored answers and aliases of ``conversations`` (held under the lock).
+
+        A deleted conversation's answers are stale anyway; dropped at once,
+        no copy of its text stays in this process until they age out.
+        """
+        for key in [k for k in self._entries if isinstance(k, tuple) and (k[0], k[1]) in conversations]:
+            del self._entries[key]
+        for alias in [a for a in self._aliases if (a[0], a[1]) in conversations]:
+            del self._aliases[alias]
 
     def clear(self) -> None:
         """Drop every answer and what is known to exist (the projection was replaced)."""

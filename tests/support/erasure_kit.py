@@ -11,6 +11,7 @@ prints ``opened`` once the engine is open, then forgets the conversation
 
 from __future__ import annotations
 
+import gc
 import json
 import subprocess
 import sys
@@ -91,6 +92,39 @@ def files_with(roots: list[Path], needles: dict[str, str]) -> dict[str, list[str
             found = [f for f, variants in forms.items() if any(v in data for v in variants)]
             if found:
                 hits[str(path)] = found
+    return hits
+
+
+def strings_with(needles: dict[str, bytes]) -> dict[str, list[str]]:
+    """Return ``{field: [string, ...]}`` for every string object this process can reach that holds a marker (any
+    case), each shown with the marker replaced by ``<field>`` (so the answer holds no copy of it). ``needles``
+    are bytes, so the test's own copy is not found either.
+
+    Walks from every object the garbage collector tracks, through the containers
+    it does not track (tuples and sets of strings), so a cache keyed by text is seen.
+    """
+    forms = {f: (n.lower(), n.upper(), n.title()) for f, n in needles.items()}
+    gc.collect()
+    hits: dict[str, list[str]] = {}
+    seen: set[int] = set()
+    todo = list(gc.get_objects())
+    while todo:
+        obj = todo.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, str):
+            data = obj.encode("utf-8", "surrogatepass")
+            found = [field for field, variants in forms.items() if any(v in data for v in variants)]
+            if found:
+                for field, variants in forms.items():  # every marker replaced: the answer holds none of them
+                    for v in variants:
+                        data = data.replace(v, f"<{field}>".encode())
+                shown = data[:100].decode("utf-8", "replace")
+                for field in found:
+                    hits.setdefault(field, []).append(shown)
+        elif isinstance(obj, (tuple, frozenset)) or gc.is_tracked(obj):
+            todo.extend(gc.get_referents(obj))
     return hits
 
 
