@@ -91,3 +91,29 @@ def test_the_service_keeps_no_string_of_a_conversation_forgotten_through_it(tmp_
         close_app(app)
         keys.close()
         engine.close()
+
+
+def test_an_engine_keeps_no_string_of_a_forgotten_user(tmp_path):
+    secret, kept = _needles("s"), _needles("k")
+
+    def talk(engine: MemoryEngine, conversation: str, m: dict[str, str], user: str) -> None:
+        for i in range(8):
+            engine.append_message(conversation, "user", f"{m['content']} order #{4100 + i} for Dana is late",
+                                  name=m["name"], user_id=user)
+            engine.append_message(conversation, "assistant", f"Noted ({m['content']}), I asked the courier.")
+
+    with MemoryEngine(Settings.load(None, data_dir=tmp_path / "data", **SETTINGS)) as engine:
+        talk(engine, "k1", _as_text(kept), "omar")
+        talk(engine, "s1", _as_text(secret), "dana")
+        talk(engine, "s2", _as_text(secret), "dana")
+        engine.wait_idle(120)
+        for policy in SETTINGS["policies"]:
+            for conversation in ("k1", "s1", "s2"):
+                assert engine.context(conversation, budget=800, query="order late", policy=policy)
+        assert engine.context("s3", budget=800, user_id="dana")  # a new conversation of hers: her user memory
+        assert engine.user_memory("dana")
+        assert {"content", "name"} <= set(strings_with(secret))
+        engine.forget_user("dana", reason="user request")
+        engine.wait_idle(120)
+        assert strings_with(secret) == {}
+        assert {"content", "name"} <= set(strings_with(kept))
