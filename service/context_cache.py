@@ -119,18 +119,19 @@ class ContextCache:
             known = self._known
             if len(known) >= self.max_entries * 10:
                 known.clear()  # bounded; relearned from the next batches and reads
+            dropped = set(deleted)
             for key, gone in touched.items():
                 versions[key] = versions.get(key, 0) + 1
                 if gone:
                     known.discard(key)
+                    dropped.add(key)
                 else:
                     known.add(key)  # its row is committed: a first read need not ask DuckDB
-            gone = {key for key, is_gone in touched.items() if is_gone} | set(deleted)
             if deleted:
                 self._deletions += 1
                 known.difference_update(deleted)
-            if gone:
-                self._drop_answers(gone)
+            if dropped:
+                self._drop_answers(dropped)
 
     def _answered(self, touched: dict[tuple[str, str], bool], deleted: set[tuple[str, str]],
                   answers: dict[tuple[str, str], tuple]) -> None:
