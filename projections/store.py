@@ -392,11 +392,9 @@ class DuckDBProjectionStore:
             try:
                 cur.execute("BEGIN TRANSACTION")
                 self._write(cur, changes)
-                for partition, next_offset in positions.items():
-                    cur.execute(
-                        "INSERT INTO positions VALUES (?, ?) ON CONFLICT (partition) DO UPDATE SET next_offset = excluded.next_offset",
-                        [partition, next_offset],
-                    )
+                if positions:
+                    _upsert(cur, self._types, "positions", {"partition": list(positions),
+                                                            "next_offset": list(positions.values())}, ("partition",))
                 cur.execute("COMMIT")
             except Exception as exc:
                 try:
@@ -448,10 +446,8 @@ class DuckDBProjectionStore:
         if ch.state_history:
             _insert(cur, types, "state_history", _columns(ch.state_history))
         if ch.conversations:
-            columns = _columns(list(ch.conversations.values()))
-            updates = ", ".join(f"{c} = excluded.{c}" for c in columns if c not in ("tenant_id", "conversation_id"))
-            _insert(cur, types, "conversations", columns,
-                    f"ON CONFLICT (tenant_id, conversation_id) DO UPDATE SET {updates}")
+            _upsert(cur, types, "conversations", _columns(list(ch.conversations.values())),
+                    ("tenant_id", "conversation_id"))
         if ch.summary_requests:
             _insert(cur, types, "summaries", _columns(ch.summary_requests, _SUMMARY_REQUEST_COLUMNS), verb="INSERT OR IGNORE")
         # One UPDATE ... FROM per outcome shape: row-by-row UPDATEs cost milliseconds each in DuckDB.
@@ -479,12 +475,11 @@ class DuckDBProjectionStore:
             _insert(cur, types, "facts", _columns(ch.fact_inserts))
         if ch.policy_states:
             keys = list(ch.policy_states)
-            _insert(cur, types, "policy_state", {
+            _upsert(cur, types, "policy_state", {
                 "policy": [k[0] for k in keys], "tenant_id": [k[1] for k in keys],
                 "conversation_id": [k[2] for k in keys], "state": list(ch.policy_states.values()),
                 "plan_tokens": [ch.plan_tokens.get(k) for k in keys],
-            }, "ON CONFLICT (policy, tenant_id, conversation_id) "
-               "DO UPDATE SET state = excluded.state, plan_tokens = excluded.plan_tokens")
+            }, ("policy", "tenant_id", "conversation_id"))
         if ch.policy_rows:
             keys = list(ch.policy_rows)
             relation, params = _relation(types["policy_rows"], {
@@ -1452,6 +1447,23 @@ def _insert(cur: duckdb.DuckDBPyConnection, types: dict[str, dict[str, str]], ta
     relation, params = _relation(types[table], columns)
     cols = ", ".join(_q(c) for c in columns)
     cur.execute(f"{verb} INTO {table} ({cols}) SELECT {cols} FROM {relation} AS _rows {tail}", params)
+
+
+def _upsert(cur: duckdb.DuckDBPyConnection, types: dict[str, dict[str, str]], table: str,
+            columns: dict[str, list[Any]], key: tuple[str, ...]) -> None:
+    """Write ``columns`` (one row per distinct ``key``) into ``table``: update the rows whose key is there, insert the rest.
+
+    One ``UPDATE ... FROM`` of the batch, then, only when it updated fewer rows than the batch holds, an
+    ``INSERT OR IGNORE`` of the batch (the updated rows are ignored by their key). DuckDB's
+    ``ON CONFLICT DO UPDATE`` cost 3-9 ms a statement where the UPDATE of existing keys costs ~1-2 ms,
+    and a fold mostly changes conversations it knows.
+    """
+    relation, params = _relation(types[table], columns)
+    sets = ", ".join(f"{_q(c)} = _rows.{_q(c)}" for c in columns if c not in key)
+    match = " AND ".join(f"{table}.{_q(k)} = _rows.{_q(k)}" for k in key)
+    (updated,) = cur.execute(f"UPDATE {table} SET {sets} FROM {relation} AS _rows WHERE {match}", params).fetchone()
+    if updated < len(columns[key[0]]):
+        _insert(cur, types, table, columns, verb="INSERT OR IGNORE")
 
 
 def _dicts(cur: Any) -> list[dict[str, Any]]:

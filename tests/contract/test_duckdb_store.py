@@ -83,3 +83,47 @@ def test_a_read_whose_cursor_was_taken_just_before_a_swap_reads_the_swapped_in_f
     assert store.messages("default", "c1") == before and len(before) == 6
     assert not store.armed  # the swap did happen inside the read
     store.close()
+
+
+def test_a_batch_that_continues_known_conversations_and_starts_new_ones_writes_both(tmp_path: Path) -> None:
+    """Conversations, policy states and positions are updated where their key is stored and inserted where not.
+
+    The second batch folds in a new process's projector: c1 continues (rows updated), c2 and
+    partition 1 are new (rows inserted), in one apply.
+    """
+    from contract.projection_store_contract import records
+    from memfold.core.settings import POLICY_NAMES, Settings
+    from memfold.core.tokens import counter
+    from memfold.engine.builders import fold_contexts
+    from memfold.projections.projector import Projector
+
+    def projector(store: DuckDBProjectionStore) -> Projector:
+        return Projector(store, fold_contexts(Settings.load(None, policies=POLICY_NAMES)), counter())
+
+    first, second = records(0, 0, 3), records(0, 3, 4) + records(1, 0, 2, conversation="c2")
+    store = DuckDBProjectionStore(tmp_path / "store.duckdb")
+    store.apply(*projector(store).project(first)[:2])
+    first_state = {p: store.policy_state_json(p, "default", "c1") for p in POLICY_NAMES}
+    store.close()
+
+    store = DuckDBProjectionStore(tmp_path / "store.duckdb")
+    store.apply(*projector(store).project(second)[:2])
+    assert store.position() == {0: 7, 1: 2}
+    assert store.conversation("default", "c1")["message_count"] == 7
+    assert store.conversation("default", "c2")["message_count"] == 2
+    assert [m.index for m in store.messages("default", "c1")] == list(range(7))
+    for policy in POLICY_NAMES:
+        assert store.policy_state_json(policy, "default", "c2") is not None
+        assert store.policy_state_json(policy, "default", "c1") != first_state[policy]
+    assert store.query("SELECT count(*) FROM conversations")[1] == [(2,)]
+    assert store.query("SELECT count(*) FROM policy_state")[1] == [(2 * len(POLICY_NAMES),)]
+    store.close()
+
+    # The same batches into one store in one go give the same rows.
+    whole = DuckDBProjectionStore(tmp_path / "whole.duckdb")
+    whole.apply(*projector(whole).project(first + second)[:2])
+    again = DuckDBProjectionStore(tmp_path / "store.duckdb", read_only=True)
+    tables = ("conversations", "policy_state", "positions", "messages")
+    assert whole.dump(tables) == again.dump(tables)
+    whole.close()
+    again.close()
