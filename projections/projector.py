@@ -323,6 +323,8 @@ class Projector:
                 if skey not in self._states:
                     raw = states.get(skey)
                     self._states[skey] = state_codec.decode(impl.State, raw) if raw else impl.initial(*key)
+                    if raw and name in self._tables:  # the rows stored with it: a fold that leaves them writes none
+                        self._rows[skey] = self._tables[name].rows(self._states[skey])
                 if row is None:
                     # A conversation the store has never seen has no facts and no topics yet: a query
                     # each would ask for nothing (one per conversation, a tenth of a replay's time).

@@ -123,7 +123,33 @@ def test_a_batch_that_continues_known_conversations_and_starts_new_ones_writes_b
     whole = DuckDBProjectionStore(tmp_path / "whole.duckdb")
     whole.apply(*projector(whole).project(first + second)[:2])
     again = DuckDBProjectionStore(tmp_path / "store.duckdb", read_only=True)
-    tables = ("conversations", "policy_state", "positions", "messages")
+    tables = ("conversations", "policy_state", "positions", "messages", "policy_rows")
     assert whole.dump(tables) == again.dump(tables)
     whole.close()
     again.close()
+
+
+def test_a_new_process_writes_no_policy_rows_for_a_fold_that_leaves_them(tmp_path: Path) -> None:
+    """The projector knows the rows stored with the states it loads: an unchanged table is not rewritten."""
+    from contract.projection_store_contract import records
+    from memfold.core.settings import Settings
+    from memfold.core.tokens import counter
+    from memfold.engine.builders import fold_contexts
+    from memfold.projections.projector import Projector
+
+    def projector(store: DuckDBProjectionStore) -> Projector:
+        return Projector(store, fold_contexts(Settings.load(None, policies=("sliding_window", "topics"))), counter())
+
+    store = DuckDBProjectionStore(tmp_path / "store.duckdb")
+    changes, positions, _ = projector(store).project(records(0, 0, 3))
+    store.apply(changes, positions)
+    stored = store.query("SELECT * FROM policy_rows ORDER BY ALL")[1]
+    assert {key[0] for key in changes.policy_rows} == {"sliding_window", "topics"}
+
+    changes, positions, _ = projector(store).project(records(0, 3, 1))  # a new process's projector
+    store.apply(changes, positions)
+    assert "sliding_window" not in {key[0] for key in changes.policy_rows}  # its memory rows stay as they were
+    assert "topics" in {key[0] for key in changes.policy_rows}  # the topic grew by a message
+    after = store.query("SELECT * FROM policy_rows ORDER BY ALL")[1]
+    assert [r for r in after if r[0] == "sliding_window"] == [r for r in stored if r[0] == "sliding_window"]
+    store.close()
