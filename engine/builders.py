@@ -222,7 +222,7 @@ def _build_pipeline(parts: Parts, policy_changes: str, listeners: Sequence[Calla
         parts.dense = DenseIndex(parts.store, build_dense_embedder(settings), embedder_name(settings))
     parts.folds = build_folds(settings, parts.store, parts.counter, [*listeners, *dense_listeners(parts.dense)],
                               partition_count=parts.log.partition_count, hooks=parts.hooks)
-    parts.summarizer = build_summarizer(settings, cache_conn=parts.store)
+    parts.summarizer = build_summarizer(settings, cache_conn=parts.store, cache_table_made=True)
     inputs = parts.folds.inputs
     parts.worker = SummarizerWorker(
         parts.log, inputs, inputs, parts.summarizer, settings, on_appended=on_appended,

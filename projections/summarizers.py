@@ -57,12 +57,14 @@ class DeferredSummarizer:
                 self._made.close()
 
 
-def build_summarizer(settings: Settings, cache_conn: Any = None) -> Summarizer:
+def build_summarizer(settings: Settings, cache_conn: Any = None, *, cache_table_made: bool = False) -> Summarizer:
     """Return the summarizer ``settings.summarizer.kind`` names, behind the DuckDB cache when ``cache_conn`` is given.
 
     ``offline`` needs nothing; ``openai`` takes its API key from
     ``settings.summarizer.api_key`` or ``$OPENAI_API_KEY`` (a custom
     ``base_url`` may go without). Building makes no network call.
+    ``cache_table_made``: ``cache_conn`` holds the ``llm_cache`` table already
+    (a projection store: its schema makes it), so no DDL runs.
     """
     kind = settings.summarizer.kind
     summarizer: Summarizer
@@ -78,7 +80,7 @@ def build_summarizer(settings: Settings, cache_conn: Any = None) -> Summarizer:
         return summarizer
     from memfold.projections.summary_cache import CachingSummarizer
 
-    return CachingSummarizer(summarizer, cache_conn)
+    return CachingSummarizer(summarizer, cache_conn, make_table=not cache_table_made)
 
 
 def _offline(settings: Settings) -> Summarizer:

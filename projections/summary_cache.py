@@ -196,7 +196,7 @@ class CachingSummarizer:
     per call).
     """
 
-    def __init__(self, inner: Summarizer, conn: duckdb.DuckDBPyConnection):
+    def __init__(self, inner: Summarizer, conn: duckdb.DuckDBPyConnection, *, make_table: bool = True):
         self.inner = inner
         self.name = inner.name
         self._conn = conn
@@ -206,6 +206,8 @@ class CachingSummarizer:
         self.hits = 0
         self.misses = 0
         self.errors = 0
+        if not make_table:  # the connection's schema has it (DuckDBProjectionStore)
+            return
         try:
             with self._cursor() as cur:
                 for ddl in (CACHE_TABLE_DDL, *CACHE_TABLE_MIGRATIONS):
