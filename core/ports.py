@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
+import msgspec
 from pydantic import BaseModel
 
 from memfold.core.events import Event, Fact, SummaryRequested, ToolCall
@@ -77,8 +77,7 @@ class EventLog(Protocol):
 # --------------------------------------------------------------------------- what folds see
 
 
-@dataclass(frozen=True, slots=True)
-class MessageRecord:
+class MessageRecord(msgspec.Struct, frozen=True):
     """A message as policies and the context assembler see it (also a row of ``messages``).
 
     ``index`` is the 0-based ordinal among the conversation's messages (the
@@ -101,11 +100,10 @@ class MessageRecord:
     tool_call_id: str | None = None
     importance: float | None = None
     embedding: tuple[float, ...] | None = None
-    metadata: Mapping[str, Any] = field(default_factory=dict)
+    metadata: Mapping[str, Any] = msgspec.field(default_factory=dict)
 
 
-@dataclass(frozen=True, slots=True)
-class MemoryMessage:
+class MemoryMessage(msgspec.Struct, frozen=True):
     """A system message that carries memory (facts, narrative, summary). Never trimmed from the front."""
 
     content: str
@@ -113,8 +111,7 @@ class MemoryMessage:
     tokens: int = 0
 
 
-@dataclass(frozen=True, slots=True)
-class ContextPlan:
+class ContextPlan(msgspec.Struct, frozen=True):
     """What a policy wants in the next prompt; the assembler fetches and trims to the budget.
 
     Verbatim messages are either every message from ``verbatim_from`` to the
@@ -128,11 +125,10 @@ class ContextPlan:
     verbatim_from: int = 0
     verbatim_indices: tuple[int, ...] | None = None
     fallback: str | None = None
-    notes: Mapping[str, Any] = field(default_factory=dict)
+    notes: Mapping[str, Any] = msgspec.field(default_factory=dict)
 
 
-@dataclass(frozen=True, slots=True)
-class ContextMessage:
+class ContextMessage(msgspec.Struct, frozen=True):
     """One message of an assembled context: what ``memfold context --json`` prints."""
 
     role: str
@@ -186,8 +182,7 @@ class ContextMessage:
         return out
 
 
-@dataclass(frozen=True, slots=True)
-class FoldContext:
+class FoldContext(msgspec.Struct, frozen=True):
     """What a policy fold may use besides state and event: its settings, their hash, pure helpers.
 
     ``count_tokens`` and ``embed`` are pure functions (tiktoken, the local
@@ -236,8 +231,7 @@ class Policy(Protocol):
 # --------------------------------------------------------------------------- summarizers
 
 
-@dataclass(frozen=True, slots=True)
-class SummaryInput:
+class SummaryInput(msgspec.Struct, frozen=True):
     """Everything a summarizer is given for one request (also the cache key's content)."""
 
     policy: str
@@ -257,8 +251,7 @@ class SummaryInput:
     prompt_version: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class SummaryOutput:
+class SummaryOutput(msgspec.Struct, frozen=True):
     """What a summarizer returns. ``text`` is the narrative (kind "facts") or the summary (kind "text")."""
 
     text: str

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 
 from memfold.core.errors import ValidationError
 from memfold.core.events import Event
 
 
-@dataclass(frozen=True, order=True, slots=True)
-class Position:
+class Position(msgspec.Struct, frozen=True, order=True):
     """Where an event sits in the log: ``offset`` within ``partition`` (Kafka's terms).
 
     Offsets start at 0 and grow by one per event within a partition. Positions
@@ -24,8 +23,7 @@ class Position:
         return f"{self.partition}:{self.offset}"
 
 
-@dataclass(frozen=True, slots=True)
-class LogRecord:
+class LogRecord(msgspec.Struct, frozen=True):
     """One event as read from the log, with the position it was read *at*."""
 
     position: Position

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from memfold.core.errors import ValidationError
 
@@ -282,8 +283,7 @@ def _from_responses(item: Mapping[str, Any], line: int, names: dict[str, str]) -
         "not accepted (drop reasoning and built-in tool items before appending)", field="type", line=line)
 
 
-@dataclass(frozen=True)
-class Shaped:
+class Shaped(msgspec.Struct, frozen=True):
     """A context in one format, ready for the model call.
 
     ``messages``: the ``messages`` of a chat or Anthropic call, or the
@@ -305,7 +305,7 @@ class Shaped:
     messages: list[dict[str, Any]]
     system: str | None
     memfold: list[dict[str, Any]]
-    system_memfold: list[dict[str, Any]] = field(default_factory=list)
+    system_memfold: list[dict[str, Any]] = msgspec.field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         """Return ``{"format", "messages", "memfold"}``, plus ``system`` and ``system_memfold`` for Anthropic."""

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 
 from memfold.core.positions import Position
 
 
-@dataclass(frozen=True)
-class UnreadableRecord:
+class UnreadableRecord(msgspec.Struct, frozen=True):
     """Stands *at* ``position`` for a stored record no event type decodes (older version, a bug, bytes written by hand).
 
     A log's ``read`` returns it as the ``event`` of that position's

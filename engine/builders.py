@@ -27,9 +27,10 @@ import json
 import logging
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from memfold.core import overrides as ov
 from memfold.core.errors import ConfigError
@@ -101,8 +102,7 @@ def fold_contexts(settings: Settings) -> dict[str, tuple[Policy, FoldContext]]:
     return out
 
 
-@dataclass(frozen=True)
-class Folds:
+class Folds(msgspec.Struct, frozen=True):
     """What folding and summarizing under one set of settings needs; replaced whole when the settings change."""
 
     settings: Settings
@@ -127,8 +127,7 @@ def build_folds(settings: Settings, store: DuckDBProjectionStore, counter: Token
     return Folds(settings, policies, projector, inputs)
 
 
-@dataclass
-class Parts:
+class Parts(msgspec.Struct):
     """Everything an engine of one role holds. ``store`` and what hangs from it are None for a client."""
 
     role: str

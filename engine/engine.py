@@ -10,7 +10,6 @@ read-your-writes; ``wait_idle()`` waits for the summaries due as well.
 from __future__ import annotations
 
 import atexit
-import dataclasses
 import functools
 import logging
 import threading
@@ -20,6 +19,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from memfold.core.errors import (
     AlreadyRetractedError,
@@ -485,7 +486,7 @@ class MemoryEngine:
         key = (name, ctx.settings_hash)
         read = self._read_contexts.get(key)
         if read is None:
-            read = self._read_contexts[key] = dataclasses.replace(ctx, count_tokens=self._count_cached)
+            read = self._read_contexts[key] = msgspec.structs.replace(ctx, count_tokens=self._count_cached)
         return impl, read
 
     def _count(self, text: str) -> int:

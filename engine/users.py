@@ -8,9 +8,10 @@ does with it. :class:`MemoryEngine` methods delegate here.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from memfold.core.errors import UnknownUserError, UserConflictError, ValidationError
 from memfold.core.events import MessageAppended
@@ -72,8 +73,7 @@ def appended(engine: MemoryEngine, events: Sequence[MessageAppended]) -> None:
             engine.appended_users.setdefault((event.tenant_id, event.conversation_id), event.payload.user_id)
 
 
-@dataclass
-class UserPart:
+class UserPart(msgspec.Struct):
     """The user part of one context read: what the user's memory and recall hold, rendered to a room on demand."""
 
     memory: Any

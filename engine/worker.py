@@ -11,7 +11,6 @@ duplicate delivery) still yields one summary.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import logging
 import threading
@@ -21,6 +20,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
+
+import msgspec
 
 from memfold.core.errors import MemfoldError, SummarizerError, SummarizerTimeoutError
 from memfold.core.events import Event, Fact, SummaryRequested, conversation_key
@@ -183,7 +184,7 @@ def user_input(
 
 def _stored_form(record: MessageRecord) -> MessageRecord:
     """Return ``record`` as the store returns it (embeddings are not stored)."""
-    return record if record.embedding is None else dataclasses.replace(record, embedding=None)
+    return record if record.embedding is None else msgspec.structs.replace(record, embedding=None)
 
 
 _MODEL_FIELDS = {"hierarchical": "llm_model", "chunked": "summarizer_model", "sliding_window": "memory_model"}

@@ -51,11 +51,12 @@ call whose results are not, is never sent (an API would reject it).
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections.abc import Callable, Sequence
 from datetime import date
 from typing import Protocol
+
+import msgspec
 
 from memfold.core.ports import ContextMessage, ContextPlan, MessageRecord
 from memfold.core.tokens import MESSAGE_OVERHEAD
@@ -692,7 +693,7 @@ def _with_date(r: ContextMessage, count_tokens: Callable[[str], int], excerpted:
             tokens = count_tokens(content) + MESSAGE_OVERHEAD
         else:
             tokens = r.tokens + _prefix_tokens(prefix, count_tokens)
-    return dataclasses.replace(r, content=content, tokens=tokens)
+    return msgspec.structs.replace(r, content=content, tokens=tokens)
 
 
 _PREFIX_TOKENS: dict[tuple[str, Callable[[str], int]], int] = {}

@@ -41,7 +41,8 @@ import re
 import threading
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+
+import msgspec
 
 from memfold.core.ports import ContextMessage, MessageRecord
 from memfold.core.tokens import MESSAGE_OVERHEAD
@@ -66,8 +67,7 @@ NEAR_DUPLICATE_TERMS = 3
 _CACHE_MAX = 4096
 
 
-@dataclass(frozen=True, slots=True)
-class Analysed:
+class Analysed(msgspec.Struct, frozen=True):
     """A message cut into passages, with each passage's index terms and how many passages hold each term."""
 
     content: str

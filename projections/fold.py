@@ -9,10 +9,10 @@ event, message indices) that the projector applies in every mode.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
 from pydantic import BaseModel
 
 from memfold.core.events import (
@@ -282,8 +282,7 @@ def run_sync(
 # --------------------------------------------------------------------------- one log event, every policy
 
 
-@dataclass(frozen=True, slots=True)
-class ConversationCounters:
+class ConversationCounters(msgspec.Struct, frozen=True):
     """What folding needs to know about a conversation besides policy state.
 
     ``message_count`` is the index the next message gets; ``token_count`` the
@@ -296,8 +295,7 @@ class ConversationCounters:
     deleted: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class EventFold:
+class EventFold(msgspec.Struct, frozen=True):
     """The result of :func:`fold_event`.
 
     ``message`` is the record a ``MessageAppended`` became (None for other
@@ -308,8 +306,8 @@ class EventFold:
 
     counters: ConversationCounters
     message: MessageRecord | None = None
-    states: dict[str, BaseModel] = field(default_factory=dict)
-    requests: list[SummaryRequested] = field(default_factory=list)
+    states: dict[str, BaseModel] = msgspec.field(default_factory=dict)
+    requests: list[SummaryRequested] = msgspec.field(default_factory=list)
 
 
 def fold_event(

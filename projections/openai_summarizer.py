@@ -10,7 +10,6 @@ prompt id → the Responses API with seed 001's exact input. Retries are ours
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import time
@@ -19,6 +18,7 @@ from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any, TypeVar
 
+import msgspec
 import openai
 from pydantic import SecretStr
 
@@ -206,7 +206,7 @@ class OpenAISummarizer:
         best: Prompt | None = None
         while lo <= hi:
             mid = (lo + hi) // 2
-            shorter = render(dataclasses.replace(request, messages=request.messages[mid:]))
+            shorter = render(msgspec.structs.replace(request, messages=request.messages[mid:]))
             if self._tokens.count(shorter.system + shorter.user) <= limit:
                 best, hi = shorter, mid - 1
             else:

@@ -13,9 +13,9 @@ import hashlib
 import itertools
 import json
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, replace
 from typing import Any
 
+import msgspec
 from pydantic import BaseModel
 
 from memfold.core.events import (
@@ -45,8 +45,7 @@ from memfold.projections.tail import TailCache
 from memfold.projections.user_context import UserReads
 
 
-@dataclass
-class _Conversation:
+class _Conversation(msgspec.Struct):
     partition: int
     message_count: int = 0
     last_seq: int = 0
@@ -57,7 +56,7 @@ class _Conversation:
     user_id: str | None = None  # the first user its messages named: a conversation belongs to at most one
     # Per policy, the summaries folded here while it belonged to a user: every ``user_summary_every``-th
     # asks for the user's summary.
-    user_summary_counts: dict[str, int] = field(default_factory=dict)
+    user_summary_counts: dict[str, int] = msgspec.field(default_factory=dict)
 
     @classmethod
     def from_row(cls, row: dict[str, Any] | None, partition: int) -> _Conversation:
@@ -77,8 +76,7 @@ PLAN_COUNT_MEMO = 4096
 PAUSE_EVERY = 16  # folded events between two calls of Projector.pause (~2 ms of the fold)
 
 
-@dataclass(frozen=True)
-class ServingHooks:
+class ServingHooks(msgspec.Struct, frozen=True):
     """What a process serving reads beside the fold asks of every projector built for it (the service's).
 
     ``relate_users``: each commit names, in ``Changes.related``, the other
@@ -92,6 +90,9 @@ class ServingHooks:
     pause: Callable[[], None] | None = None
 
 
+NO_HOOKS = ServingHooks()  # a projector not built for a serving process
+
+
 class Projector:
     """Turn log records into row changes + policy state; one instance per store."""
 
@@ -102,7 +103,7 @@ class Projector:
         counter: TokenCounter,
         *,
         max_conversations: int = 20_000,
-        hooks: ServingHooks = ServingHooks(),
+        hooks: ServingHooks = NO_HOOKS,
     ):
         self.store = store
         self.max_conversations = max_conversations
@@ -176,7 +177,7 @@ class Projector:
             counts[digest] = n
             return n
 
-        impl.plan(state, replace(ctx, count_tokens=count))
+        impl.plan(state, msgspec.structs.replace(ctx, count_tokens=count))
         return json.dumps(counts, sort_keys=True)
 
     def state(self, policy: str, tenant_id: str, conversation_id: str) -> BaseModel:

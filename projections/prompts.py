@@ -11,8 +11,9 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime
+
+import msgspec
 
 from memfold.core.events import Fact
 from memfold.core.ports import MessageRecord, SummaryInput
@@ -122,8 +123,7 @@ def prompt_hash(template: str, version: str = PROMPT_VERSION, *extra: str | None
 # --------------------------------------------------------------------------- messages and turns
 
 
-@dataclass(frozen=True, slots=True)
-class Turn:
+class Turn(msgspec.Struct, frozen=True):
     """One user message and everything that answered it (assistant replies, tool calls and results)."""
 
     messages: tuple[MessageRecord, ...]
@@ -371,8 +371,7 @@ def render_rolling_prompt(
     )
 
 
-@dataclass(frozen=True, slots=True)
-class Prompt:
+class Prompt(msgspec.Struct, frozen=True):
     """A rendered prompt: the system instructions (may be empty), the user text, and its template's hash."""
 
     template: str

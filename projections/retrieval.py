@@ -27,9 +27,10 @@ import re
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from itertools import accumulate, islice
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from memfold.projections.fold_text import _WORD, analyze
 
@@ -146,8 +147,7 @@ def drop_conversation(cols: dict[str, list[Any]], key: Key) -> None:
             cols[name] = [values[i] for i in keep]
 
 
-@dataclass(frozen=True, slots=True)
-class Hit:
+class Hit(msgspec.Struct, frozen=True):
     """One ranked document: kind ("message" | "summary" | "fact"), id, message index (or covered end), score."""
 
     kind: str

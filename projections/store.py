@@ -18,12 +18,12 @@ import os
 import threading
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import duckdb
+import msgspec
 
 from memfold.core.errors import ProjectionError
 from memfold.core.events import PRIVATE_FIELDS, SummaryRequested, ToolCall, decode_dict
@@ -164,37 +164,36 @@ def _schema_of(con: duckdb.DuckDBPyConnection) -> tuple[str | None, bool]:
     return rows.get("schema"), "column_types" in rows
 
 
-@dataclass
-class Changes:
+class Changes(msgspec.Struct):
     """Row changes for one transaction, built by the projector; columns are plain lists."""
 
-    events: dict[str, list[Any]] = field(default_factory=lambda: {c: [] for c in _EVENT_COLUMNS})
-    messages: dict[str, list[Any]] = field(default_factory=lambda: {c: [] for c in _MESSAGE_COLUMNS})
-    conversations: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
-    summary_requests: list[dict[str, Any]] = field(default_factory=list)
-    summary_results: list[dict[str, Any]] = field(default_factory=list)
-    fact_inserts: list[dict[str, Any]] = field(default_factory=list)
-    fact_retirements: list[tuple[str, str, str, str, str, str]] = field(default_factory=list)
-    fact_supersessions: list[tuple[str, str, str, str, str, str]] = field(default_factory=list)
-    policy_states: dict[tuple[str, str, str], str] = field(default_factory=dict)
-    plan_tokens: dict[tuple[str, str, str], str] = field(default_factory=dict)  # same keys: counts' JSON
-    policy_rows: dict[tuple[str, str, str], dict[str, list[dict[str, Any]]]] = field(default_factory=dict)
-    search: dict[str, list[Any]] = field(default_factory=new_columns)  # search_docs rows (projections.retrieval)
-    deleted: set[tuple[str, str]] = field(default_factory=set)
-    erased: set[tuple[str, str]] = field(default_factory=set)  # deleted ones whose text was stored
-    retracted: list[tuple[str, str, str]] = field(default_factory=list)  # (tenant, conversation, message event_id)
-    state_history: list[dict[str, Any]] = field(default_factory=list)  # fold-state snapshots (projections.time_travel)
-    records: list[MessageRecord] = field(default_factory=list)  # for the hot tail, not written
+    events: dict[str, list[Any]] = msgspec.field(default_factory=lambda: {c: [] for c in _EVENT_COLUMNS})
+    messages: dict[str, list[Any]] = msgspec.field(default_factory=lambda: {c: [] for c in _MESSAGE_COLUMNS})
+    conversations: dict[tuple[str, str], dict[str, Any]] = msgspec.field(default_factory=dict)
+    summary_requests: list[dict[str, Any]] = msgspec.field(default_factory=list)
+    summary_results: list[dict[str, Any]] = msgspec.field(default_factory=list)
+    fact_inserts: list[dict[str, Any]] = msgspec.field(default_factory=list)
+    fact_retirements: list[tuple[str, str, str, str, str, str]] = msgspec.field(default_factory=list)
+    fact_supersessions: list[tuple[str, str, str, str, str, str]] = msgspec.field(default_factory=list)
+    policy_states: dict[tuple[str, str, str], str] = msgspec.field(default_factory=dict)
+    plan_tokens: dict[tuple[str, str, str], str] = msgspec.field(default_factory=dict)  # same keys: counts' JSON
+    policy_rows: dict[tuple[str, str, str], dict[str, list[dict[str, Any]]]] = msgspec.field(default_factory=dict)
+    search: dict[str, list[Any]] = msgspec.field(default_factory=new_columns)  # search_docs rows (projections.retrieval)
+    deleted: set[tuple[str, str]] = msgspec.field(default_factory=set)
+    erased: set[tuple[str, str]] = msgspec.field(default_factory=set)  # deleted ones whose text was stored
+    retracted: list[tuple[str, str, str]] = msgspec.field(default_factory=list)  # (tenant, conversation, message event_id)
+    state_history: list[dict[str, Any]] = msgspec.field(default_factory=list)  # fold-state snapshots (projections.time_travel)
+    records: list[MessageRecord] = msgspec.field(default_factory=list)  # for the hot tail, not written
     # poison_events rows: records that could not be decoded, folded past (partition, offset, ids known, error)
-    poison: list[dict[str, Any]] = field(default_factory=list)
-    users: set[tuple[str, str]] = field(default_factory=set)  # (tenant, user) whose user memory is refolded
-    user_summaries: list[dict[str, Any]] = field(default_factory=list)  # user_summaries rows (user-scope summaries)
+    poison: list[dict[str, Any]] = msgspec.field(default_factory=list)
+    users: set[tuple[str, str]] = msgspec.field(default_factory=set)  # (tenant, user) whose user memory is refolded
+    user_summaries: list[dict[str, Any]] = msgspec.field(default_factory=list)  # user_summaries rows (user-scope summaries)
     # (tenant, summary_id) of user summaries this batch erased (made from a conversation forgotten): the engine
     # destroys their keys, so their copy in the log is shredded too (written by _write).
-    shredded_user_summaries: set[tuple[str, str]] = field(default_factory=set)
+    shredded_user_summaries: set[tuple[str, str]] = msgspec.field(default_factory=set)
     # Conversations not written by the batch whose context changed with it: the other conversations of a
     # user whose conversation it wrote (their contexts hold its memory and recall). Set once committed.
-    related: set[tuple[str, str]] = field(default_factory=set)
+    related: set[tuple[str, str]] = msgspec.field(default_factory=set)
 
     def __len__(self) -> int:
         return len(self.events["event_id"])
@@ -1219,8 +1218,7 @@ class DuckDBProjectionStore:
         return out
 
 
-@dataclass(frozen=True)
-class SnapshotTable:
+class SnapshotTable(msgspec.Struct, frozen=True):
     """One table of a Parquet snapshot: the rows of ``select`` plus ``extra`` columns, partitioned by ``partition_by``."""
 
     name: str

@@ -63,10 +63,13 @@ _KEY_JSON = msgspec.json.Encoder(order="sorted")
 
 @functools.lru_cache(maxsize=64)
 def _fields(cls: type) -> tuple[tuple[str, ...], Callable[[Any], tuple]] | None:
-    """Return the field names of dataclass ``cls`` and a getter of their values (None for any other type)."""
-    if not dataclasses.is_dataclass(cls):
+    """Return the field names of struct or dataclass ``cls`` and a getter of their values (None for any other type)."""
+    if issubclass(cls, msgspec.Struct):
+        names = cls.__struct_fields__
+    elif dataclasses.is_dataclass(cls):
+        names = tuple(f.name for f in dataclasses.fields(cls))
+    else:
         return None
-    names = tuple(f.name for f in dataclasses.fields(cls))
     return names, operator.attrgetter(*names) if len(names) > 1 else (lambda obj: (getattr(obj, names[0]),))
 
 
@@ -86,7 +89,7 @@ def _number(value: int | float) -> Any:
 
 
 def _plain(value: Any) -> Any:
-    """Return ``value`` as data for the key's JSON: dataclasses and pydantic models become dicts, tuples lists.
+    """Return ``value`` as data for the key's JSON: structs, dataclasses and pydantic models become dicts, tuples lists.
 
     Dispatched on the exact type first (a key is built for every summary call,
     over every message of the request); anything else goes the general way.

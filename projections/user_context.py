@@ -21,8 +21,9 @@ summary lines, then recalled lines, each whole or not at all.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from memfold.core.ports import ContextMessage, MessageRecord
 from memfold.core.tokens import MESSAGE_OVERHEAD
@@ -39,8 +40,7 @@ NOTE_CHARS = 600
 NOTE_SHARE = 0.1
 
 
-@dataclass(frozen=True, slots=True)
-class Line:
+class Line(msgspec.Struct, frozen=True):
     """One line of the user's memory message, rendered and counted once (when the user's memory is loaded)."""
 
     policy: str
@@ -49,8 +49,7 @@ class Line:
     tokens: int  # of ``text`` and its newline
 
 
-@dataclass(frozen=True, slots=True)
-class UserMemory:
+class UserMemory(msgspec.Struct, frozen=True):
     """What the fold keeps of a user for reads: its live conversations, current facts and notes, as counted lines."""
 
     conversations: tuple[str, ...]

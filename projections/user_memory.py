@@ -21,9 +21,10 @@ function of its rows, called by the store inside the projector's transaction
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
+
+import msgspec
 
 from memfold.core.events import Fact
 from memfold.core.ports import MessageRecord, SummaryInput
@@ -38,8 +39,7 @@ USER_FACT_COLUMNS = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class StatedFact:
+class StatedFact(msgspec.Struct, frozen=True):
     """One conversation's facts row, as the user fold reads it.
 
     ``at`` orders statements across conversations: the stated time, else the

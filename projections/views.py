@@ -8,11 +8,10 @@ in a read and never happens inside a fold.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 
 
-@dataclass(frozen=True)
-class View:
+class View(msgspec.Struct, frozen=True):
     name: str
     doc: str
     sql: str
@@ -52,6 +51,7 @@ VIEWS: tuple[View, ...] = (
            GROUP BY policy""",
     ),
 )
+
 
 
 def view_ddl() -> list[str]:

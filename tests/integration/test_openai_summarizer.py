@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import socket
 from datetime import UTC, datetime
 
+import msgspec
 import pytest
 from fixtures.openai_server import hang, model_says, rate_limited, reset, server_error
 
@@ -154,7 +154,7 @@ def test_a_sliding_window_text_summary_returns_its_key_facts_carried_and_dated(o
         ("assistant", "Right: a refund of $60 is on its way."),
         start=10,
     )
-    chat = (*chat[:3], dataclasses.replace(chat[3], occurred_at=T1))
+    chat = (*chat[:3], msgspec.structs.replace(chat[3], occurred_at=T1))
     existing = (
         Fact(key="phone", value="+1 720-555-0100", category="ENTITY", stated_in=2),
         Fact(key="refund_amount", value="$50", category="NUMERIC", stated_in=4),

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from datetime import UTC, datetime
 
 import duckdb
+import msgspec
 import pytest
 from fixtures.openai_server import server_error
 
@@ -52,7 +52,7 @@ def test_second_identical_call_is_a_hit_without_any_request(openai_server, db):
     second = cache.summarize(REQUEST)
     assert len(openai_server.requests) == 1  # zero new requests
     assert second.cached is True
-    assert dataclasses.replace(second, cached=False) == first
+    assert msgspec.structs.replace(second, cached=False) == first
     assert cache.stats() == {"hits": 1, "misses": 1, "errors": 0}
     assert cache.name == "openai"
 
@@ -61,10 +61,10 @@ def test_any_change_to_the_input_misses(openai_server, db):
     cache = CachingSummarizer(openai_summarizer(openai_server), db)
     cache.summarize(REQUEST)
     variants = [
-        dataclasses.replace(REQUEST, messages=CHAT + (dataclasses.replace(CHAT[0], index=2, content="One more thing"),)),
-        dataclasses.replace(REQUEST, messages=(dataclasses.replace(CHAT[0], content="Cancel order #1235 please"), CHAT[1])),
-        dataclasses.replace(REQUEST, token_cap=201),
-        dataclasses.replace(REQUEST, messages=conversation(("user", "Cancel order #1234 please"),
+        msgspec.structs.replace(REQUEST, messages=CHAT + (msgspec.structs.replace(CHAT[0], index=2, content="One more thing"),)),
+        msgspec.structs.replace(REQUEST, messages=(msgspec.structs.replace(CHAT[0], content="Cancel order #1235 please"), CHAT[1])),
+        msgspec.structs.replace(REQUEST, token_cap=201),
+        msgspec.structs.replace(REQUEST, messages=conversation(("user", "Cancel order #1234 please"),
                                                            ("assistant", "Done, refund of $50 issued."), tenant="other")),
     ]
     for i, variant in enumerate(variants, start=2):
@@ -78,7 +78,7 @@ def test_model_and_hosted_prompt_version_are_part_of_the_key(openai_server, db):
                            prompt_id="pmpt_x", prompt_version="1")
     cache = CachingSummarizer(openai_summarizer(openai_server), db)
     cache.summarize(chunked)
-    cache.summarize(dataclasses.replace(chunked, prompt_version="2"))
+    cache.summarize(msgspec.structs.replace(chunked, prompt_version="2"))
     assert [r.body["prompt"]["version"] for r in openai_server.requests] == ["1", "2"]
     other_model = CachingSummarizer(
         OpenAISummarizer(SummarizerSettings(kind="openai", model="gpt-other", base_url=openai_server.url, api_key="k")), db

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import subprocess
 import sys
 from datetime import UTC, datetime
 
+import msgspec
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -1110,10 +1110,10 @@ def test_a_date_nothing_names_said_on_that_very_day_is_no_fact():
         ("user", "What about 2024-04-05 and the 5th of April? And on April 19 I will know more."),
         ("user", "I read about it on April 5, 2023 in a book."),
     )
-    chat = tuple(dataclasses.replace(m, occurred_at=day) for m in chat)
+    chat = tuple(msgspec.structs.replace(m, occurred_at=day) for m in chat)
     facts = facts_of(chat)
     assert sorted(v for k, (v, _) in facts.items() if k.startswith("date")) == ["April 19", "April 5, 2023"]
-    named = facts_of(tuple(dataclasses.replace(m, occurred_at=day) for m in conversation(
+    named = facts_of(tuple(msgspec.structs.replace(m, occurred_at=day) for m in conversation(
         ("user", "My deadline is April 5, 2024."),
     )))
     assert named["deadline"][0] == "April 5, 2024"  # a named date of that day is still the deadline

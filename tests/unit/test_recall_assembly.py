@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import dataclasses
 from datetime import UTC, datetime, timedelta
 
+import msgspec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -263,10 +263,10 @@ def test_never_over_budget_ordered_marked_and_tool_groups_whole(n, cut, budget, 
     messages = tool_chat(n, tool_at) if tool_at is not None and tool_at + 1 < n else chat(n)
     if days != "daily":  # a day's first recalled message is dated; shuffled dates need more date lines than days
         offset = (lambda i: i // 7) if days == "sessions" else (lambda i: (i * 7) % 5)
-        messages = [dataclasses.replace(m, occurred_at=T0 + timedelta(days=offset(m.index))) for m in messages]
+        messages = [msgspec.structs.replace(m, occurred_at=T0 + timedelta(days=offset(m.index))) for m in messages]
     plan = plan_after(min(cut, n - 1))
     if memory is not None:  # memory alone can be larger than the budget: it is trimmed, never sent over budget
-        plan = dataclasses.replace(big_memory(*memory), verbatim_from=plan.verbatim_from)
+        plan = msgspec.structs.replace(big_memory(*memory), verbatim_from=plan.verbatim_from)
     out = assemble(plan, messages[plan.verbatim_from:], budget=budget, system_prompt="Be brief.",
                    count_tokens=COUNT, older=older(messages), query=query, recall_share=share)
     fixed = sum(m.tokens for m in out if m.kind in ("system_prompt", "current"))
@@ -477,7 +477,7 @@ def test_only_the_first_recalled_message_of_a_day_carries_the_date():
     planted = {40: "Where should I go for my sister Dana's birthday dinner?",
                41: "Try the Lisbon tram tour and then dinner at Cervejaria Ramiro.",
                120: "My sister Dana moved to Lisbon in 2019."}
-    messages = [dataclasses.replace(m, occurred_at=T0 + timedelta(days=m.index // 50, minutes=m.index))
+    messages = [msgspec.structs.replace(m, occurred_at=T0 + timedelta(days=m.index // 50, minutes=m.index))
                 for m in chat(200, planted)]  # a day holds 50 messages
     out = context(messages, plan_after(190), budget=400, query="Which city did Dana move to?")
     recalled = {m.index: m for m in out if m.kind == "recalled"}
@@ -511,7 +511,7 @@ def test_an_excerpt_skips_a_passage_that_repeats_what_the_context_says_but_keeps
 def test_dates_out_of_order_cost_more_date_lines_and_the_context_still_fits_with_tool_groups_whole():
     # Days alternate message by message (an import with shuffled timestamps): every recalled
     # message starts a new run of days and needs its date line, though only two days were paid for.
-    messages = [dataclasses.replace(m, occurred_at=T0 + timedelta(days=m.index % 2)) for m in tool_chat(120, 50)]
+    messages = [msgspec.structs.replace(m, occurred_at=T0 + timedelta(days=m.index % 2)) for m in tool_chat(120, 50)]
     for budget in range(260, 800, 37):
         out = context(messages, plan_after(110), budget=budget, query="where was order 7 shipped? Porto? the weather")
         assert sum(m.tokens for m in out) <= budget

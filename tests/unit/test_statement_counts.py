@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+import msgspec
+
 from memfold.core.ports import MessageRecord
 from memfold.core.tokens import MESSAGE_OVERHEAD, TokenCounter
 from memfold.projections.salience import statements_of
@@ -39,7 +41,7 @@ def test_a_one_sentence_message_uses_its_count_from_append_and_a_message_seen_be
     counted = tokens.calls
     assert counted == 2
     assert statements_of(two, tokens) == first and tokens.calls == counted  # the cache: no count, the same statements
-    edited = MessageRecord(**{**{f: getattr(two, f) for f in two.__dataclass_fields__}, "content": "Cracked desk, order 18066."})
+    edited = msgspec.structs.replace(two, content="Cracked desk, order 18066.")
     assert [s.text for s in statements_of(edited, tokens)] == ["Cracked desk, order 18066."]  # other text: split anew
 
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from datetime import UTC, datetime
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from msgspec.structs import replace
 
 from memfold.core.events import Fact, ToolCall
 from memfold.core.ports import MessageRecord, SummaryInput
@@ -59,12 +59,15 @@ def test_every_field_of_the_request_is_in_the_key():
 def _reference_plain(value):
     import dataclasses
 
+    import msgspec
     from pydantic import BaseModel
 
     if isinstance(value, (str, int, float, bool, type(None))):
         return value
     if isinstance(value, datetime):
         return value.isoformat()
+    if isinstance(value, msgspec.Struct):
+        return {name: _reference_plain(getattr(value, name)) for name in value.__struct_fields__}
     if dataclasses.is_dataclass(value):
         return {f.name: _reference_plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, BaseModel):

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import dataclasses
 from datetime import UTC, datetime
+
+import msgspec
 
 from memfold.core.events import Fact
 from memfold.core.ports import MessageRecord, SummaryInput
@@ -39,5 +40,5 @@ def test_only_a_window_that_keeps_facts_carries_the_ones_it_was_given():
     request = SummaryInput(policy="sliding_window", kind="text", messages=(said(7),), existing_facts=given, window_start=7)
     assert text_facts("Key facts:\n- email: a@b.example (msg 7)", request) == (
         Fact(key="email", value="a@b.example", category="ENTITY", stated_at=T0, stated_in=7),)
-    kept = text_facts("Key facts:\n- email: a@b.example (msg 7)", dataclasses.replace(request, keep_facts=True))
+    kept = text_facts("Key facts:\n- email: a@b.example (msg 7)", msgspec.structs.replace(request, keep_facts=True))
     assert [f.key for f in kept] == ["phone", "email"]
