@@ -57,6 +57,7 @@ class _Conversation(msgspec.Struct):
     # Per policy, the summaries folded here while it belonged to a user: every ``user_summary_every``-th
     # asks for the user's summary.
     user_summary_counts: dict[str, int] = msgspec.field(default_factory=dict)
+    stored: bool = False  # the store holds its row (and its policy states): Changes.stored
 
     @classmethod
     def from_row(cls, row: dict[str, Any] | None, partition: int) -> _Conversation:
@@ -68,6 +69,7 @@ class _Conversation(msgspec.Struct):
             token_count=row["token_count"], first_at=row["first_at"], last_at=row["last_at"], deleted=row["deleted"],
             user_id=row.get("user_id"),
             user_summary_counts=json.loads(row["user_summary_counts"]) if row.get("user_summary_counts") else {},
+            stored=True,
         )
 
 
@@ -250,6 +252,9 @@ class Projector:
             owners = {(t, row["user_id"]) for (t, _), row in changes.conversations.items() if row.get("user_id")}
             for tenant_id, user_id in sorted(owners | changes.users):
                 changes.related.update((tenant_id, c) for c in self.users.memory(tenant_id, user_id).conversations)
+        for key in changes.conversations:
+            if key in self._conversations:
+                self._conversations[key].stored = True
         self._bound(changes.conversations)
         for listener in self.listeners:
             listener(changes)
@@ -480,6 +485,8 @@ class Projector:
                 "user_summary_counts": json.dumps(c.user_summary_counts, sort_keys=True)
                 if c.user_summary_counts else None,
             }
+            if c.stored:
+                ch.stored.add(conv_key)
             if c.user_id is not None and conv_key in user_convs:
                 ch.users.add((conv_key[0], c.user_id))
         for key in touched_states:

@@ -17,7 +17,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -194,6 +194,9 @@ class Changes(msgspec.Struct):
     # Conversations not written by the batch whose context changed with it: the other conversations of a
     # user whose conversation it wrote (their contexts hold its memory and recall). Set once committed.
     related: set[tuple[str, str]] = msgspec.field(default_factory=set)
+    # Conversations whose row and policy states the store held when the batch was folded: written with an
+    # UPDATE (the others with an upsert). A hint for speed only: a row it names that is gone is inserted.
+    stored: set[tuple[str, str]] = msgspec.field(default_factory=set)
 
     def __len__(self) -> int:
         return len(self.events["event_id"])
@@ -392,8 +395,8 @@ class DuckDBProjectionStore:
                 cur.execute("BEGIN TRANSACTION")
                 self._write(cur, changes)
                 if positions:
-                    _upsert(cur, self._types, "positions", {"partition": list(positions),
-                                                            "next_offset": list(positions.values())}, ("partition",))
+                    _upsert(cur, self._types, "positions", [{"partition": p, "next_offset": o} for p, o in positions.items()],
+                            ("partition",), lambda row: row["partition"] in self._positions)
                 cur.execute("COMMIT")
             except Exception as exc:
                 try:
@@ -445,8 +448,8 @@ class DuckDBProjectionStore:
         if ch.state_history:
             _insert(cur, types, "state_history", _columns(ch.state_history))
         if ch.conversations:
-            _upsert(cur, types, "conversations", _columns(list(ch.conversations.values())),
-                    ("tenant_id", "conversation_id"))
+            _upsert(cur, types, "conversations", list(ch.conversations.values()), ("tenant_id", "conversation_id"),
+                    lambda row: (row["tenant_id"], row["conversation_id"]) in ch.stored)
         if ch.summary_requests:
             _insert(cur, types, "summaries", _columns(ch.summary_requests, _SUMMARY_REQUEST_COLUMNS), verb="INSERT OR IGNORE")
         # One UPDATE ... FROM per outcome shape: row-by-row UPDATEs cost milliseconds each in DuckDB.
@@ -473,12 +476,10 @@ class DuckDBProjectionStore:
         if ch.fact_inserts:
             _insert(cur, types, "facts", _columns(ch.fact_inserts))
         if ch.policy_states:
-            keys = list(ch.policy_states)
-            _upsert(cur, types, "policy_state", {
-                "policy": [k[0] for k in keys], "tenant_id": [k[1] for k in keys],
-                "conversation_id": [k[2] for k in keys], "state": list(ch.policy_states.values()),
-                "plan_tokens": [ch.plan_tokens.get(k) for k in keys],
-            }, ("policy", "tenant_id", "conversation_id"))
+            _upsert(cur, types, "policy_state", [
+                {"policy": k[0], "tenant_id": k[1], "conversation_id": k[2], "state": state,
+                 "plan_tokens": ch.plan_tokens.get(k)} for k, state in ch.policy_states.items()
+            ], ("policy", "tenant_id", "conversation_id"), lambda row: (row["tenant_id"], row["conversation_id"]) in ch.stored)
         if ch.policy_rows:
             keys = list(ch.policy_rows)
             relation, params = _relation(types["policy_rows"], {
@@ -1448,20 +1449,29 @@ def _insert(cur: duckdb.DuckDBPyConnection, types: dict[str, dict[str, str]], ta
 
 
 def _upsert(cur: duckdb.DuckDBPyConnection, types: dict[str, dict[str, str]], table: str,
-            columns: dict[str, list[Any]], key: tuple[str, ...]) -> None:
-    """Write ``columns`` (one row per distinct ``key``) into ``table``: update the rows whose key is there, insert the rest.
+            rows: list[dict[str, Any]], key: tuple[str, ...], stored: Callable[[dict[str, Any]], bool]) -> None:
+    """Write ``rows`` (one per distinct ``key``) into ``table``, replacing the rows of the same key.
 
-    One ``UPDATE ... FROM`` of the batch, then, only when it updated fewer rows than the batch holds, an
-    ``INSERT OR IGNORE`` of the batch (the updated rows are ignored by their key). DuckDB's
-    ``ON CONFLICT DO UPDATE`` cost 3-9 ms a statement where the UPDATE of existing keys costs ~1-2 ms,
-    and a fold mostly changes conversations it knows.
+    The rows ``stored`` says the table holds go in one ``UPDATE ... FROM``, the others in one
+    ``INSERT ... ON CONFLICT DO UPDATE``: the upsert cost DuckDB 3-9 ms a statement on a file just
+    opened where the UPDATE of existing keys costs ~1-2 ms (a one-message append), and a batch of new
+    conversations (ingest, replay) is written as before. ``stored`` decides the speed only: when the
+    UPDATE finds fewer rows than it was given, those rows are upserted too.
     """
-    relation, params = _relation(types[table], columns)
-    sets = ", ".join(f"{_q(c)} = _rows.{_q(c)}" for c in columns if c not in key)
-    match = " AND ".join(f"{table}.{_q(k)} = _rows.{_q(k)}" for k in key)
-    (updated,) = cur.execute(f"UPDATE {table} SET {sets} FROM {relation} AS _rows WHERE {match}", params).fetchone()
-    if updated < len(columns[key[0]]):
-        _insert(cur, types, table, columns, verb="INSERT OR IGNORE")
+    known = [r for r in rows if stored(r)]
+    other = [r for r in rows if not stored(r)]
+    if known:
+        columns = _columns(known)
+        relation, params = _relation(types[table], columns)
+        sets = ", ".join(f"{_q(c)} = _rows.{_q(c)}" for c in columns if c not in key)
+        match = " AND ".join(f"{table}.{_q(k)} = _rows.{_q(k)}" for k in key)
+        (updated,) = cur.execute(f"UPDATE {table} SET {sets} FROM {relation} AS _rows WHERE {match}", params).fetchone()
+        if updated < len(known):
+            other = known + other
+    if other:
+        columns = _columns(other)
+        sets = ", ".join(f"{_q(c)} = excluded.{_q(c)}" for c in columns if c not in key)
+        _insert(cur, types, table, columns, f"ON CONFLICT ({', '.join(_q(k) for k in key)}) DO UPDATE SET {sets}")
 
 
 def _dicts(cur: Any) -> list[dict[str, Any]]:

@@ -153,3 +153,30 @@ def test_a_new_process_writes_no_policy_rows_for_a_fold_that_leaves_them(tmp_pat
     after = store.query("SELECT * FROM policy_rows ORDER BY ALL")[1]
     assert [r for r in after if r[0] == "sliding_window"] == [r for r in stored if r[0] == "sliding_window"]
     store.close()
+
+
+def test_the_stored_hint_decides_only_how_rows_are_written(tmp_path: Path) -> None:
+    """Changes.stored names conversations written with an UPDATE: one that is not there is inserted all the
+    same, and one that is there but not named is updated all the same."""
+    from contract.projection_store_contract import records
+    from memfold.core.settings import Settings
+    from memfold.core.tokens import counter
+    from memfold.engine.builders import fold_contexts
+    from memfold.projections.projector import Projector
+
+    store = DuckDBProjectionStore(tmp_path / "store.duckdb")
+    projector = Projector(store, fold_contexts(Settings.load(None)), counter())
+    changes, positions, _ = projector.project(records(0, 0, 2))
+    changes.stored.add(("default", "c1"))  # wrong: the store has never seen c1
+    store.apply(changes, positions)
+    projector.committed(changes)
+    assert store.conversation("default", "c1")["message_count"] == 2
+    assert store.policy_state_json("sliding_window", "default", "c1") is not None
+
+    changes, positions, _ = projector.project(records(0, 2, 3))
+    assert ("default", "c1") in changes.stored  # written by the apply above
+    changes.stored.clear()  # wrong the other way: the row is there
+    store.apply(changes, positions)
+    assert store.conversation("default", "c1")["message_count"] == 5
+    assert store.query("SELECT count(*) FROM conversations")[1] == [(1,)]
+    store.close()
