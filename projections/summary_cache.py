@@ -9,7 +9,6 @@ any change to what the model would see, or to who asked, is a miss.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import hashlib
 import json
@@ -63,13 +62,10 @@ _KEY_JSON = msgspec.json.Encoder(order="sorted")
 
 @functools.lru_cache(maxsize=64)
 def _fields(cls: type) -> tuple[tuple[str, ...], Callable[[Any], tuple]] | None:
-    """Return the field names of struct or dataclass ``cls`` and a getter of their values (None for any other type)."""
-    if issubclass(cls, msgspec.Struct):
-        names = cls.__struct_fields__
-    elif dataclasses.is_dataclass(cls):
-        names = tuple(f.name for f in dataclasses.fields(cls))
-    else:
+    """Return the field names of struct ``cls`` and a getter of their values (None for any other type)."""
+    if not issubclass(cls, msgspec.Struct):
         return None
+    names = cls.__struct_fields__
     return names, operator.attrgetter(*names) if len(names) > 1 else (lambda obj: (getattr(obj, names[0]),))
 
 
@@ -89,7 +85,7 @@ def _number(value: int | float) -> Any:
 
 
 def _plain(value: Any) -> Any:
-    """Return ``value`` as data for the key's JSON: structs, dataclasses and pydantic models become dicts, tuples lists.
+    """Return ``value`` as data for the key's JSON: structs and pydantic models become dicts, tuples lists.
 
     Dispatched on the exact type first (a key is built for every summary call,
     over every message of the request); anything else goes the general way.
