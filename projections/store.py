@@ -1458,8 +1458,10 @@ def _upsert(cur: duckdb.DuckDBPyConnection, types: dict[str, dict[str, str]], ta
     conversations (ingest, replay) is written as before. ``stored`` decides the speed only: when the
     UPDATE finds fewer rows than it was given, those rows are upserted too.
     """
-    known = [r for r in rows if stored(r)]
-    other = [r for r in rows if not stored(r)]
+    known: list[dict[str, Any]] = []
+    other: list[dict[str, Any]] = []
+    for row in rows:
+        (known if stored(row) else other).append(row)
     if known:
         columns = _columns(known)
         relation, params = _relation(types[table], columns)
